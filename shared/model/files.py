@@ -1,0 +1,88 @@
+"""Reading cluster snapshot files: YAML or JSON, a ``v1`` List or several documents, or stdin.
+
+Why: ``kdesched simulate`` must accept exactly what ``kubectl get nodes,pods,... -A -o yaml``
+writes, and must fail on a broken file with one line naming the file, document, item and field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kdesched.model.errors import ModelError
+from kdesched.model.snapshot import Snapshot
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_text(path: str) -> tuple[str, str]:
+    """The text of ``path`` (``-`` = stdin) and the name to use in messages."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8"), str(p)
+    except FileNotFoundError:
+        raise ModelError(str(p), "no such file") from None
+    except IsADirectoryError:
+        raise ModelError(str(p), "is a directory, expected a YAML or JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(str(p), f"cannot read: {exc}") from None
+
+
+def parse_documents(text: str, name: str) -> list[Any]:
+    """Parse JSON (one value) or YAML (one or more documents); empty documents are dropped."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if stripped.startswith("["):
+                raise ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            # JSON is a subset of YAML; a "{"-started flow mapping may still be valid YAML.
+        else:
+            return doc if isinstance(doc, list) else [doc]
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ModelError(name, f"invalid YAML{where}: {problem}") from None
+
+
+def iter_objects(docs: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Flatten documents and ``*List`` objects into ``(where, object)`` pairs."""
+    for d, doc in enumerate(docs):
+        where = name if len(docs) == 1 else f"{name} document {d + 1}"
+        if not isinstance(doc, Mapping):
+            raise ModelError(where, f"expected a Kubernetes object or List, got {type(doc).__name__}")
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise ModelError(f"{where}.items", "must be a list")
+            item_kind = kind[: -len("List")] if kind != "List" else None
+            for i, item in enumerate(items):
+                if item_kind and isinstance(item, Mapping) and "kind" not in item:
+                    item = {**item, "kind": item_kind}
+                yield f"{where} items[{i}]", item
+        else:
+            yield where, doc
+
+
+def load_snapshot(path: str) -> Snapshot:
+    """Load a snapshot file; raises :class:`ModelError` (naming file and field) on bad input."""
+    text, name = read_text(path)
+    docs = parse_documents(text, name)
+    if not docs:
+        raise ModelError(name, "contains no objects")
+    snap = Snapshot.from_objects(iter_objects(docs, name))
+    if not snap.nodes:
+        raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
+    return snap

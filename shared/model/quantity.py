@@ -1,0 +1,86 @@
+"""Kubernetes resource quantities, parsed exactly as apimachinery's ``resource.Quantity`` does.
+
+Why: requests decide every utilization threshold, and ``0.1``, ``100m``, ``1e-1`` and ``1Gi`` must
+compare the way the scheduler compares them. Values are kept as exact fractions; the helpers round
+*up* to integers as ``Quantity.Value()`` / ``MilliValue()`` do.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+# <signedNumber><suffix>; the number may be "5", "5.", ".5" or "5.5".
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+_CACHE: dict[str, Fraction] = {}
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a quantity (``"500m"``, ``"1.5"``, ``"2Gi"``, ``"1e3"``, ``"100M"``, or a number)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"{value!r} is not a quantity")
+        return Fraction(str(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"{value!r} is not a quantity")
+    cached = _CACHE.get(value)
+    if cached is not None:
+        return cached
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 1.5, 2Gi, 1e3)")
+    number, exponent, suffix = match.groups()
+    result = Fraction(number)
+    if exponent is not None:
+        result *= Fraction(10) ** int(exponent[1:])
+    elif suffix in _BINARY:
+        result *= _BINARY[suffix]
+    else:
+        result *= _DECIMAL[suffix or ""]
+    if len(_CACHE) < 4096:
+        _CACHE[value] = result
+    return result
+
+
+def ceil_int(value: Fraction) -> int:
+    """Round up to an integer, away from zero, as ``Quantity.Value()`` does."""
+    return math.ceil(value) if value >= 0 else -math.ceil(-value)
+
+
+def to_resource_int(resource: str, value: str | int | float) -> int:
+    """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise."""
+    q = parse_quantity(value)
+    return ceil_int(q * 1000) if resource == "cpu" else ceil_int(q)
+
+
+def format_resource(resource: str, value: int) -> str:
+    """Human form of :func:`to_resource_int` output, for tables and logs."""
+    if resource == "cpu":
+        return f"{value}m" if value % 1000 else str(value // 1000)
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if value and value % factor == 0:
+                return f"{value // factor}{suffix}"
+    return str(value)

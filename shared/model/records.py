@@ -1,0 +1,691 @@
+"""Immutable records for the objects decisions need, built once from raw API JSON.
+
+Why: one parse per object, a few dozen fields, slots and tuples: this is what keeps a 150,000-pod
+decision inside seconds and a bounded amount of memory. Each ``from_api`` raises
+:class:`ModelError` naming the field that is wrong, so a bad cluster file gets a one-line error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kdesched.model.errors import ModelError
+from kdesched.model.quantity import QuantityError, to_resource_int
+from kdesched.model.selectors import (
+    NODE_OPERATORS,
+    LabelSelector,
+    Requirement,
+    requirement_from_api,
+)
+
+Resources = Mapping[str, int]
+"""Resource name -> integer amount: millicores for ``cpu``, whole units (bytes, count) otherwise."""
+
+EMPTY: Mapping[str, str] = {}
+
+# Annotations that matter to decisions; everything else (notably last-applied-configuration) is
+# dropped to keep pods small.
+KEPT_ANNOTATION_PREFIXES = ("descheduler.alpha.kubernetes.io/", "kubernetes.io/config.", "kdesched.dev/")
+
+
+def parse_time(value: Any, where: str) -> datetime | None:
+    """RFC 3339 time from the API (``2024-01-02T03:04:05Z``), or None."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if not isinstance(value, str):
+        raise ModelError(where, f"must be an RFC 3339 time, got {value!r}")
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ModelError(where, f"must be an RFC 3339 time, got {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _map(raw: Any, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ModelError(where, "must be a map of string to string")
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def _list(raw: Any, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ModelError(where, "must be a list")
+    return raw
+
+
+def _obj(raw: Any, where: str) -> Mapping[str, Any]:
+    if raw is None:
+        return EMPTY
+    if not isinstance(raw, Mapping):
+        raise ModelError(where, "must be an object")
+    return raw
+
+
+def parse_resources(raw: Any, where: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in _obj(raw, where).items():
+        try:
+            out[str(name)] = to_resource_int(str(name), value)
+        except QuantityError as exc:
+            raise ModelError(f"{where}.{name}", str(exc)) from None
+    return out
+
+
+def add_resources(into: dict[str, int], other: Resources) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0) + v
+
+
+def max_resources(into: dict[str, int], other: Resources) -> None:
+    for k, v in other.items():
+        if v > into.get(k, 0):
+            into[k] = v
+
+
+# --- taints and tolerations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "Taint":
+        raw = _obj(raw, where)
+        key = raw.get("key")
+        if not isinstance(key, str) or not key:
+            raise ModelError(f"{where}.key", "must be a non-empty string")
+        effect = raw.get("effect")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ModelError(f"{where}.effect", f"must be NoSchedule, PreferNoSchedule or NoExecute, got {effect!r}")
+        return cls(key, str(raw.get("value") or ""), effect)
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty = every effect
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "Toleration":
+        raw = _obj(raw, where)
+        op = raw.get("operator") or "Equal"
+        if op not in ("Equal", "Exists", "Lt", "Gt"):
+            raise ModelError(f"{where}.operator", f"must be Equal or Exists, got {op!r}")
+        return cls(str(raw.get("key") or ""), op, str(raw.get("value") or ""), str(raw.get("effect") or ""))
+
+    def tolerates(self, taint: Taint) -> bool:
+        """The scheduler's ``ToleratesTaint``: effect, key, then operator."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if self.operator == "Equal":
+            return self.value == taint.value
+        if self.operator in ("Lt", "Gt"):  # alpha numeric tolerations (KEP-5471)
+            try:
+                have, want = int(taint.value), int(self.value)
+            except ValueError:
+                return False
+            return have < want if self.operator == "Lt" else have > want
+        return False
+
+
+def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
+    return any(t.tolerates(taint) for t in tolerations)
+
+
+# --- affinity -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Requirements ANDed; a term with no requirements matches no node (API semantics)."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False
+        for req in self.match_expressions:
+            if not req.matches(labels):
+                return False
+        for req in self.match_fields:
+            if req.key != "metadata.name" or not req.matches({"metadata.name": node_name}):
+                return False
+        return True
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "NodeSelectorTerm":
+        raw = _obj(raw, where)
+        exprs = tuple(
+            requirement_from_api(x, f"{where}.matchExpressions[{i}]", NODE_OPERATORS)
+            for i, x in enumerate(_list(raw.get("matchExpressions"), f"{where}.matchExpressions"))
+        )
+        fields = tuple(
+            requirement_from_api(x, f"{where}.matchFields[{i}]", ("In", "NotIn"))
+            for i, x in enumerate(_list(raw.get("matchFields"), f"{where}.matchFields"))
+        )
+        return cls(exprs, fields)
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    weight: int
+    term: NodeSelectorTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A pod (anti-)affinity term. ``label_selector`` None matches no pod."""
+
+    label_selector: LabelSelector | None
+    namespaces: tuple[str, ...]
+    topology_key: str
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: tuple[str, ...] = ()
+    mismatch_label_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "PodAffinityTerm":
+        raw = _obj(raw, where)
+        sel = raw.get("labelSelector")
+        nsel = raw.get("namespaceSelector")
+        return cls(
+            None if sel is None else LabelSelector.from_api(sel, f"{where}.labelSelector"),
+            tuple(str(n) for n in _list(raw.get("namespaces"), f"{where}.namespaces")),
+            str(raw.get("topologyKey") or ""),
+            None if nsel is None else LabelSelector.from_api(nsel, f"{where}.namespaceSelector"),
+            tuple(str(k) for k in _list(raw.get("matchLabelKeys"), f"{where}.matchLabelKeys")),
+            tuple(str(k) for k in _list(raw.get("mismatchLabelKeys"), f"{where}.mismatchLabelKeys")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class Affinity:
+    """The parts of ``spec.affinity`` descheduling reads.
+
+    ``node_required`` is None when the pod has no required node affinity (not the same as an
+    empty tuple, which matches no node).
+    """
+
+    node_required: tuple[NodeSelectorTerm, ...] | None = None
+    node_preferred: tuple[PreferredTerm, ...] = ()
+    pod_affinity_required: tuple[PodAffinityTerm, ...] = ()
+    pod_affinity_preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+    pod_anti_affinity_required: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity_preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "Affinity | None":
+        if not raw:
+            return None
+        raw = _obj(raw, where)
+        na = _obj(raw.get("nodeAffinity"), f"{where}.nodeAffinity")
+        required = None
+        req_raw = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if req_raw is not None:
+            w = f"{where}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+            required = tuple(
+                NodeSelectorTerm.from_api(t, f"{w}[{i}]")
+                for i, t in enumerate(_list(_obj(req_raw, w).get("nodeSelectorTerms"), w))
+            )
+        wp = f"{where}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+        preferred = tuple(
+            PreferredTerm(int(_obj(p, f"{wp}[{i}]").get("weight") or 0),
+                          NodeSelectorTerm.from_api(_obj(p, f"{wp}[{i}]").get("preference"), f"{wp}[{i}].preference"))
+            for i, p in enumerate(_list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), wp))
+        )
+
+        def pod_terms(block: str) -> tuple[tuple[PodAffinityTerm, ...], tuple[WeightedPodAffinityTerm, ...]]:
+            b = _obj(raw.get(block), f"{where}.{block}")
+            wr = f"{where}.{block}.requiredDuringSchedulingIgnoredDuringExecution"
+            req = tuple(PodAffinityTerm.from_api(t, f"{wr}[{i}]")
+                        for i, t in enumerate(_list(b.get("requiredDuringSchedulingIgnoredDuringExecution"), wr)))
+            wpp = f"{where}.{block}.preferredDuringSchedulingIgnoredDuringExecution"
+            pref = tuple(
+                WeightedPodAffinityTerm(int(_obj(t, f"{wpp}[{i}]").get("weight") or 0),
+                                        PodAffinityTerm.from_api(_obj(t, f"{wpp}[{i}]").get("podAffinityTerm"),
+                                                                 f"{wpp}[{i}].podAffinityTerm"))
+                for i, t in enumerate(_list(b.get("preferredDuringSchedulingIgnoredDuringExecution"), wpp))
+            )
+            return req, pref
+
+        pa_req, pa_pref = pod_terms("podAffinity")
+        paa_req, paa_pref = pod_terms("podAntiAffinity")
+        return cls(required, preferred, pa_req, pa_pref, paa_req, paa_pref)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str  # DoNotSchedule | ScheduleAnyway
+    label_selector: LabelSelector | None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None  # Honor | Ignore (None = Honor)
+    node_taints_policy: str | None = None  # Honor | Ignore (None = Ignore)
+    match_label_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "TopologySpreadConstraint":
+        raw = _obj(raw, where)
+        sel = raw.get("labelSelector")
+        try:
+            max_skew = int(raw.get("maxSkew", 1))
+        except (TypeError, ValueError):
+            raise ModelError(f"{where}.maxSkew", f"must be an integer, got {raw.get('maxSkew')!r}") from None
+        return cls(
+            max_skew,
+            str(raw.get("topologyKey") or ""),
+            str(raw.get("whenUnsatisfiable") or "DoNotSchedule"),
+            None if sel is None else LabelSelector.from_api(sel, f"{where}.labelSelector"),
+            raw.get("minDomains"),
+            raw.get("nodeAffinityPolicy"),
+            raw.get("nodeTaintsPolicy"),
+            tuple(str(k) for k in _list(raw.get("matchLabelKeys"), f"{where}.matchLabelKeys")),
+        )
+
+
+# --- pods ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """A pod volume, reduced to its kind (``hostPath``, ``emptyDir``, ``persistentVolumeClaim``,
+    ``ephemeral``, ``configMap``...) and, for PVCs, the claim name."""
+
+    name: str
+    kind: str
+    claim_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatus:
+    name: str
+    restart_count: int = 0
+    waiting_reason: str = ""
+    terminated_reason: str = ""
+    terminated_exit_code: int | None = None
+    # the last termination, as kubectl shows "Last State"
+    last_terminated_reason: str = ""
+    last_terminated_exit_code: int | None = None
+    ready: bool = False
+
+    @classmethod
+    def from_api(cls, raw: Any, where: str) -> "ContainerStatus":
+        raw = _obj(raw, where)
+        state = _obj(raw.get("state"), f"{where}.state")
+        waiting = _obj(state.get("waiting"), f"{where}.state.waiting")
+        term = _obj(state.get("terminated"), f"{where}.state.terminated")
+        last = _obj(_obj(raw.get("lastState"), f"{where}.lastState").get("terminated"), f"{where}.lastState.terminated")
+        return cls(
+            str(raw.get("name") or ""),
+            int(raw.get("restartCount") or 0),
+            str(waiting.get("reason") or ""),
+            str(term.get("reason") or ""),
+            None if term.get("exitCode") is None else int(term["exitCode"]),
+            str(last.get("reason") or ""),
+            None if last.get("exitCode") is None else int(last["exitCode"]),
+            bool(raw.get("ready")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str = ""
+    last_transition_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pod:
+    """A pod as descheduling sees it. Compared and hashed by identity; ``key`` is ``ns/name``."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    owner_refs: tuple[OwnerRef, ...]
+    priority: int | None
+    priority_class_name: str
+    qos_class: str  # BestEffort | Burstable | Guaranteed
+    requests: Resources  # effective pod request (containers vs init containers, plus overhead)
+    # resource names any container or init container requests explicitly (HighNodeUtilization's
+    # OnlyThresholdingResources)
+    requested_resource_names: frozenset[str]
+    tolerations: tuple[Toleration, ...]
+    node_selector: Mapping[str, str]
+    affinity: Affinity | None
+    topology_spread_constraints: tuple[TopologySpreadConstraint, ...]
+    volumes: tuple[Volume, ...]
+    images: tuple[str, ...]  # spec.containers images, in spec order
+    container_statuses: tuple[ContainerStatus, ...]
+    init_container_statuses: tuple[ContainerStatus, ...]
+    ephemeral_container_statuses: tuple[ContainerStatus, ...]
+    conditions: tuple[PodCondition, ...]
+    status_reason: str
+    start_time: datetime | None
+    creation_time: datetime | None
+    deletion_time: datetime | None
+    has_resource_claims: bool = False
+    scheduler_name: str = "default-scheduler"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def terminating(self) -> bool:
+        return self.deletion_time is not None
+
+    def __repr__(self) -> str:
+        return f"Pod({self.key} on {self.node_name or '-'})"
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "Pod":
+        if not isinstance(raw, Mapping):
+            raise ModelError("", "a Pod must be an object")
+        meta = _obj(raw.get("metadata"), "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        namespace = str(meta.get("namespace") or "default")
+        spec = _obj(raw.get("spec"), "spec")
+        status = _obj(raw.get("status"), "status")
+        annotations = {
+            k: v for k, v in _map(meta.get("annotations"), "metadata.annotations").items()
+            if k.startswith(KEPT_ANNOTATION_PREFIXES)
+        }
+        owners = tuple(
+            OwnerRef(str(_obj(o, f"metadata.ownerReferences[{i}]").get("kind") or ""), str(o.get("name") or ""),
+                     str(o.get("uid") or ""), bool(o.get("controller")))
+            for i, o in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences"))
+        )
+        containers = _list(spec.get("containers"), "spec.containers")
+        init_containers = _list(spec.get("initContainers"), "spec.initContainers")
+        requests, names, qos = _pod_requests(spec, containers, init_containers)
+        priority = spec.get("priority")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise ModelError("spec.priority", f"must be an integer, got {priority!r}")
+        volumes = []
+        for i, v in enumerate(_list(spec.get("volumes"), "spec.volumes")):
+            v = _obj(v, f"spec.volumes[{i}]")
+            kind = next((k for k in v if k != "name"), "")
+            claim = ""
+            if kind == "persistentVolumeClaim":
+                claim = str(_obj(v[kind], f"spec.volumes[{i}].persistentVolumeClaim").get("claimName") or "")
+            volumes.append(Volume(str(v.get("name") or ""), kind, claim))
+        conditions = tuple(
+            PodCondition(str(_obj(c, f"status.conditions[{i}]").get("type") or ""), str(c.get("status") or ""),
+                         str(c.get("reason") or ""),
+                         parse_time(c.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime"))
+            for i, c in enumerate(_list(status.get("conditions"), "status.conditions"))
+        )
+        return cls(
+            namespace=namespace,
+            name=name,
+            uid=str(meta.get("uid") or ""),
+            node_name=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or "Pending"),
+            labels=_map(meta.get("labels"), "metadata.labels"),
+            annotations=annotations,
+            owner_refs=owners,
+            priority=priority,
+            priority_class_name=str(spec.get("priorityClassName") or ""),
+            qos_class=str(status.get("qosClass") or qos),
+            requests=requests,
+            requested_resource_names=names,
+            tolerations=tuple(Toleration.from_api(t, f"spec.tolerations[{i}]")
+                              for i, t in enumerate(_list(spec.get("tolerations"), "spec.tolerations"))),
+            node_selector=_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+            affinity=Affinity.from_api(spec.get("affinity"), "spec.affinity"),
+            topology_spread_constraints=tuple(
+                TopologySpreadConstraint.from_api(c, f"spec.topologySpreadConstraints[{i}]")
+                for i, c in enumerate(_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints"))
+            ),
+            volumes=tuple(volumes),
+            images=tuple(str(_obj(c, f"spec.containers[{i}]").get("image") or "") for i, c in enumerate(containers)),
+            container_statuses=tuple(ContainerStatus.from_api(c, f"status.containerStatuses[{i}]")
+                                     for i, c in enumerate(_list(status.get("containerStatuses"), "status.containerStatuses"))),
+            init_container_statuses=tuple(
+                ContainerStatus.from_api(c, f"status.initContainerStatuses[{i}]")
+                for i, c in enumerate(_list(status.get("initContainerStatuses"), "status.initContainerStatuses"))),
+            ephemeral_container_statuses=tuple(
+                ContainerStatus.from_api(c, f"status.ephemeralContainerStatuses[{i}]")
+                for i, c in enumerate(_list(status.get("ephemeralContainerStatuses"), "status.ephemeralContainerStatuses"))),
+            conditions=conditions,
+            status_reason=str(status.get("reason") or ""),
+            start_time=parse_time(status.get("startTime"), "status.startTime"),
+            creation_time=parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+            deletion_time=parse_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
+            has_resource_claims=bool(spec.get("resourceClaims")),
+            scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        )
+
+
+def _pod_requests(spec: Mapping[str, Any], containers: list[Any],
+                  init_containers: list[Any]) -> tuple[dict[str, int], frozenset[str], str]:
+    """Kubernetes' effective pod request (``resourcehelper.PodRequests``), the names any
+    container requests, and the QoS class computed from requests and limits.
+
+    Regular containers are summed; restartable init containers (sidecars) run beside them and
+    are added too; each ordinary init container needs its own request plus the sidecars started
+    before it; the pod needs the max of the two; then the RuntimeClass overhead is added. A
+    pod-level ``spec.resources.requests`` (PodLevelResources) overrides cpu and memory.
+    """
+    total: dict[str, int] = {}
+    names: set[str] = set()
+    guaranteed = True
+    any_set = False
+    for i, c in enumerate(containers):
+        res = _obj(_obj(c, f"spec.containers[{i}]").get("resources"), f"spec.containers[{i}].resources")
+        req = parse_resources(res.get("requests"), f"spec.containers[{i}].resources.requests")
+        lim = parse_resources(res.get("limits"), f"spec.containers[{i}].resources.limits")
+        add_resources(total, req)
+        names.update(req)
+        any_set, guaranteed = _qos_step(req, lim, any_set, guaranteed)
+    sidecars: dict[str, int] = {}
+    init_max: dict[str, int] = {}
+    for i, c in enumerate(init_containers):
+        c = _obj(c, f"spec.initContainers[{i}]")
+        res = _obj(c.get("resources"), f"spec.initContainers[{i}].resources")
+        req = parse_resources(res.get("requests"), f"spec.initContainers[{i}].resources.requests")
+        lim = parse_resources(res.get("limits"), f"spec.initContainers[{i}].resources.limits")
+        names.update(req)
+        any_set, guaranteed = _qos_step(req, lim, any_set, guaranteed)
+        if c.get("restartPolicy") == "Always":
+            add_resources(total, req)
+            add_resources(sidecars, req)
+            max_resources(init_max, sidecars)
+        else:
+            step = dict(req)
+            add_resources(step, sidecars)
+            max_resources(init_max, step)
+    max_resources(total, init_max)
+    pod_level = parse_resources(_obj(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests")
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            total[name] = pod_level[name]
+            names.add(name)
+    add_resources(total, parse_resources(spec.get("overhead"), "spec.overhead"))
+    qos = "BestEffort" if not any_set else ("Guaranteed" if guaranteed else "Burstable")
+    return {k: v for k, v in total.items() if v}, frozenset(names), qos
+
+
+def _qos_step(req: Mapping[str, int], lim: Mapping[str, int], any_set: bool, guaranteed: bool) -> tuple[bool, bool]:
+    for name in ("cpu", "memory"):
+        r, lv = req.get(name, 0), lim.get(name, 0)
+        if r or lv:
+            any_set = True
+        if not lv or (r and r != lv):
+            guaranteed = False
+    return any_set, guaranteed
+
+
+# --- nodes and the rest ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Node:
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    ready: bool  # False only when a Ready condition exists with status != True (upstream rule)
+    allocatable: Resources  # allocatable, or capacity where allocatable is empty
+    creation_time: datetime | None = None
+    resource_version: str = ""
+
+    def __repr__(self) -> str:
+        return f"Node({self.name})"
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "Node":
+        if not isinstance(raw, Mapping):
+            raise ModelError("", "a Node must be an object")
+        meta = _obj(raw.get("metadata"), "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        spec = _obj(raw.get("spec"), "spec")
+        status = _obj(raw.get("status"), "status")
+        ready = True
+        for i, c in enumerate(_list(status.get("conditions"), "status.conditions")):
+            c = _obj(c, f"status.conditions[{i}]")
+            if c.get("type") == "Ready":
+                ready = c.get("status") == "True"
+        allocatable = parse_resources(status.get("allocatable"), "status.allocatable") or parse_resources(
+            status.get("capacity"), "status.capacity")
+        return cls(
+            name=name,
+            uid=str(meta.get("uid") or ""),
+            labels=_map(meta.get("labels"), "metadata.labels"),
+            taints=tuple(Taint.from_api(t, f"spec.taints[{i}]") for i, t in enumerate(_list(spec.get("taints"), "spec.taints"))),
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=ready,
+            allocatable=allocatable,
+            creation_time=parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodDisruptionBudget:
+    namespace: str
+    name: str
+    selector: LabelSelector | None  # None selects no pod; {} selects every pod in the namespace
+    disruptions_allowed: int | None  # status.disruptionsAllowed; None when status is unknown
+    expected_pods: int | None = None
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "PodDisruptionBudget":
+        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        spec = _obj(raw.get("spec"), "spec")
+        status = _obj(raw.get("status"), "status")
+        sel = spec.get("selector")
+        allowed = status.get("disruptionsAllowed")
+        return cls(
+            str(meta.get("namespace") or "default"), name,
+            None if sel is None else LabelSelector.from_api(sel, "spec.selector"),
+            None if allowed is None else int(allowed),
+            None if status.get("expectedPods") is None else int(status["expectedPods"]),
+        )
+
+    def selects(self, pod: Pod) -> bool:
+        return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "PriorityClass":
+        raw = _obj(raw, "")
+        name = _obj(raw.get("metadata"), "metadata").get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        value = raw.get("value")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ModelError("value", f"must be an integer, got {value!r}")
+        return cls(name, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "Namespace":
+        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        return cls(name, _map(meta.get("labels"), "metadata.labels"))
+
+
+@dataclass(frozen=True, slots=True)
+class PersistentVolumeClaim:
+    namespace: str
+    name: str
+    storage_class_name: str  # "" when the claim names no class
+
+    @classmethod
+    def from_api(cls, raw: Any) -> "PersistentVolumeClaim":
+        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("metadata.name", "is required")
+        spec = _obj(raw.get("spec"), "spec")
+        return cls(str(meta.get("namespace") or "default"), name, str(spec.get("storageClassName") or ""))

@@ -1,0 +1,122 @@
+"""The cluster snapshot: every record of one observation, indexed the ways decisions look it up.
+
+Why: strategies ask "pods on node N", "pods of owner U", "PDBs of namespace X" thousands of times
+per run; the indexes are built once, in one pass, and the snapshot is never mutated (plan-aware
+state lives in :mod:`kdesched.strategies.framework`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdesched.model.errors import ModelError
+from kdesched.model.records import (
+    Namespace,
+    Node,
+    PersistentVolumeClaim,
+    Pod,
+    PodDisruptionBudget,
+    PriorityClass,
+)
+
+KINDS = ("Node", "Pod", "PodDisruptionBudget", "PriorityClass", "Namespace", "PersistentVolumeClaim")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Immutable records of one cluster observation plus lookup indexes."""
+
+    nodes: Mapping[str, Node]
+    pods: Sequence[Pod]
+    pdbs: Sequence[PodDisruptionBudget] = ()
+    priority_classes: Mapping[str, PriorityClass] = field(default_factory=dict)
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    pvcs: Mapping[tuple[str, str], PersistentVolumeClaim] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    pods_by_node: Mapping[str, tuple[Pod, ...]] = field(default_factory=dict)
+    owner_pod_counts: Mapping[str, int] = field(default_factory=dict)
+    pdbs_by_namespace: Mapping[str, tuple[PodDisruptionBudget, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Iterable[Node],
+        pods: Iterable[Pod],
+        pdbs: Iterable[PodDisruptionBudget] = (),
+        priority_classes: Iterable[PriorityClass] = (),
+        namespaces: Iterable[Namespace] = (),
+        pvcs: Iterable[PersistentVolumeClaim] = (),
+        notes: Iterable[str] = (),
+    ) -> "Snapshot":
+        node_map: dict[str, Node] = {}
+        for n in nodes:
+            node_map[n.name] = n
+        pod_list = list(pods)
+        by_node: dict[str, list[Pod]] = {}
+        owners: dict[str, int] = {}
+        for p in pod_list:
+            if p.node_name:
+                by_node.setdefault(p.node_name, []).append(p)
+            if len(p.owner_refs) == 1:
+                uid = p.owner_refs[0].uid
+                owners[uid] = owners.get(uid, 0) + 1
+        pdb_list = list(pdbs)
+        pdb_ns: dict[str, list[PodDisruptionBudget]] = {}
+        for b in pdb_list:
+            pdb_ns.setdefault(b.namespace, []).append(b)
+        return cls(
+            nodes=node_map,
+            pods=pod_list,
+            pdbs=pdb_list,
+            priority_classes={pc.name: pc for pc in priority_classes},
+            namespaces={ns.name: ns for ns in namespaces},
+            pvcs={(c.namespace, c.name): c for c in pvcs},
+            notes=tuple(notes),
+            pods_by_node={k: tuple(v) for k, v in by_node.items()},
+            owner_pod_counts=owners,
+            pdbs_by_namespace={k: tuple(v) for k, v in pdb_ns.items()},
+        )
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]], notes: Iterable[str] = ()) -> "Snapshot":
+        """Build from ``(where, raw object)`` pairs of any supported kind.
+
+        Unknown kinds are skipped with a note; a malformed object raises :class:`ModelError`
+        located at ``where`` and the bad field.
+        """
+        buckets: dict[str, list[Any]] = {k: [] for k in KINDS}
+        skipped: dict[str, int] = {}
+        parsers = {
+            "Node": Node.from_api, "Pod": Pod.from_api, "PodDisruptionBudget": PodDisruptionBudget.from_api,
+            "PriorityClass": PriorityClass.from_api, "Namespace": Namespace.from_api,
+            "PersistentVolumeClaim": PersistentVolumeClaim.from_api,
+        }
+        for where, raw in objects:
+            if not isinstance(raw, Mapping):
+                raise ModelError(where, f"expected a Kubernetes object, got {type(raw).__name__}")
+            kind = raw.get("kind")
+            parser = parsers.get(kind) if isinstance(kind, str) else None
+            if parser is None:
+                label = kind if isinstance(kind, str) and kind else "(no kind)"
+                skipped[label] = skipped.get(label, 0) + 1
+                continue
+            try:
+                buckets[kind].append(parser(raw))
+            except ModelError as exc:
+                name = raw.get("metadata", {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
+                raise exc.within(f"{where} ({kind} {name or '?'})") from None
+            except (TypeError, ValueError, AttributeError) as exc:
+                name = raw.get("metadata", {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
+                raise ModelError(f"{where} ({kind} {name or '?'})", f"malformed object: {exc}") from None
+        all_notes = list(notes)
+        for kind, count in sorted(skipped.items()):
+            all_notes.append(f"skipped {count} object(s) of kind {kind}: not used by kdesched")
+        return cls.build(
+            buckets["Node"], buckets["Pod"], buckets["PodDisruptionBudget"], buckets["PriorityClass"],
+            buckets["Namespace"], buckets["PersistentVolumeClaim"], all_notes,
+        )
+
+    def pdbs_for(self, pod: Pod) -> list[PodDisruptionBudget]:
+        return [b for b in self.pdbs_by_namespace.get(pod.namespace, ()) if b.selects(pod)]

@@ -1,0 +1,193 @@
+"""The contract between strategies and the rest: plan-aware cluster state, the handle a strategy
+receives, the evictor view it evicts through, and the typed limit errors that steer its loops.
+
+Why: strategies are pure decisions. They read a :class:`ClusterState` and call
+``handle.evict(pod, reason)``; what that does (plan, enforce limits, later act on the API or just
+record) is the evictor's business. Once a pod is planned for eviction the state treats it as gone
+and its requests as freed, so later strategies in the same run decide on what will be, not on
+what was (upstream does not, and over-evicts in its own seed scenario).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from kdesched.model.records import Node, Pod, add_resources
+from kdesched.model.selectors import LabelSelector
+from kdesched.model.snapshot import Snapshot
+
+log = logging.getLogger("kdesched.strategies")
+
+
+class LimitReached(Exception):
+    """An eviction was refused by a per-run limit. Subclasses tell the strategy what to do next."""
+
+
+class NodeLimitReached(LimitReached):
+    """``maxNoOfPodsToEvictPerNode`` (or a plugin's node limit): move on to the next node."""
+
+
+class NamespaceLimitReached(LimitReached):
+    """``maxNoOfPodsToEvictPerNamespace``: log and continue with the next pod."""
+
+
+class TotalLimitReached(LimitReached):
+    """``maxNoOfPodsToEvictTotal``: the strategy returns."""
+
+
+class StrategyError(Exception):
+    """A strategy could not run (logged; the other strategies still run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEviction:
+    """One decision: evict ``pod`` from ``node`` because of ``reason``."""
+
+    pod: Pod
+    node: str
+    strategy: str
+    profile: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"namespace": self.pod.namespace, "pod": self.pod.name, "node": self.node,
+                "strategy": self.strategy, "profile": self.profile, "reason": self.reason}
+
+
+class ClusterState:
+    """A snapshot plus the evictions planned so far in this run.
+
+    ``nodes`` are the nodes the run works on: Ready and matching the policy's top-level
+    ``nodeSelector`` (upstream cycle rule). Pod lists exclude planned pods; usage is the sum of
+    requests of the non-terminal pods still on the node, with ``pods`` as their count.
+    """
+
+    def __init__(self, snapshot: Snapshot, now: datetime, node_selector: LabelSelector | None = None) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.nodes: list[Node] = [
+            n for n in snapshot.nodes.values()
+            if n.ready and (node_selector is None or node_selector.matches(n.labels))
+        ]
+        self._planned: set[int] = set()  # id(pod)
+        self._usage: dict[str, dict[str, int]] = {}
+        self._owner_counts: dict[str, int] = dict(snapshot.owner_pod_counts)
+        self.planned: list[PlannedEviction] = []
+
+    # -- pods ------------------------------------------------------------------------------------
+    def is_planned(self, pod: Pod) -> bool:
+        return id(pod) in self._planned
+
+    def pods_on_node(self, node: str) -> list[Pod]:
+        """Non-terminal pods on ``node`` not yet planned for eviction (upstream's normal list)."""
+        planned = self._planned
+        return [p for p in self.snapshot.pods_by_node.get(node, ()) if not p.terminal and id(p) not in planned]
+
+    def all_pods_on_node(self, node: str) -> list[Pod]:
+        """Pods of every phase on ``node`` not yet planned (PodLifeTime, failed pods, restarts)."""
+        planned = self._planned
+        return [p for p in self.snapshot.pods_by_node.get(node, ()) if id(p) not in planned]
+
+    def owner_pod_count(self, owner_uid: str) -> int:
+        """Pods (any node, any phase) whose single owner is ``owner_uid``, minus planned ones."""
+        return self._owner_counts.get(owner_uid, 0)
+
+    # -- resources -------------------------------------------------------------------------------
+    def usage(self, node: str) -> Mapping[str, int]:
+        """Requested resources of the node's remaining non-terminal pods, plus ``pods``."""
+        cached = self._usage.get(node)
+        if cached is None:
+            cached = {"cpu": 0, "memory": 0, "pods": 0}
+            for p in self.snapshot.pods_by_node.get(node, ()):
+                if not p.terminal and id(p) not in self._planned:
+                    add_resources(cached, p.requests)
+                    cached["pods"] += 1
+            self._usage[node] = cached
+        return cached
+
+    def allocatable(self, node: Node) -> Mapping[str, int]:
+        return node.allocatable
+
+    # -- planning --------------------------------------------------------------------------------
+    def mark_planned(self, eviction: PlannedEviction) -> None:
+        """Record a decision: the pod is gone for the rest of the run and its requests are freed."""
+        pod = eviction.pod
+        if id(pod) in self._planned:
+            return
+        self._planned.add(id(pod))
+        self.planned.append(eviction)
+        if len(pod.owner_refs) == 1:
+            uid = pod.owner_refs[0].uid
+            self._owner_counts[uid] = self._owner_counts.get(uid, 0) - 1
+        usage = self._usage.get(pod.node_name)
+        if usage is not None and not pod.terminal:
+            for k, v in pod.requests.items():
+                usage[k] = usage.get(k, 0) - v
+            usage["pods"] -= 1
+
+
+class EvictorView(Protocol):
+    """What a strategy may ask of the evictor (implemented in :mod:`kdesched.evictor`)."""
+
+    def filter(self, pod: Pod) -> bool:
+        """Is the pod evictable at all (DefaultEvictor Filter and the profile's filter plugins)?"""
+
+    def pre_eviction_filter(self, pod: Pod) -> bool:
+        """The checks right before evicting (nodeFit, namespaceLabelSelector)."""
+
+    def evict(self, pod: Pod, *, strategy: str, profile: str, reason: str) -> bool:
+        """Plan the eviction. True if planned, False if refused for this pod (e.g. its PDB has no
+        budget left); raises a :class:`LimitReached` subclass when a limit is hit."""
+
+
+@dataclass
+class Handle:
+    """Everything a strategy gets: state to read, an evictor to evict through, and its names."""
+
+    state: ClusterState
+    evictor: EvictorView
+    profile: str
+    strategy: str
+    logger: logging.LoggerAdapter[logging.Logger] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.logger = logging.LoggerAdapter(log, {"profile": self.profile, "strategy": self.strategy})
+
+    @property
+    def now(self) -> datetime:
+        return self.state.now
+
+    def filter(self, pod: Pod) -> bool:
+        return self.evictor.filter(pod)
+
+    def pre_eviction_filter(self, pod: Pod) -> bool:
+        return self.evictor.pre_eviction_filter(pod)
+
+    def evict(self, pod: Pod, reason: str) -> bool:
+        return self.evictor.evict(pod, strategy=self.strategy, profile=self.profile, reason=reason)
+
+
+StrategyFn = Callable[[Any, Handle, Sequence[Node]], None]
+"""``run(args, handle, nodes)``: decide on ``nodes`` (the run's nodes, or the event's node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategySpec:
+    name: str
+    extension_point: str  # "deschedule" | "balance"
+    args_type: type
+    run: StrategyFn
+    summary: str = ""
+
+
+def by_node_order(pods: Iterable[Pod], nodes: Sequence[Node]) -> dict[str, list[Pod]]:
+    """Group pods by node, keeping the order of ``nodes``."""
+    out: dict[str, list[Pod]] = {n.name: [] for n in nodes}
+    for p in pods:
+        if p.node_name in out:
+            out[p.node_name].append(p)
+    return out
