@@ -1,0 +1,114 @@
+"""Planning evictions: per-run limits and plan-aware PodDisruptionBudget budgets.
+
+Why: strategies decide; this is where a decision becomes a plan. Limits follow upstream
+(total, then per node, then per namespace; shared by all profiles of a run). One deliberate
+difference: each PDB's ``status.disruptionsAllowed`` is a budget that planned evictions use up, so
+a run never plans more evictions of a PDB's pods than the PDB allows (upstream sends them and
+collects 429s). Refusals are recorded so the run report can say why a pod stayed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from kdesched.evictor.defaultevictor import DefaultEvictor
+from kdesched.model.records import Pod
+from kdesched.strategies.framework import (
+    ClusterState,
+    NamespaceLimitReached,
+    NodeLimitReached,
+    PlannedEviction,
+    TotalLimitReached,
+)
+
+log = logging.getLogger("kdesched.evictor")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-run limits from the policy; None = unlimited, 0 = no evictions."""
+
+    per_node: int | None = None
+    per_namespace: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A pod a strategy wanted to evict but the planner refused, and why."""
+
+    pod: Pod
+    strategy: str
+    profile: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"namespace": self.pod.namespace, "pod": self.pod.name, "node": self.pod.node_name,
+                "strategy": self.strategy, "profile": self.profile, "reason": self.reason}
+
+
+@dataclass
+class LimitCounter:
+    """Counters shared by every profile and strategy of one run."""
+
+    limits: Limits
+    total: int = 0
+    per_node: dict[str, int] = field(default_factory=dict)
+    per_namespace: dict[str, int] = field(default_factory=dict)
+    pdb_used: dict[tuple[str, str], int] = field(default_factory=dict)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    def check(self, pod: Pod) -> None:
+        lim = self.limits
+        if lim.total is not None and self.total + 1 > lim.total:
+            raise TotalLimitReached(f"maximum number of pods evicted per run ({lim.total}) reached")
+        if lim.per_node is not None and pod.node_name and self.per_node.get(pod.node_name, 0) + 1 > lim.per_node:
+            raise NodeLimitReached(f"maximum number of pods evicted per node ({lim.per_node}) reached on {pod.node_name}")
+        if lim.per_namespace is not None and self.per_namespace.get(pod.namespace, 0) + 1 > lim.per_namespace:
+            raise NamespaceLimitReached(
+                f"maximum number of pods evicted per namespace ({lim.per_namespace}) reached in {pod.namespace}")
+
+    def count(self, pod: Pod) -> None:
+        self.total += 1
+        if pod.node_name:
+            self.per_node[pod.node_name] = self.per_node.get(pod.node_name, 0) + 1
+        self.per_namespace[pod.namespace] = self.per_namespace.get(pod.namespace, 0) + 1
+
+
+class PlanningEvictor:
+    """The :class:`~kdesched.strategies.framework.EvictorView` of one profile in one run."""
+
+    def __init__(self, state: ClusterState, evictor: DefaultEvictor, counter: LimitCounter) -> None:
+        self.state = state
+        self.default_evictor = evictor
+        self.counter = counter
+
+    def filter(self, pod: Pod) -> bool:
+        return not self.state.is_planned(pod) and self.default_evictor.filter(pod)
+
+    def pre_eviction_filter(self, pod: Pod) -> bool:
+        return self.default_evictor.pre_eviction_filter(pod)
+
+    def evict(self, pod: Pod, *, strategy: str, profile: str, reason: str) -> bool:
+        if self.state.is_planned(pod):
+            return False
+        self.counter.check(pod)  # raises the limit errors
+        pdbs = self.state.snapshot.pdbs_for(pod)
+        for pdb in pdbs:
+            if pdb.disruptions_allowed is None:
+                continue
+            used = self.counter.pdb_used.get((pdb.namespace, pdb.name), 0)
+            if used + 1 > pdb.disruptions_allowed:
+                why = (f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows {pdb.disruptions_allowed} "
+                       f"disruption(s) and {used} are already planned")
+                self.counter.refusals.append(Refusal(pod, strategy, profile, why))
+                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+                return False
+        for pdb in pdbs:
+            key = (pdb.namespace, pdb.name)
+            self.counter.pdb_used[key] = self.counter.pdb_used.get(key, 0) + 1
+        self.counter.count(pod)
+        self.state.mark_planned(PlannedEviction(pod, pod.node_name, strategy, profile, reason))
+        log.debug("planned eviction of %s from %s (%s/%s): %s", pod.key, pod.node_name, profile, strategy, reason)
+        return True
