@@ -17,7 +17,7 @@ from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor
-from kdesched.evictor.planner import Limits, LimitCounter, PlanningEvictor, Refusal
+from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor, Refusal
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import DefaultEvictorArgs, Policy, PriorityThreshold
@@ -129,9 +129,11 @@ def plan_run(
     strategies: Collection[str] | None = None,
     nodes: Collection[str] | None = None,
     registry: Registry | None = None,
+    gate: Gate | None = None,
 ) -> RunPlan:
     """Decide a run. ``strategies`` limits which plugins run (None = all enabled in the policy);
-    ``nodes`` scopes Deschedule plugins to those nodes (Balance plugins always see every node)."""
+    ``nodes`` scopes Deschedule plugins to those nodes (Balance plugins always see every node);
+    ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets)."""
     registry = registry if registry is not None else default_registry()
     now = now or datetime.now(timezone.utc)
     node_sel = parse_selector(policy.node_selector, "nodeSelector") if policy.node_selector else None
@@ -158,7 +160,7 @@ def plan_run(
             notes.append(f"node {name} is not a Ready node selected by the policy; skipped")
     evictors = {
         p.name: PlanningEvictor(state, DefaultEvictor(resolve_evictor_args(p.evictor_args, snapshot, p.name), state),
-                                counter)
+                                counter, gate)
         for p in policy.profiles
     }
     for ext in ("deschedule", "balance"):

@@ -10,6 +10,7 @@ collects 429s). Refusals are recorded so the run report can say why a pod stayed
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
@@ -76,13 +77,19 @@ class LimitCounter:
         self.per_namespace[pod.namespace] = self.per_namespace.get(pod.namespace, 0) + 1
 
 
+Gate = Callable[[Pod], "str | None"]
+"""An extra admission check (the reactor's cool-downs and token buckets): a reason to refuse, or None."""
+
+
 class PlanningEvictor:
     """The :class:`~kdesched.strategies.framework.EvictorView` of one profile in one run."""
 
-    def __init__(self, state: ClusterState, evictor: DefaultEvictor, counter: LimitCounter) -> None:
+    def __init__(self, state: ClusterState, evictor: DefaultEvictor, counter: LimitCounter,
+                 gate: Gate | None = None) -> None:
         self.state = state
         self.default_evictor = evictor
         self.counter = counter
+        self.gate = gate
 
     def filter(self, pod: Pod) -> bool:
         return not self.state.is_planned(pod) and self.default_evictor.filter(pod)
@@ -94,6 +101,12 @@ class PlanningEvictor:
         if self.state.is_planned(pod):
             return False
         self.counter.check(pod)  # raises the limit errors
+        if self.gate is not None:
+            refused = self.gate(pod)
+            if refused is not None:
+                self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
+                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)
+                return False
         pdbs = self.state.snapshot.pdbs_for(pod)
         for pdb in pdbs:
             if pdb.disruptions_allowed is None:
