@@ -1,0 +1,331 @@
+"""``kdesched``: simulate, run, serve, function and policy commands.
+
+Exit codes (DESIGN.md contract): 0 success, 2 bad input (the message names the file and the
+field), 1 runtime failure (API server unreachable, a strategy crashed...). Bad input never prints
+a traceback. Heavy imports (the kubernetes client, Flask) happen only in the commands that need
+them, so ``simulate`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from kdesched import __version__
+
+log = logging.getLogger("kdesched.cli")
+
+EXIT_OK, EXIT_RUNTIME, EXIT_INPUT = 0, 1, 2
+
+
+class InputError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+# --- logging --------------------------------------------------------------------------------------
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
+        }
+        for key in ("profile", "strategy", "node", "pod", "namespace", "trigger"):
+            if hasattr(record, key):
+                data[key] = getattr(record, key)
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data)
+
+
+def setup_logging(verbosity: int, fmt: str | None = None) -> None:
+    level = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    if (fmt or os.environ.get("LOG_FORMAT", "text")) == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+# --- shared helpers --------------------------------------------------------------------------------
+
+
+def parse_now(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(timezone.utc)
+    from kdesched.model.errors import ModelError
+    from kdesched.model.records import parse_time
+
+    try:
+        value = parse_time(text, "--now")
+    except ModelError as exc:
+        raise InputError(f"--now: {exc.message}") from None
+    assert value is not None
+    return value
+
+
+def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = ()) -> Any:
+    """The policy from ``--policy`` and/or ``--profile`` presets, or the default policy."""
+    from kdesched.policy.errors import PolicyError
+
+    try:
+        if profiles:
+            from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
+
+            preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
+            if path:
+                from kdesched.policy.load import load_policy
+
+                return merge_policies(load_policy(path), preset)
+            return preset
+        if path:
+            from kdesched.policy.load import load_policy
+
+            return load_policy(path)
+        from kdesched.policy.defaults import default_policy
+
+        return default_policy()
+    except PolicyError as exc:
+        raise InputError(str(exc)) from None
+
+
+def parse_event(text: str) -> tuple[str, str]:
+    if ":" not in text:
+        raise InputError(f"--event {text!r}: expected TYPE:NODE, e.g. dev.kdesched.node.ready:node-1")
+    etype, node = text.rsplit(":", 1)
+    if not etype or not node:
+        raise InputError(f"--event {text!r}: expected TYPE:NODE, e.g. dev.kdesched.node.ready:node-1")
+    return etype, node
+
+
+def _reactor_settings(policy: Any) -> Any:
+    from kdesched.reactor.settings import ReactorSettings
+
+    return ReactorSettings.from_policy(policy)
+
+
+# --- commands --------------------------------------------------------------------------------------
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from kdesched.cli.output import write_report
+    from kdesched.engine import PlanError, execute_plan, plan_run
+    from kdesched.evictor.execute import RecordingExecutor
+    from kdesched.model.errors import ModelError
+    from kdesched.model.files import load_snapshot
+
+    started = time.perf_counter()
+    now = parse_now(args.now)
+    try:
+        snapshot = load_snapshot(args.cluster)
+    except ModelError as exc:
+        raise InputError(str(exc)) from None
+    policy = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
+    strategies = nodes = None
+    trigger = "simulate"
+    if args.event:
+        from kdesched.reactor.events import scope_for_event
+
+        etype, node = parse_event(args.event)
+        try:
+            scope = scope_for_event(_reactor_settings(policy), policy, etype, node, snapshot=snapshot)
+        except ValueError as exc:
+            raise InputError(f"--event: {exc}") from None
+        strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
+        log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
+    try:
+        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes)
+    except PlanError as exc:
+        raise InputError(str(exc)) from None
+    report = execute_plan(plan, RecordingExecutor(), dry_run=True, trigger=trigger, started=started)
+    write_report(report, args.output, sys.stdout)
+    return EXIT_RUNTIME if plan.errors else EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kdesched.cli.output import write_report
+    from kdesched.engine import PlanError, execute_plan, plan_run
+    from kdesched.evictor.execute import LiveExecutor, RecordingExecutor
+    from kdesched.kube.client import KubeClient
+    from kdesched.kube.errors import ApiError, ConfigError, Unavailable
+    from kdesched.kube.snapshot import load_live_snapshot
+
+    started = time.perf_counter()
+    policy = load_policy_arg(args.policy, args.profile)
+    try:
+        client = KubeClient.from_config(args.kubeconfig, context=args.context)
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    try:
+        snapshot = load_live_snapshot(client)
+    except (ApiError, Unavailable) as exc:
+        log.error("cannot read the cluster: %s", exc)
+        return EXIT_RUNTIME
+    try:
+        plan = plan_run(policy, snapshot)
+    except PlanError as exc:
+        raise InputError(str(exc)) from None
+    executor = RecordingExecutor() if args.dry_run else LiveExecutor(client)
+    report = execute_plan(plan, executor, dry_run=args.dry_run, trigger="run",
+                          grace_period_seconds=policy.grace_period_seconds,
+                          failure_events=policy.eviction_failure_event_notification, started=started)
+    write_report(report, args.output, sys.stdout)
+    failed = any(o.result == "failed" for o in report.outcomes)
+    return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def cmd_policy_validate(args: argparse.Namespace) -> int:
+    policy = load_policy_arg(args.file)
+    try:
+        _reactor_settings(policy)
+    except ModuleNotFoundError:
+        pass
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    plugins = sum(len(p.deschedule) + len(p.balance) for p in policy.profiles)
+    print(f"{args.file}: valid {policy.api_version} policy, {len(policy.profiles)} profile(s), {plugins} strategy plugin(s)")
+    return EXIT_OK
+
+
+def cmd_policy_convert(args: argparse.Namespace) -> int:
+    import yaml
+
+    from kdesched.policy.dump import policy_to_v1alpha2
+
+    policy = load_policy_arg(args.file)
+    text = yaml.safe_dump(policy_to_v1alpha2(policy), sort_keys=False, default_flow_style=False)
+    if args.output_file and args.output_file != "-":
+        with open(args.output_file, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+# --- parser ----------------------------------------------------------------------------------------
+
+DESCRIPTION = """\
+kdesched: an event-driven Kubernetes descheduler.
+
+It evicts pods so the scheduler places them again when the cluster changes: a node joins or
+recovers, taints or labels change. It implements the upstream descheduler's strategies and policy
+formats (descheduler/v1alpha1 and v1alpha2) and evicts only through the Eviction API, so
+PodDisruptionBudgets are always honoured.
+"""
+
+EPILOG = """\
+examples:
+  kdesched simulate examples/seed-new-node/cluster.yaml
+  kubectl get nodes,pods,pdb,priorityclasses,namespaces,pvc -A -o yaml | kdesched simulate -
+  kdesched simulate cluster.yaml --policy policy.yaml --output json
+  kdesched simulate cluster.yaml --event dev.kdesched.node.taints.changed:node-3
+  kdesched run --dry-run
+  kdesched policy validate policy.yaml
+
+exit codes: 0 ok, 1 runtime failure, 2 bad input (the message names the file and field)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdesched", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kdesched {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more logging (-v: every eviction decision, -vv: why pods were skipped)")
+    common.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    common.add_argument("--log-format", choices=("text", "json"), default=None,
+                        help="log format on stderr (default: $LOG_FORMAT or text)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    policy_help = ("DeschedulerPolicy file (descheduler/v1alpha2 or v1alpha1, YAML or JSON, '-' for stdin); "
+                   "default: RemoveDuplicates, LowNodeUtilization (20%%/50%%), RemovePodsViolatingInterPodAntiAffinity, "
+                   "RemovePodsViolatingNodeAffinity, RemovePodsViolatingNodeTaints")
+    profile_help = ("a named preset profile (OpenShift descheduler operator names: AffinityAndTaints, "
+                    "TopologyAndDuplicates, SoftTopologyAndDuplicates, LifecycleAndUtilization, LongLifecycle, "
+                    "CompactAndScale, EvictPodsWithPVC, EvictPodsWithLocalStorage); repeatable")
+    output_help = "table (for people) or json (one object: dryRun, evictions, blocked, summary)"
+
+    sim = sub.add_parser("simulate", parents=[common], help="decide on a cluster snapshot file, evict nothing",
+                         description="Run the whole decision offline on a cluster snapshot and print what would be "
+                                     "evicted. Nothing is contacted; the output is what `kdesched run` would do.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("cluster", metavar="CLUSTER",
+                     help="snapshot file: YAML or JSON, a v1 List or several documents of Node, Pod, "
+                          "PodDisruptionBudget, PriorityClass, Namespace, PersistentVolumeClaim objects, as written "
+                          "by `kubectl get nodes,pods,pdb,priorityclasses,namespaces,pvc -A -o yaml`; '-' reads stdin")
+    sim.add_argument("--policy", metavar="FILE", help=policy_help)
+    sim.add_argument("--profile", metavar="NAME", action="append", default=[], help=profile_help)
+    sim.add_argument("--event", metavar="TYPE:NODE",
+                     help="run only what this event would run, e.g. dev.kdesched.node.ready:node-1 "
+                          "(types: dev.kdesched.node.added|ready|taints.changed|labels.changed)")
+    sim.add_argument("--now", metavar="TIME",
+                     help="RFC 3339 time used as the clock for ages (PodLifeTime, minPodAge, failed pods), so a "
+                          "snapshot taken earlier simulates as it was then; default: now")
+    sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
+    sim.set_defaults(func=cmd_simulate)
+
+    run = sub.add_parser("run", parents=[common], help="one full pass against a live cluster",
+                         description="Read the cluster, decide with every strategy of the policy, and evict through "
+                                     "the Eviction API with retries (what the upstream descheduler Job does).")
+    run.add_argument("--policy", metavar="FILE", help=policy_help)
+    run.add_argument("--profile", metavar="NAME", action="append", default=[], help=profile_help)
+    run.add_argument("--kubeconfig", metavar="FILE",
+                     help="kubeconfig file (default: in-cluster config when running in a pod, else $KUBECONFIG or "
+                          "~/.kube/config)")
+    run.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current context)")
+    run.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
+    run.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
+    run.set_defaults(func=cmd_run)
+
+    try:
+        from kdesched.cli.serve import configure_function_parser, configure_serve_parser
+    except ModuleNotFoundError:  # pragma: no cover - during development only
+        pass
+    else:
+        configure_serve_parser(sub, common)
+        configure_function_parser(sub, common)
+
+    pol = sub.add_parser("policy", help="check or convert a DeschedulerPolicy file")
+    pol_sub = pol.add_subparsers(dest="policy_command", metavar="ACTION")
+    pol_sub.required = True
+    val = pol_sub.add_parser("validate", parents=[common], help="report every problem in a policy file at once",
+                             description="Load and validate a policy (any supported format) without contacting a "
+                                         "cluster. Every problem is reported, naming profile, plugin and field.")
+    val.add_argument("file", metavar="FILE", help="the policy file ('-' for stdin)")
+    val.set_defaults(func=cmd_policy_validate)
+    conv = pol_sub.add_parser("convert", parents=[common], help="convert a policy to descheduler/v1alpha2",
+                              description="Convert a v1alpha1 (or any supported) policy to descheduler/v1alpha2 the "
+                                          "way upstream v0.27-v0.30 did, and print it as YAML.")
+    conv.add_argument("file", metavar="FILE", help="the policy file ('-' for stdin)")
+    conv.add_argument("-o", "--output-file", metavar="FILE", help="write here instead of stdout")
+    conv.set_defaults(func=cmd_policy_convert)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(-1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0), getattr(args, "log_format", None))
+    try:
+        return int(args.func(args))
+    except InputError as exc:
+        print(f"kdesched: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,71 @@
+"""Rendering run reports for people (table) and tools (JSON, the contract of DESIGN.md).
+
+Why separate: the same report is printed by ``simulate`` and ``run`` and returned by functions;
+the JSON shape is a contract other tools parse, the table is for an operator at a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from kdesched.engine import RunReport
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def write_table(report: RunReport, out: TextIO) -> None:
+    mode = " (dry run: nothing was evicted)" if report.dry_run else ""
+    outcomes = report.outcomes
+    if outcomes:
+        out.write(f"EVICTIONS{mode}\n")
+        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", "RESULT", "REASON"]]
+        for o in outcomes:
+            e = o.eviction
+            result = "would evict" if o.result == "dry-run" else o.result
+            reason = e.reason if o.result in ("evicted", "dry-run") else f"{e.reason} [{o.message}]"
+            rows.append([e.pod.namespace, e.pod.name, e.node, e.strategy, result, reason])
+        _table(rows, out)
+    else:
+        out.write(f"No evictions{mode}.\n")
+    blocked = list(report.plan.refusals)
+    if blocked:
+        out.write("\nKEPT (a strategy wanted to evict, a budget or limit said no)\n")
+        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", "WHY"]]
+        for r in blocked:
+            rows.append([r.pod.namespace, r.pod.name, r.pod.node_name, r.strategy, r.reason])
+        _table(rows, out)
+    after = report.pods_after()
+    if report.plan.pods_before:
+        out.write("\nPODS PER NODE\n")
+        rows = [["NODE", "BEFORE", "AFTER"]]
+        for node, before in report.plan.pods_before.items():
+            rows.append([node, str(before), str(after.get(node, before))])
+        _table(rows, out)
+    for note in report.plan.notes:
+        out.write(f"note: {note}\n")
+    for err in report.plan.errors:
+        out.write(f"error: {err}\n")
+    counts = report.counts()
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "0 evictions"
+    out.write(f"\n{len(report.plan.evictions)} eviction(s) planned on {len(report.plan.nodes)} node(s): {summary}.\n")
+
+
+def write_json(report: RunReport, out: TextIO) -> None:
+    json.dump(report.to_json(), out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def write_report(report: RunReport, fmt: str, out: TextIO) -> None:
+    (write_json if fmt == "json" else write_table)(report, out)
+
+
+def dump_json(data: Any, out: TextIO) -> None:
+    json.dump(data, out, indent=2)
+    out.write("\n")
