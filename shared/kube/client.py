@@ -1,0 +1,404 @@
+"""KubeClient: the only object in kdesched that sends requests to the API server.
+
+Why: decisions need raw JSON for six kinds, one eviction verb, events, leases and a watch; the
+official client's generated models are far too slow and large for 150,000 pods. So every request
+goes through ``ApiClient.param_serialize`` + ``call_api`` (auth, TLS, proxies and token refresh
+still come from the official client) with a path we build, and each response body is parsed once
+with ``json.loads``. HTTP and transport failures become the typed errors of
+:mod:`kdesched.kube.errors` here, once. Every request and every byte read is counted, so a run can
+report (and a benchmark can compare) what it cost the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from kdesched.kube.config import host_configuration, load_configuration
+from kdesched.kube.errors import (
+    ApiError,
+    Gone,
+    NotFound,
+    Unavailable,
+    error_from_api_exception,
+    error_from_response,
+    error_from_status,
+    trim,
+    unavailable_from,
+)
+
+log = logging.getLogger("kdesched.kube")
+
+REPORTING_CONTROLLER = "kdesched.dev/descheduler"
+EVENT_ACTION = "Descheduled"
+MAX_EVENT_NOTE = 1024  # events.k8s.io/v1 validation limit for ``note``
+WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Where a kind lives in the API: ``/api/v1/...`` or ``/apis/<group>/<version>/...``."""
+
+    kind: str
+    group_version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        if namespace is not None:
+            if not self.namespaced:
+                raise ValueError(f"{self.kind} is cluster-scoped: no namespace may be given")
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        elif name is not None and self.namespaced:
+            raise ValueError(f"{self.kind} {name!r} is namespaced: a namespace is required")
+        path = f"{base}/{self.plural}"
+        if name is not None:
+            path += f"/{quote(name, safe='')}"
+            if subresource:
+                path += f"/{subresource}"
+        return path
+
+
+RESOURCES: dict[str, Resource] = {r.kind: r for r in (
+    Resource("Node", "v1", "nodes", False),
+    Resource("Pod", "v1", "pods", True),
+    Resource("Namespace", "v1", "namespaces", False),
+    Resource("PersistentVolumeClaim", "v1", "persistentvolumeclaims", True),
+    Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", True),
+    Resource("PriorityClass", "scheduling.k8s.io/v1", "priorityclasses", False),
+    Resource("Lease", "coordination.k8s.io/v1", "leases", True),
+    Resource("Event", "events.k8s.io/v1", "events", True),
+)}
+
+
+def resource_for(kind: str) -> Resource:
+    try:
+        return RESOURCES[kind]
+    except KeyError:
+        raise ValueError(f"unsupported kind {kind!r}; known kinds: {', '.join(sorted(RESOURCES))}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    """The items of a (paginated) LIST, each with ``kind`` filled in, and the list's resourceVersion."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStats:
+    """API requests sent (every attempt, failed ones too) and response body bytes read."""
+
+    requests: int = 0
+    bytes_read: int = 0
+
+
+def micro_time(when: datetime | None = None) -> str:
+    """A ``metav1.MicroTime``: RFC 3339 in UTC with microseconds (``2026-01-02T03:04:05.000006Z``)."""
+    when = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubeClient:
+    """Raw-JSON access to the API server for the kinds kdesched reads and the verbs it uses."""
+
+    def __init__(self, api_client: ApiClient, *, request_timeout: float | None = 60.0,
+                 reporting_instance: str | None = None) -> None:
+        self.api_client = api_client
+        self.request_timeout = request_timeout
+        self.reporting_instance = reporting_instance or os.environ.get("POD_NAME") or socket.gethostname()
+        self._lock = threading.Lock()
+        self._requests = 0
+        self._bytes = 0
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubeClient":
+        """Explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config (ConfigError if none)."""
+        return cls(ApiClient(configuration=load_configuration(kubeconfig, context)))
+
+    @classmethod
+    def for_host(cls, url: str, *, request_timeout: float | None = 10.0) -> "KubeClient":
+        """Plain HTTP, no auth (tests against the in-repo fake API server)."""
+        return cls(ApiClient(configuration=host_configuration(url)), request_timeout=request_timeout,
+                   reporting_instance="kdesched-test")
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def __enter__(self) -> "KubeClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- accounting ------------------------------------------------------------------------------
+    @property
+    def stats(self) -> RequestStats:
+        with self._lock:
+            return RequestStats(self._requests, self._bytes)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._requests = 0
+            self._bytes = 0
+
+    def _count(self, requests: int = 0, nbytes: int = 0) -> None:
+        with self._lock:
+            self._requests += requests
+            self._bytes += nbytes
+
+    # -- transport -------------------------------------------------------------------------------
+    def _send(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+              body: Mapping[str, Any] | None = None, timeout: Any = None) -> Any:
+        """Send one request; return the unread response (a 2xx) or raise the typed error."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        method, url, header_params, serialized, post_params = self.api_client.param_serialize(
+            method=method, resource_path=path, query_params=query or [], header_params=headers,
+            body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
+        )
+        self._count(requests=1)
+        try:
+            resp = self.api_client.call_api(method, url, header_params, serialized, post_params,
+                                            _request_timeout=timeout if timeout is not None else self.request_timeout)
+        except ApiException as exc:
+            raise error_from_api_exception(exc) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise unavailable_from(exc) from None
+        if not 200 <= resp.status <= 299:
+            data = self._read(resp)
+            raise error_from_response(resp.status, str(resp.reason or ""), data, resp.headers)
+        return resp
+
+    def _read(self, resp: Any) -> bytes:
+        try:
+            data: bytes = resp.read() or b""
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise unavailable_from(exc) from None
+        self._count(nbytes=len(data))
+        return data
+
+    def _json(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+              body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        resp = self._send(method, path, query=query, body=body)
+        data = self._read(resp)
+        if not data:
+            return {}
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise ApiError(resp.status, "Bad Response", f"{method} {path}: response is not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ApiError(resp.status, "Bad Response", f"{method} {path}: expected a JSON object")
+        return parsed
+
+    # -- reads -----------------------------------------------------------------------------------
+    def list_raw(self, kind: str, *, namespace: str | None = None, field_selector: str | None = None,
+                 label_selector: str | None = None, page_size: int = 500) -> ListResult:
+        """All objects of ``kind`` (in ``namespace``, or cluster-wide), paginated with limit/continue.
+
+        The items of a LIST carry no kind/apiVersion; both are filled in. The resourceVersion is the
+        first page's (every page of a continued list is served from the same snapshot).
+        """
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        res = resource_for(kind)
+        path = res.path(namespace)
+        items: list[dict[str, Any]] = []
+        resource_version = ""
+        token: str | None = None
+        while True:
+            query = [("limit", str(page_size))]
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            page = self._json("GET", path, query=query)
+            meta = page.get("metadata") or {}
+            if not resource_version:
+                resource_version = str(meta.get("resourceVersion") or "")
+            for item in page.get("items") or ():
+                if isinstance(item, dict):
+                    item.setdefault("kind", res.kind)
+                    item.setdefault("apiVersion", res.group_version)
+                    items.append(item)
+            token = meta.get("continue") or None
+            if not token:
+                return ListResult(items, resource_version)
+
+    def get_raw(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """One object, or None when it does not exist."""
+        res = resource_for(kind)
+        try:
+            obj = self._json("GET", res.path(namespace, name))
+        except NotFound:
+            return None
+        obj.setdefault("kind", res.kind)
+        obj.setdefault("apiVersion", res.group_version)
+        return obj
+
+    # -- writes ----------------------------------------------------------------------------------
+    def create_raw(self, kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """POST ``obj``; Conflict if an object of that name exists."""
+        res = resource_for(kind)
+        ns = namespace if namespace is not None else (obj.get("metadata") or {}).get("namespace")
+        body = {"apiVersion": res.group_version, "kind": res.kind, **obj}
+        return self._json("POST", res.path(ns if res.namespaced else None), body=body)
+
+    def replace_raw(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``obj``; with ``metadata.resourceVersion`` set, Conflict if it changed meanwhile."""
+        res = resource_for(kind)
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{kind}: metadata.name is required to replace an object")
+        body = {"apiVersion": res.group_version, "kind": res.kind, **obj}
+        return self._json("PUT", res.path(meta.get("namespace") if res.namespaced else None, name), body=body)
+
+    def evict_pod(self, namespace: str, name: str, *, uid: str | None, grace_period_seconds: int | None,
+                  annotations: Mapping[str, str]) -> None:
+        """POST a policy/v1 Eviction; the API server enforces PDBs (429) and the uid precondition (409).
+
+        The uid precondition makes sure a same-named replacement (a StatefulSet pod) is never
+        evicted in place of the pod that was judged.
+        """
+        delete_options: dict[str, Any] = {}
+        if grace_period_seconds is not None:
+            delete_options["gracePeriodSeconds"] = grace_period_seconds
+        if uid:
+            delete_options["preconditions"] = {"uid": uid}
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace, **({"annotations": dict(annotations)} if annotations else {})},
+        }
+        if delete_options:
+            body["deleteOptions"] = delete_options
+        self._json("POST", RESOURCES["Pod"].path(namespace, name, "eviction"), body=body)
+
+    def create_event(self, *, namespace: str, name: str, uid: str | None = None, reason: str, note: str,
+                     event_type: str = "Normal", action: str = EVENT_ACTION, kind: str = "Pod",
+                     api_version: str = "v1", now: datetime | None = None) -> bool:
+        """Post an events.k8s.io/v1 Event regarding an object. Never raises: an event that cannot be
+        posted is logged (an event must not fail an eviction). True if it was posted."""
+        when = now or datetime.now(timezone.utc)
+        regarding: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name}
+        if uid:
+            regarding["uid"] = uid
+        event = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            # client-go names events "<object>.<unix nanos in hex>"
+            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+            "eventTime": micro_time(when),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.reporting_instance[:128],
+            "action": action, "reason": reason[:128], "note": note[:MAX_EVENT_NOTE], "type": event_type,
+            "regarding": regarding,
+        }
+        try:
+            self._json("POST", RESOURCES["Event"].path(namespace), body=event)
+        except ApiError as exc:
+            log.warning("could not post event %s for %s %s/%s: %s", reason, kind, namespace, name, exc)
+            return False
+        return True
+
+    # -- watch -----------------------------------------------------------------------------------
+    def watch_raw(self, kind: str, *, resource_version: str, timeout_seconds: int,
+                  allow_bookmarks: bool = True, namespace: str | None = None,
+                  field_selector: str | None = None, label_selector: str | None = None,
+                  ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Stream ``(type, object)`` changes after ``resource_version`` until the server ends the watch.
+
+        Types: ADDED, MODIFIED, DELETED, BOOKMARK. A 410 (HTTP or an ``ERROR`` event) raises
+        :class:`Gone`: the caller must re-list and watch from the new resourceVersion.
+        """
+        res = resource_for(kind)
+        query = [("watch", "true"), ("resourceVersion", resource_version),
+                 ("timeoutSeconds", str(int(timeout_seconds)))]
+        if allow_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        # the server closes the stream after timeoutSeconds; the read timeout only catches a dead peer
+        timeout = urllib3.Timeout(connect=10.0, read=float(timeout_seconds) + 30.0)
+        resp = self._send("GET", res.path(namespace), query=query, timeout=timeout)
+        raw = resp.response
+        finished = False
+        try:
+            for line in self._lines(raw):
+                event = self._decode_event(line)
+                if event is None:
+                    continue
+                etype, obj = event
+                if etype == "ERROR":
+                    code = obj.get("code")
+                    status = code if isinstance(code, int) else 500
+                    raise error_from_status(status, str(obj.get("reason") or ""), trim(str(obj.get("message") or "")),
+                                            status_reason=str(obj.get("reason") or ""))
+                if etype not in WATCH_EVENT_TYPES:
+                    log.debug("ignoring watch event of type %r", etype)
+                    continue
+                obj.setdefault("kind", res.kind)
+                obj.setdefault("apiVersion", res.group_version)
+                yield etype, obj
+            finished = True
+        finally:
+            if not finished:
+                raw.close()  # unread stream data must never reach a pooled connection
+            raw.release_conn()
+
+    def _lines(self, raw: Any) -> Iterator[bytes]:
+        buffer = b""
+        try:
+            for chunk in raw.stream(amt=None, decode_content=True):
+                self._count(nbytes=len(chunk))
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield line
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise unavailable_from(exc) from None
+        if buffer.strip():
+            yield buffer
+
+    @staticmethod
+    def _decode_event(line: bytes) -> tuple[str, dict[str, Any]] | None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            log.warning("ignoring a watch line that is not JSON: %s", trim(line.decode("utf-8", "replace"), 200))
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            return None
+        return str(event.get("type") or ""), event["object"]
+
+
+__all__ = [
+    "RESOURCES", "ApiError", "Gone", "KubeClient", "ListResult", "RequestStats", "Resource", "Unavailable",
+    "micro_time", "resource_for",
+]
