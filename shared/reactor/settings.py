@@ -1,0 +1,240 @@
+"""Reactor settings: the policy's ``kdesched:`` block (plus a few environment variables), validated.
+
+Why: an operator must learn about a typo in the settle window or a rate limit when the policy is
+loaded, not when the first burst of events arrives. Every problem is reported at once, naming the
+field (``kdesched.settleSeconds: must be a number >= 0, got "x"``), as a
+:class:`~kdesched.policy.errors.PolicyError` so the CLI treats it like any other policy mistake
+(exit 2, before any API call).
+
+Defaults (also in docs/reactor.md):
+
+==============================  =========  ==================================================
+key                             default    meaning
+==============================  =========  ==================================================
+settleSeconds                   10         coalescing window: a burst of events -> one run
+leaseWaitSeconds                5          how long a balance run waits for a busy Lease (429 after)
+leaseDurationSeconds            60         Lease duration; renewed every third of it while held
+cooldown.workloadSeconds        300        no second eviction of the same owner (uid) before this
+cooldown.nodeSeconds            300        no eviction from a node evicted from before this
+rateLimits.global               60/min, burst 30   token bucket over every eviction of this instance
+rateLimits.perNode              12/min, burst 10   token bucket per source node
+rateLimits.perNamespace         30/min, burst 15   token bucket per namespace
+topologyKeys                    []         extra node label keys that count as topology labels
+sweepIntervalSeconds            900        ``kdesched serve`` periodic full run (0 disables)
+historyMaxEntries               1000       bound of the eviction history kept in the Lease
+events                          see events.DEFAULT_EVENT_STRATEGIES
+==============================  =========  ==================================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdesched.policy.errors import PolicyError
+from kdesched.policy.types import Policy
+
+LEASE_NAME_ENV = "KDESCHED_LEASE_NAME"
+LEASE_NAMESPACE_ENV = "KDESCHED_LEASE_NAMESPACE"
+DRY_RUN_ENV = "KDESCHED_DRY_RUN"
+BROKER_ENV = ("K_SINK", "KDESCHED_BROKER_URL")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSettings:
+    """One token bucket: ``per_minute`` tokens refilled per minute, at most ``burst`` stored."""
+
+    per_minute: float
+    burst: int
+
+    @property
+    def rate_per_second(self) -> float:
+        return self.per_minute / 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    """Eviction rate limits per unit of time (None = that bucket is disabled)."""
+
+    global_: BucketSettings | None = BucketSettings(60, 30)
+    per_node: BucketSettings | None = BucketSettings(12, 10)
+    per_namespace: BucketSettings | None = BucketSettings(30, 15)
+
+
+@dataclass(frozen=True, slots=True)
+class ReactorSettings:
+    """Everything the reactor needs besides the policy itself."""
+
+    events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # filled by from_policy
+    events_overridden: frozenset[str] = frozenset()  # event types the policy mapped explicitly
+    settle_seconds: float = 10.0
+    lease_wait_seconds: float = 5.0
+    lease_duration_seconds: int = 60
+    lease_name: str = "kdesched"
+    lease_namespace: str = "kdesched"
+    cooldown_workload_seconds: float = 300.0
+    cooldown_node_seconds: float = 300.0
+    rate_limits: RateLimitSettings = RateLimitSettings()
+    topology_keys: tuple[str, ...] = ()
+    sweep_interval_seconds: float = 900.0
+    history_max_entries: int = 1000
+    dry_run: bool = False
+    broker_url: str = ""
+
+    @classmethod
+    def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> "ReactorSettings":
+        """Parse and validate ``policy.kdesched`` (+ env); raises PolicyError naming every bad field."""
+        return parse_settings(policy.kdesched, policy=policy, env=os.environ if env is None else env,
+                              source=policy.source)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _Reader:
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+
+    def mapping(self, raw: Any, where: str, known: tuple[str, ...]) -> Mapping[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            self.errors.append(f"{where}: must be a mapping, got {_show(raw)}")
+            return {}
+        for key in raw:
+            if key not in known:
+                self.errors.append(f"{where}.{key}: unknown field (known: {', '.join(known)})")
+        return raw
+
+    def number(self, raw: Mapping[str, Any], key: str, where: str, default: float, *,
+               minimum: float = 0.0, strict: bool = False) -> float:
+        if key not in raw or raw[key] is None:
+            return default
+        value = raw[key]
+        ok = _is_number(value) and (value > minimum if strict else value >= minimum)
+        if not ok:
+            op = ">" if strict else ">="
+            self.errors.append(f"{where}.{key}: must be a number {op} {minimum:g}, got {_show(value)}")
+            return default
+        return float(value)
+
+    def integer(self, raw: Mapping[str, Any], key: str, where: str, default: int, *, minimum: int) -> int:
+        if key not in raw or raw[key] is None:
+            return default
+        value = raw[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.errors.append(f"{where}.{key}: must be an integer >= {minimum}, got {_show(value)}")
+            return default
+        return value
+
+    def boolean(self, raw: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+        if key not in raw or raw[key] is None:
+            return default
+        value = raw[key]
+        if not isinstance(value, bool):
+            self.errors.append(f"{where}.{key}: must be true or false, got {_show(value)}")
+            return default
+        return value
+
+    def bucket(self, raw: Mapping[str, Any], key: str, where: str,
+               default: BucketSettings | None) -> BucketSettings | None:
+        if key not in raw:
+            return default
+        if raw[key] is None:
+            return None  # explicitly disabled
+        sub = self.mapping(raw[key], f"{where}.{key}", ("perMinute", "burst"))
+        if not isinstance(raw[key], Mapping):
+            return default
+        base = default or BucketSettings(60, 30)
+        per_minute = self.number(sub, "perMinute", f"{where}.{key}", base.per_minute, minimum=0, strict=True)
+        burst = self.integer(sub, "burst", f"{where}.{key}", base.burst, minimum=1)
+        return BucketSettings(per_minute, burst)
+
+
+KNOWN_KEYS = ("events", "settleSeconds", "leaseWaitSeconds", "leaseDurationSeconds", "cooldown", "rateLimits",
+              "topologyKeys", "sweepIntervalSeconds", "historyMaxEntries", "dryRun")
+
+
+def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
+                   source: str = "") -> ReactorSettings:
+    """Validate a raw ``kdesched:`` block. ``policy`` lets the event map be checked against it."""
+    from kdesched.reactor.events import validate_event_map  # events imports settings' types only
+
+    env = env or {}
+    errors: list[str] = []
+    r = _Reader(errors)
+    block = r.mapping(raw, "kdesched", KNOWN_KEYS)
+    settle = r.number(block, "settleSeconds", "kdesched", 10.0)
+    lease_wait = r.number(block, "leaseWaitSeconds", "kdesched", 5.0)
+    lease_duration = r.integer(block, "leaseDurationSeconds", "kdesched", 60, minimum=5)
+    sweep = r.number(block, "sweepIntervalSeconds", "kdesched", 900.0)
+    history_max = r.integer(block, "historyMaxEntries", "kdesched", 1000, minimum=10)
+    dry_run = r.boolean(block, "dryRun", "kdesched", False)
+
+    cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown", ("workloadSeconds", "nodeSeconds"))
+    cd_workload = r.number(cooldown, "workloadSeconds", "kdesched.cooldown", 300.0)
+    cd_node = r.number(cooldown, "nodeSeconds", "kdesched.cooldown", 300.0)
+
+    rates_raw = r.mapping(block.get("rateLimits"), "kdesched.rateLimits", ("global", "perNode", "perNamespace"))
+    defaults = RateLimitSettings()
+    rates = RateLimitSettings(
+        r.bucket(rates_raw, "global", "kdesched.rateLimits", defaults.global_),
+        r.bucket(rates_raw, "perNode", "kdesched.rateLimits", defaults.per_node),
+        r.bucket(rates_raw, "perNamespace", "kdesched.rateLimits", defaults.per_namespace),
+    )
+
+    topo: tuple[str, ...] = ()
+    raw_topo = block.get("topologyKeys")
+    if raw_topo is not None:
+        if not isinstance(raw_topo, list) or not all(isinstance(k, str) and k for k in raw_topo):
+            errors.append(f"kdesched.topologyKeys: must be a list of label keys, got {_show(raw_topo)}")
+        else:
+            topo = tuple(raw_topo)
+
+    events, overridden = validate_event_map(block.get("events"), policy, errors)
+
+    # environment: names of the Lease, dry-run switch, broker address
+    lease_name = env.get(LEASE_NAME_ENV) or "kdesched"
+    lease_ns = env.get(LEASE_NAMESPACE_ENV) or env.get("POD_NAMESPACE") or "kdesched"
+    if len(lease_name) > 253 or not _DNS_SUBDOMAIN.match(lease_name):
+        errors.append(f"{LEASE_NAME_ENV}: must be a DNS subdomain name, got {_show(lease_name)}")
+    if len(lease_ns) > 63 or not _DNS_LABEL.match(lease_ns):
+        errors.append(f"{LEASE_NAMESPACE_ENV}: must be a namespace name (DNS label), got {_show(lease_ns)}")
+    env_dry = env.get(DRY_RUN_ENV, "")
+    if env_dry:
+        if env_dry.lower() in ("1", "true", "yes", "on"):
+            dry_run = True
+        elif env_dry.lower() not in ("0", "false", "no", "off"):
+            errors.append(f"{DRY_RUN_ENV}: must be true or false, got {_show(env_dry)}")
+    broker = next((env[k] for k in BROKER_ENV if env.get(k)), "")
+
+    if errors:
+        raise PolicyError(errors, source)
+    return ReactorSettings(
+        events=events, events_overridden=overridden, settle_seconds=settle, lease_wait_seconds=lease_wait,
+        lease_duration_seconds=lease_duration, lease_name=lease_name, lease_namespace=lease_ns,
+        cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
+        topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
+        broker_url=broker,
+    )

@@ -1,0 +1,159 @@
+"""ReactorSettings validation (every bad field named) and the event -> scope mapping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdesched.policy.errors import PolicyError
+from kdesched.reactor import events as ev
+from kdesched.reactor.settings import BucketSettings, ReactorSettings, parse_settings
+from tests.builders import pod_obj, snapshot
+from tests.reactor.policies import LNU, default_like_policy, make_policy
+
+
+def settings(block: Any = None, env: dict[str, str] | None = None, **kw: Any) -> ReactorSettings:
+    return ReactorSettings.from_policy(default_like_policy(kdesched=block or {}, **kw), env=env or {})
+
+
+def test_defaults() -> None:
+    s = settings()
+    assert s.settle_seconds == 10 and s.lease_wait_seconds == 5 and s.lease_name == "kdesched"
+    assert s.lease_namespace == "kdesched" and s.cooldown_workload_seconds == 300 and not s.dry_run
+    assert s.rate_limits.global_ == BucketSettings(60, 30)
+    assert s.events[ev.NODE_READY] == ("LowNodeUtilization", "RemoveDuplicates")
+
+
+def test_values_and_env() -> None:
+    s = settings({"settleSeconds": 0.5, "cooldown": {"workloadSeconds": 60}, "rateLimits": {"perNode": None,
+                  "global": {"perMinute": 6, "burst": 2}}, "topologyKeys": ["rack"],
+                  "events": {ev.TAINTS_CHANGED: ["RemovePodsViolatingNodeTaints", "RemoveDuplicates"]}},
+                 env={"KDESCHED_LEASE_NAME": "ds", "POD_NAMESPACE": "ops", "KDESCHED_DRY_RUN": "true", "K_SINK": "http://b"})
+    assert s.settle_seconds == 0.5 and s.cooldown_workload_seconds == 60 and s.cooldown_node_seconds == 300
+    assert s.rate_limits.per_node is None and s.rate_limits.global_ == BucketSettings(6, 2)
+    assert s.topology_keys == ("rack",) and s.lease_name == "ds" and s.lease_namespace == "ops"
+    assert s.dry_run and s.broker_url == "http://b"
+    assert s.events[ev.TAINTS_CHANGED] == ("RemovePodsViolatingNodeTaints", "RemoveDuplicates")
+    assert s.events_overridden == {ev.TAINTS_CHANGED}
+
+
+BAD = [
+    ({"settleSeconds": "x"}, {}, 'kdesched.settleSeconds: must be a number >= 0, got "x"'),
+    ({"settleSeconds": -1}, {}, "kdesched.settleSeconds: must be a number >= 0, got -1"),
+    ({"leaseDurationSeconds": 1}, {}, "kdesched.leaseDurationSeconds: must be an integer >= 5, got 1"),
+    ({"cooldown": {"nodeSeconds": True}}, {}, "kdesched.cooldown.nodeSeconds: must be a number >= 0, got true"),
+    ({"cooldown": {"nodeSecs": 1}}, {}, "kdesched.cooldown.nodeSecs: unknown field"),
+    ({"rateLimits": {"global": {"perMinute": 0}}}, {}, "kdesched.rateLimits.global.perMinute: must be a number > 0"),
+    ({"rateLimits": {"perNode": {"burst": 0}}}, {}, "kdesched.rateLimits.perNode.burst: must be an integer >= 1"),
+    ({"rateLimits": "fast"}, {}, 'kdesched.rateLimits: must be a mapping, got "fast"'),
+    ({"settle": 1}, {}, "kdesched.settle: unknown field"),
+    ({"topologyKeys": "zone"}, {}, "kdesched.topologyKeys: must be a list of label keys"),
+    ({"events": {"dev.kdesched.node.gone": []}}, {}, "kdesched.events.dev.kdesched.node.gone: unknown event type"),
+    ({"events": {ev.NODE_READY: ["Nope"]}}, {}, "kdesched.events.dev.kdesched.node.ready: unknown strategy 'Nope'"),
+    ({"events": {ev.NODE_READY: "LowNodeUtilization"}}, {}, "must be a list of strategy names"),
+    ({"events": {ev.NODE_READY: ["HighNodeUtilization"]}}, {},
+     "kdesched.events.dev.kdesched.node.ready: strategy HighNodeUtilization needs args (thresholds)"),
+    ({"dryRun": "yes"}, {}, 'kdesched.dryRun: must be true or false, got "yes"'),
+    ({}, {"KDESCHED_DRY_RUN": "maybe"}, 'KDESCHED_DRY_RUN: must be true or false, got "maybe"'),
+    ({}, {"KDESCHED_LEASE_NAME": "Bad_Name"}, "KDESCHED_LEASE_NAME: must be a DNS subdomain name"),
+]
+
+
+@pytest.mark.parametrize("block,env,message", BAD, ids=[b[2][:50] for b in BAD])
+def test_bad_settings_name_the_field(block: Any, env: dict[str, str], message: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        settings(block, env)
+    assert any(message in e for e in err.value.errors), err.value.errors
+
+
+def test_all_errors_reported_at_once() -> None:
+    with pytest.raises(PolicyError) as err:
+        settings({"settleSeconds": "x", "leaseWaitSeconds": -2, "bogus": 1})
+    assert len(err.value.errors) == 3
+
+
+def test_required_args_satisfied_by_plugin_config() -> None:
+    policy = make_policy({"RemovePodsViolatingNodeTaints": None}, configs={"HighNodeUtilization": {"thresholds": {"cpu": 20}}},
+                         kdesched={"events": {ev.NODE_READY: ["HighNodeUtilization"]}})
+    s = ReactorSettings.from_policy(policy, env={})
+    assert s.events[ev.NODE_READY] == ("HighNodeUtilization",)
+    eff = ev.event_policy(policy, s.events[ev.NODE_READY])
+    assert "HighNodeUtilization" in eff.profiles[0].balance
+    assert eff.profiles[0].plugin_args["HighNodeUtilization"].thresholds == {"cpu": 20}
+
+
+def test_default_map_drops_what_cannot_run_instead_of_failing() -> None:
+    policy = make_policy({"RemovePodsViolatingNodeTaints": None})  # no LowNodeUtilization anywhere
+    s = ReactorSettings.from_policy(policy, env={})
+    assert s.events[ev.NODE_READY] == ("RemoveDuplicates",)
+
+
+def test_event_policy_adds_unenabled_strategy_with_defaults() -> None:
+    policy = make_policy({"LowNodeUtilization": LNU})
+    eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints", "LowNodeUtilization"])
+    assert eff.profiles[0].deschedule == ("RemovePodsViolatingNodeTaints",)
+    assert eff.profiles[0].balance == ("LowNodeUtilization",)
+    assert ev.event_policy(policy, ["LowNodeUtilization"]) is policy
+    with pytest.raises(ev.EventScopeError):
+        ev.event_policy(policy, ["HighNodeUtilization"])
+
+
+SCOPES = [
+    (ev.NODE_READY, (), ("LowNodeUtilization", "RemoveDuplicates"), None),
+    (ev.NODE_ADDED, (), ("LowNodeUtilization", "RemoveDuplicates"), None),
+    (ev.TAINTS_CHANGED, (), ("RemovePodsViolatingNodeTaints",), ("n1",)),
+    (ev.LABELS_CHANGED, ("team",), ("RemovePodsViolatingNodeAffinity",), ("n1",)),
+    (ev.LABELS_CHANGED, ("topology.kubernetes.io/zone",),
+     ("RemovePodsViolatingNodeAffinity", "RemovePodsViolatingTopologySpreadConstraint"), ("n1",)),
+    (ev.LABELS_CHANGED, (), ("RemovePodsViolatingNodeAffinity", "RemovePodsViolatingTopologySpreadConstraint"), ("n1",)),
+]
+
+
+@pytest.mark.parametrize("etype,changed,strategies,nodes", SCOPES)
+def test_scope_for_event(etype: str, changed: tuple[str, ...], strategies: tuple[str, ...],
+                         nodes: tuple[str, ...] | None) -> None:
+    scope = ev.scope_for_event(settings(), default_like_policy(), etype, "n1", changed_labels=changed)
+    assert scope.strategies == strategies and scope.nodes == nodes and scope.reason
+
+
+def test_topology_keys_from_pods_and_settings() -> None:
+    snap = snapshot([pod_obj("p", "n1", spread=[{"maxSkew": 1, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule",
+                                                  "labelSelector": {"matchLabels": {"app": "x"}}}])])
+    s = settings({"topologyKeys": ["row"]})
+    # the cluster uses "rack" only: a zone change is not a topology change for it
+    scope = ev.scope_for_event(s, default_like_policy(), ev.LABELS_CHANGED, "n1", snapshot=snap,
+                               changed_labels=["topology.kubernetes.io/zone"])
+    assert "RemovePodsViolatingTopologySpreadConstraint" not in scope.strategies
+    for key in ("rack", "row"):
+        scope = ev.scope_for_event(s, default_like_policy(), ev.LABELS_CHANGED, "n1", snapshot=snap, changed_labels=[key])
+        assert "RemovePodsViolatingTopologySpreadConstraint" in scope.strategies
+
+
+@pytest.mark.parametrize("etype,node,field", [
+    ("dev.kdesched.node.exploded", "n1", "type"), (ev.RUN_REQUESTED, "n1", "type"),
+    (ev.NODE_READY, "", "node"), (ev.NODE_READY, "Bad Node!", "node"),
+])
+def test_scope_errors_are_value_errors(etype: str, node: str, field: str) -> None:
+    with pytest.raises(ValueError) as err:
+        ev.scope_for_event(settings(), default_like_policy(), etype, node)
+    assert isinstance(err.value, ev.EventScopeError) and err.value.field == field
+
+
+def test_needs_all_pods_and_kinds() -> None:
+    plain = default_like_policy()
+    assert ev.needs_all_pods(plain, ["RemovePodsViolatingNodeTaints"])[0] is False
+    assert ev.needs_all_pods(plain, ["RemovePodsViolatingTopologySpreadConstraint"])[0] is True
+    assert ev.needs_all_pods(default_like_policy(evictor={"nodeFit": True}), ["RemovePodsViolatingNodeTaints"])[0]
+    assert ev.needs_all_pods(default_like_policy(evictor={"minReplicas": 2}), ["RemovePodsViolatingNodeTaints"])[0]
+    assert ev.kinds_needed(plain) == ("Node", "Pod", "PodDisruptionBudget")
+    assert "Namespace" in ev.kinds_needed(default_like_policy(evictor={"namespaceLabelSelector": {"matchLabels": {"a": "b"}}}))
+
+
+def test_function_event_types_cover_every_semantic_event() -> None:
+    consumed = {t for f, types in ev.FUNCTION_EVENT_TYPES.items() if f != "deadletter" for t in types}
+    assert set(ev.NODE_EVENTS) | {ev.RUN_REQUESTED, ev.PING} | set(ev.APISERVER_EVENTS) <= consumed
+
+
+def test_parse_settings_without_policy() -> None:
+    assert parse_settings(None).settle_seconds == 10
