@@ -114,7 +114,10 @@ class DefaultEvictor:
         if a.node_fit:
             if self._fit_nodes is None:
                 sel = parse_selector(a.node_selector, "nodeSelector") if a.node_selector else None
-                self._fit_nodes = [n for n in self.state.nodes if sel is None or sel.matches(n.labels)]
+                # upstream ReadyNodes(nodeSelector): every Ready node of the cluster matching the
+                # evictor's own nodeSelector, not only the nodes the policy's nodeSelector keeps
+                self._fit_nodes = [n for n in self.state.snapshot.nodes.values()
+                                   if n.ready and (sel is None or sel.matches(n.labels))]
             if not pod_fits_any_other_node(pod, self._fit_nodes, self.state):
                 return "pod does not fit any other node (nodeFit)"
         if a.namespace_label_selector is not None:
