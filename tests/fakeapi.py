@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -58,6 +58,7 @@ class Request:
     path: str
     query: dict[str, str]
     body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
 
 class Reply(Exception):
@@ -247,10 +248,11 @@ class FakeApiServer:
             raise Reply(404, f"the server could not find the requested resource ({path})")
         return kind, namespace, rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else "", gv
 
-    def admit(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+    def admit(self, method: str, path: str, query: dict[str, str], body: Any,
+              headers: dict[str, str] | None = None) -> None:
         """Journal the request and play the next scripted answer for it, if any."""
         with self._lock:
-            self.journal.append(Request(method, path, dict(query), body))
+            self.journal.append(Request(method, path, dict(query), body, dict(headers or {})))
             scripted = self.scripts.get((method, path))
             if scripted:
                 entry = scripted.popleft()
@@ -258,8 +260,9 @@ class FakeApiServer:
                 if code >= 300:
                     raise Reply(code, f"scripted failure {code}", retry_after=retry_after)
 
-    def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
-        self.admit(method, path, query, body)
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any,
+               headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        self.admit(method, path, query, body, headers)
         with self._lock:
             kind, namespace, name, sub, _ = self.route(method, path)
             if sub == "eviction" and kind == "Pod" and method == "POST":
@@ -493,10 +496,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 raise Reply(400, "request body is not JSON") from None
             if self.command == "GET" and query.get("watch") in ("true", "1"):
-                self.fake.admit("GET", split.path, query, None)
+                self.fake.admit("GET", split.path, query, None, {k.lower(): v for k, v in self.headers.items()})
                 self.fake.watch(self, split.path, query)
                 return
-            code, payload = self.fake.handle(self.command, split.path, query, body)
+            code, payload = self.fake.handle(self.command, split.path, query, body, {k.lower(): v for k, v in self.headers.items()})
             self._json(code, payload)
         except Reply as reply:
             self._json(reply.code, reply.body, reply.retry_after)

@@ -332,7 +332,9 @@ class KubeClient:
         """Stream ``(type, object)`` changes after ``resource_version`` until the server ends the watch.
 
         Types: ADDED, MODIFIED, DELETED, BOOKMARK. A 410 (HTTP or an ``ERROR`` event) raises
-        :class:`Gone`: the caller must re-list and watch from the new resourceVersion.
+        :class:`Gone`: the caller must re-list and watch from the new resourceVersion. The request is
+        sent by this call (so HTTP errors raise here and the watch is open when it returns); the
+        returned iterator reads the stream. Closing the iterator early drops the connection.
         """
         res = resource_for(kind)
         query = [("watch", "true"), ("resourceVersion", resource_version),
@@ -346,7 +348,9 @@ class KubeClient:
         # the server closes the stream after timeoutSeconds; the read timeout only catches a dead peer
         timeout = urllib3.Timeout(connect=10.0, read=float(timeout_seconds) + 30.0)
         resp = self._send("GET", res.path(namespace), query=query, timeout=timeout)
-        raw = resp.response
+        return self._events(resp.response, res)
+
+    def _events(self, raw: Any, res: Resource) -> Iterator[tuple[str, dict[str, Any]]]:
         finished = False
         try:
             for line in self._lines(raw):

@@ -1,0 +1,84 @@
+"""Cluster configuration: explicit kubeconfig, context, $KUBECONFIG, in-cluster, and clear errors.
+
+A kubeconfig pointing at the fake API server proves the whole path: the file is read, the chosen
+context's server and bearer token are used for real requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import ConfigError, Unavailable
+from tests.builders import node_obj
+from tests.fakeapi import FakeApiServer
+
+
+def write_kubeconfig(path: Path, servers: dict[str, str], current: str) -> Path:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": current,
+        "clusters": [{"name": n, "cluster": {"server": url}} for n, url in servers.items()],
+        "users": [{"name": n, "user": {"token": f"token-{n}"}} for n in servers],
+        "contexts": [{"name": n, "context": {"cluster": n, "user": n}} for n in servers],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def no_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No in-cluster variables, no $KUBECONFIG, and an empty home directory."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_explicit_kubeconfig_and_context(fake_api: FakeApiServer, tmp_path: Path, no_env: Path) -> None:
+    fake_api.add(node_obj("n1"))
+    path = write_kubeconfig(tmp_path / "kc.yaml", {"dead": "http://127.0.0.1:9", "fake": fake_api.url}, "dead")
+    client = KubeClient.from_config(str(path), context="fake")
+    assert [n["metadata"]["name"] for n in client.list_raw("Node").items] == ["n1"]
+    assert fake_api.requests()[0].headers.get("authorization") == "Bearer token-fake"
+    with pytest.raises(Unavailable):  # the current context: nothing listens on port 9
+        KubeClient.from_config(str(path)).list_raw("Node")
+
+
+def test_kubeconfig_env(fake_api: FakeApiServer, tmp_path: Path, no_env: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_kubeconfig(tmp_path / "env.yaml", {"fake": fake_api.url}, "fake")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert KubeClient.from_config().list_raw("Node").items == []
+
+
+@pytest.mark.parametrize(("content", "context", "match"), [
+    (None, None, "no such kubeconfig file"),
+    ("{not: [valid", None, "invalid kubeconfig"),
+    ("just a string", None, ""),
+    ("valid", "nope", "nope"),
+])
+def test_bad_kubeconfig_names_the_file(tmp_path: Path, no_env: Path, content: str | None, context: str | None,
+                                       match: str) -> None:
+    path = tmp_path / "kc.yaml"
+    if content == "valid":
+        write_kubeconfig(path, {"a": "http://127.0.0.1:9"}, "a")
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        KubeClient.from_config(str(path), context=context)
+    assert str(path) in str(info.value) and match in str(info.value)
+
+
+def test_nothing_configured(no_env: Path) -> None:
+    with pytest.raises(ConfigError, match=r"~/.kube/config: no kubeconfig file found"):
+        KubeClient.from_config()
+
+
+def test_in_cluster_without_service_account(no_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError, match="in-cluster configuration"):
+        KubeClient.from_config()
