@@ -100,6 +100,12 @@ class PlanningEvictor:
     def evict(self, pod: Pod, *, strategy: str, profile: str, reason: str) -> bool:
         if self.state.is_planned(pod):
             return False
+        if not pod.uid:
+            # upstream EvictPod refuses a pod without a UID before checking any limit
+            why = "pod has no metadata.uid; the Eviction API call could not be preconditioned on it"
+            self.counter.refusals.append(Refusal(pod, strategy, profile, why))
+            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            return False
         self.counter.check(pod)  # raises the limit errors
         if self.gate is not None:
             refused = self.gate(pod)

@@ -1,0 +1,196 @@
+"""Planner: per-run limits in upstream order, shared counters, PDB budgets, refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdesched.evictor.defaultevictor import DefaultEvictor
+from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
+from kdesched.model.records import Pod
+from kdesched.policy.types import DefaultEvictorArgs
+from kdesched.strategies.framework import (
+    ClusterState,
+    LimitReached,
+    NamespaceLimitReached,
+    NodeLimitReached,
+    TotalLimitReached,
+)
+from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
+
+
+def setup(objects: list[dict[str, Any]], limits: Limits = Limits(), profiles: int = 1,
+          gate: Any = None) -> tuple[ClusterState, LimitCounter, list[PlanningEvictor]]:
+    state = ClusterState(snapshot([node_obj("a"), node_obj("b"), *objects]), NOW)
+    counter = LimitCounter(limits)
+    evictors = [PlanningEvictor(state, DefaultEvictor(DefaultEvictorArgs(), state), counter, gate)
+                for _ in range(profiles)]
+    return state, counter, evictors
+
+
+def pods_by_name(state: ClusterState) -> dict[str, Pod]:
+    return {p.name: p for p in state.snapshot.pods}
+
+
+def evict(ev: PlanningEvictor, pod: Pod, profile: str = "p1") -> bool:
+    return ev.evict(pod, strategy="S", profile=profile, reason="test")
+
+
+# pods: a1, a2 on node a (ns x); b1 on node b (ns x); b2 on node b (ns y)
+PODS = [pod_obj("a1", "a", namespace="x"), pod_obj("a2", "a", namespace="x"),
+        pod_obj("b1", "b", namespace="x"), pod_obj("b2", "b", namespace="y")]
+
+# (id, limits, eviction order, expected outcome per pod: True/False or the error type)
+LIMIT_CASES: list[tuple[str, Limits, list[str], list[Any]]] = [
+    ("unlimited", Limits(), ["a1", "a2", "b1", "b2"], [True, True, True, True]),
+    ("total 0 = no evictions", Limits(total=0), ["a1"], [TotalLimitReached]),
+    ("total 2", Limits(total=2), ["a1", "b1", "b2"], [True, True, TotalLimitReached]),
+    ("per node 1", Limits(per_node=1), ["a1", "a2", "b1"], [True, NodeLimitReached, True]),
+    ("per node 0", Limits(per_node=0), ["a1", "b1"], [NodeLimitReached, NodeLimitReached]),
+    ("per namespace 1", Limits(per_namespace=1), ["a1", "b1", "b2"], [True, NamespaceLimitReached, True]),
+    ("total checked before node", Limits(total=1, per_node=1), ["a1", "a2"], [True, TotalLimitReached]),
+    ("node checked before namespace", Limits(per_node=1, per_namespace=1), ["a1", "a2"], [True, NodeLimitReached]),
+    ("namespace after node passes", Limits(per_node=2, per_namespace=1), ["a1", "a2"], [True, NamespaceLimitReached]),
+]
+
+
+@pytest.mark.parametrize("name,limits,order,expected", LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_limits(name: str, limits: Limits, order: list[str], expected: list[Any]) -> None:
+    state, counter, (ev,) = setup(PODS, limits)
+    pods = pods_by_name(state)
+    for pod_name, want in zip(order, expected, strict=True):
+        if isinstance(want, bool):
+            assert evict(ev, pods[pod_name]) is want, pod_name
+        else:
+            with pytest.raises(want) as err:
+                evict(ev, pods[pod_name])
+            assert isinstance(err.value, LimitReached)
+            assert not state.is_planned(pods[pod_name])
+    assert counter.total == sum(1 for w in expected if w is True)
+
+
+def test_limit_messages_name_the_limit() -> None:
+    state, _, (ev,) = setup(PODS, Limits(per_node=1))
+    pods = pods_by_name(state)
+    evict(ev, pods["a1"])
+    with pytest.raises(NodeLimitReached, match=r"per node \(1\) reached on a"):
+        evict(ev, pods["a2"])
+
+
+def test_node_limit_skipped_for_pod_without_node() -> None:
+    state, _, (ev,) = setup([pod_obj("u1", ""), pod_obj("u2", "")], Limits(per_node=1))
+    pods = pods_by_name(state)
+    assert evict(ev, pods["u1"]) and evict(ev, pods["u2"])
+
+
+def test_counters_are_shared_across_profiles() -> None:
+    state, counter, (one, two) = setup(PODS, Limits(total=2, per_node=1), profiles=2)
+    pods = pods_by_name(state)
+    assert evict(one, pods["a1"], "one")
+    with pytest.raises(NodeLimitReached):
+        evict(two, pods["a2"], "two")
+    assert evict(two, pods["b1"], "two")
+    with pytest.raises(TotalLimitReached):
+        evict(one, pods["b2"], "one")
+    assert [(e.pod.name, e.profile) for e in state.planned] == [("a1", "one"), ("b1", "two")]
+    assert counter.per_node == {"a": 1, "b": 1} and counter.per_namespace == {"x": 2}
+
+
+def test_already_planned_pod_is_refused_and_not_counted_again() -> None:
+    state, counter, (one, two) = setup(PODS, profiles=2)
+    pods = pods_by_name(state)
+    assert evict(one, pods["a1"])
+    assert evict(one, pods["a1"]) is False
+    assert evict(two, pods["a1"], "two") is False
+    assert counter.total == 1 and len(state.planned) == 1
+    assert not one.filter(pods["a1"]) and one.filter(pods["a2"])
+
+
+# PDB budgets: x1, x2, x3 selected by PDB "x"
+PDB_PODS = [pod_obj(f"x{i}", "a", labels={"app": "x"}) for i in (1, 2, 3)] + [pod_obj("y", "b", labels={"app": "y"})]
+
+
+@pytest.mark.parametrize("allowed,expected", [
+    (1, [True, False, False]),
+    (2, [True, True, False]),
+    (0, [False, False, False]),
+    (None, [True, True, True]),  # status unknown: no budget check (the API server will decide)
+], ids=["allowed-1", "allowed-2", "allowed-0", "no-status"])
+def test_pdb_budget(allowed: int | None, expected: list[bool]) -> None:
+    state, counter, (ev,) = setup(PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=allowed)])
+    pods = pods_by_name(state)
+    assert [evict(ev, pods[n]) for n in ("x1", "x2", "x3")] == expected
+    assert evict(ev, pods["y"])  # not covered by the PDB
+    refused = [r.pod.name for r in counter.refusals]
+    assert refused == [n for n, ok in zip(("x1", "x2", "x3"), expected) if not ok]
+    assert counter.total == expected.count(True) + 1
+
+
+def test_pdb_refusal_reason_and_no_limit_consumed() -> None:
+    state, counter, (ev,) = setup(PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=1)], Limits(total=2))
+    pods = pods_by_name(state)
+    assert evict(ev, pods["x1"])
+    assert evict(ev, pods["x2"]) is False
+    (refusal,) = counter.refusals
+    assert refusal.pod is pods["x2"] and refusal.strategy == "S" and refusal.profile == "p1"
+    assert refusal.reason == "PodDisruptionBudget default/x allows 1 disruption(s) and 1 are already planned"
+    assert evict(ev, pods["y"])  # the refusal did not use the total limit
+    assert refusal.to_json()["node"] == "a"
+
+
+def test_pdb_budget_shared_across_profiles() -> None:
+    state, counter, (one, two) = setup(PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=1)], profiles=2)
+    pods = pods_by_name(state)
+    assert evict(one, pods["x1"], "one")
+    assert evict(two, pods["x2"], "two") is False
+    assert counter.refusals[0].profile == "two"
+
+
+def test_every_covering_pdb_needs_budget() -> None:
+    objects = PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=5),
+                          pdb_obj("all", {}, disruptions_allowed=1)]
+    state, counter, (ev,) = setup(objects)
+    pods = pods_by_name(state)
+    assert evict(ev, pods["x1"])
+    assert evict(ev, pods["x2"]) is False
+    assert "default/all" in counter.refusals[0].reason
+
+
+def test_pod_without_uid_is_refused_before_limits() -> None:
+    no_uid = pod_obj("nouid", "a")
+    del no_uid["metadata"]["uid"]
+    state, counter, (ev,) = setup([no_uid], Limits(total=0))
+    pod = pods_by_name(state)["nouid"]
+    assert evict(ev, pod) is False  # refused, not TotalLimitReached
+    assert "metadata.uid" in counter.refusals[0].reason and counter.total == 0
+
+
+def test_gate_refusal_is_recorded_after_limits() -> None:
+    calls: list[str] = []
+
+    def gate(pod: Pod) -> str | None:
+        calls.append(pod.name)
+        return "node a is cooling down" if pod.node_name == "a" else None
+
+    state, counter, (ev,) = setup(PODS, Limits(per_namespace=2), gate=gate)
+    pods = pods_by_name(state)
+    assert evict(ev, pods["a1"]) is False
+    assert evict(ev, pods["b1"]) is True
+    assert [(r.pod.name, r.reason) for r in counter.refusals] == [("a1", "node a is cooling down")]
+    assert counter.total == 1
+    # a limit error wins before the gate is asked
+    assert evict(ev, pods["b2"])
+    state2, _, (ev2,) = setup(PODS, Limits(total=0), gate=gate)
+    calls.clear()
+    with pytest.raises(TotalLimitReached):
+        evict(ev2, pods_by_name(state2)["b1"])
+    assert calls == []
+
+
+def test_planned_eviction_frees_usage() -> None:
+    state, _, (ev,) = setup([pod_obj("a1", "a", cpu="500m"), pod_obj("a2", "a", cpu="250m")])
+    assert state.usage("a")["cpu"] == 750 and state.usage("a")["pods"] == 2
+    evict(ev, pods_by_name(state)["a1"])
+    assert state.usage("a")["cpu"] == 250 and state.usage("a")["pods"] == 1
+    assert [p.name for p in state.pods_on_node("a")] == ["a2"]
