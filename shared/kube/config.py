@@ -16,7 +16,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client import Configuration
 from kubernetes.config.config_exception import ConfigException
 
-from kdesched.kube.errors import ConfigError
+from kdesched.kube.errors import ConfigError, trim
 
 SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -45,7 +45,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
         except ConfigException as exc:
-            raise ConfigError(f"in-cluster configuration ({SERVICE_HOST_ENV} is set): {exc}") from None
+            raise ConfigError(f"in-cluster configuration ({SERVICE_HOST_ENV} is set): {trim(str(exc))}") from None
         return configuration
     path = kubeconfig if kubeconfig is not None else default_kubeconfig_path()
     files = [Path(p).expanduser() for p in path.split(os.pathsep) if p]
@@ -59,10 +59,13 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration,
                                     persist_config=False)
     except ConfigException as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
-        # malformed YAML or unexpected structure inside the loader
-        raise ConfigError(f"{path}: invalid kubeconfig: {exc}") from None
+        raise ConfigError(f"{path}: {trim(str(exc))}") from None
+    except (yaml.YAMLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: invalid kubeconfig: {trim(str(exc))}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        # the loader indexes into the document and fails this way when it is not a kubeconfig
+        raise ConfigError(f"{path}: invalid kubeconfig (expected a mapping with clusters, users and "
+                          f"contexts): {type(exc).__name__}: {trim(str(exc))}") from None
     return configuration
 
 

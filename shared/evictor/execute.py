@@ -1,0 +1,220 @@
+"""Acting on planned evictions: the Eviction API with bounded retries, events, logs and metrics.
+
+Why: strategies only plan. This is the one place that turns plans into API calls, so the rules
+live here once: retry only what can succeed later (429 throttling or PDB, 5xx, connection
+failures) with exponential backoff and jitter inside a total time budget, honouring Retry-After;
+a 404 or a uid-precondition 409 means the judged pod is already gone; a 403 or other 4xx is final.
+Upstream does not retry within a cycle; an event-driven run may be the only run for a while, so a
+PDB that is briefly at its limit (a rollout in progress) gets a few bounded chances here.
+Dry-run is the same path with :class:`RecordingExecutor`: no API call, the same log and metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
+
+from kdesched.evictor.metrics import record_eviction
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
+from kdesched.strategies.framework import PlannedEviction
+
+log = logging.getLogger("kdesched.evictor")
+
+RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "failed")
+REASON_ANNOTATION = "kdesched.dev/reason"
+REQUESTED_BY_ANNOTATION = "kdesched.dev/requested-by"
+REQUESTED_BY = "kdesched"
+FAILURE_EVENT_REASON = "EvictionFailed"
+
+Sleep = Callable[[float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    """Bounds for retrying one eviction: attempts, backoff range and a total time budget."""
+
+    max_attempts: int = 5
+    initial_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 10.0
+    max_total_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_total_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_backoff_seconds < self.initial_backoff_seconds:
+            raise ValueError(f"max_backoff_seconds ({self.max_backoff_seconds}) must be >= "
+                             f"initial_backoff_seconds ({self.initial_backoff_seconds})")
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionOutcome:
+    """What happened to one planned eviction."""
+
+    eviction: PlannedEviction
+    result: str  # one of RESULTS
+    message: str
+    attempts: int
+
+    def to_json(self) -> dict[str, str | int]:
+        return {**self.eviction.to_json(), "result": self.result, "message": self.message, "attempts": self.attempts}
+
+
+class Executor(Protocol):
+    """Acts on a run's planned evictions; one outcome per eviction, in order, never raising for one."""
+
+    def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
+                failure_events: bool = False) -> list[EvictionOutcome]: ...
+
+
+def _label(e: PlannedEviction) -> str:
+    return f"{e.pod.key} from {e.node or '-'}"
+
+
+class RecordingExecutor:
+    """Dry run: log and count what would be evicted, call nothing. ``outcomes`` keeps every result."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[EvictionOutcome] = []
+
+    def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
+                failure_events: bool = False) -> list[EvictionOutcome]:
+        out = []
+        for e in evictions:
+            log.info("would evict %s (%s, %s) [dry run]", _label(e), e.strategy, e.reason)
+            record_eviction("dry-run", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace, node=e.node)
+            out.append(EvictionOutcome(e, "dry-run", "dry run: not evicted", 0))
+        self.outcomes.extend(out)
+        return out
+
+
+def _budget_used(state: RetryCallState) -> float:
+    """Time spent so far: wall clock, or the (possibly injected, instant) sleeps if larger."""
+    return max(state.seconds_since_start or 0.0, state.idle_for)
+
+
+class _StopAfterBudget(stop_base):
+    """Like ``stop_after_delay``, but also counts the sleeps, so an injected sleep keeps the budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        # the wait is clipped to the remaining budget, so the attempt after it finds the budget spent
+        return _budget_used(retry_state) >= self.seconds
+
+
+class _WaitHonouringRetryAfter(wait_base):
+    """Exponential backoff with jitter; a 429's Retry-After wins; never past the total budget."""
+
+    def __init__(self, settings: RetrySettings) -> None:
+        self.settings = settings
+        self.backoff = wait_exponential_jitter(multiplier=settings.initial_backoff_seconds,
+                                               max=settings.max_backoff_seconds,
+                                               jitter=settings.initial_backoff_seconds)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+            wait = exc.retry_after
+        else:
+            wait = self.backoff(retry_state)
+        remaining = self.settings.max_total_seconds - _budget_used(retry_state)
+        return max(0.0, min(wait, remaining))
+
+
+class LiveExecutor:
+    """Evicts through the API server (policy/v1 Eviction), with retries, events, logs and metrics."""
+
+    def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
+                 sleep: Sleep = time.sleep) -> None:
+        self.client = client
+        self.retry = retry
+        self.events = events
+        self.sleep = sleep
+
+    def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
+                failure_events: bool = False) -> list[EvictionOutcome]:
+        outcomes = []
+        for e in evictions:
+            try:
+                outcome = self._evict(e, grace_period_seconds)
+            except Exception as exc:  # one eviction's bug or surprise must not stop the others
+                log.exception("evicting %s failed unexpectedly", _label(e))
+                outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1)
+            self._report(outcome, failure_events)
+            outcomes.append(outcome)
+        return outcomes
+
+    def _retrying(self, e: PlannedEviction) -> Retrying:
+        s = self.retry
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.info("evicting %s: attempt %d/%d failed (%s); retrying in %.2fs", _label(e), state.attempt_number,
+                     s.max_attempts, exc, state.upcoming_sleep)
+
+        return Retrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, ApiError) and exc.retryable),
+            stop=stop_after_attempt(s.max_attempts) | _StopAfterBudget(s.max_total_seconds),
+            wait=_WaitHonouringRetryAfter(s),
+            sleep=self.sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    def _evict(self, e: PlannedEviction, grace_period_seconds: int | None) -> EvictionOutcome:
+        pod = e.pod
+        annotations = {REASON_ANNOTATION: f"triggered by {e.profile}/{e.strategy}: {e.reason}",
+                       REQUESTED_BY_ANNOTATION: REQUESTED_BY}
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
+                                  grace_period_seconds=grace_period_seconds, annotations=annotations)
+
+        try:
+            self._retrying(e)(attempt)
+        except NotFound as exc:
+            return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts)
+        except Conflict as exc:
+            return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
+                                   f"failed): {exc.message or exc}", attempts)
+        except TooManyRequests as exc:
+            return EvictionOutcome(e, "blocked", f"eviction refused after {attempts} attempt(s), likely by a "
+                                   f"PodDisruptionBudget: {exc.message or exc}", attempts)
+        except ApiError as exc:
+            return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts)
+        return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts)
+
+    def _report(self, o: EvictionOutcome, failure_events: bool) -> None:
+        e, pod = o.eviction, o.eviction.pod
+        metric = "success" if o.result == "evicted" else o.result
+        record_eviction(metric, strategy=e.strategy, profile=e.profile, namespace=pod.namespace, node=e.node)
+        if o.result == "evicted":
+            log.info("evicted %s: strategy=%s profile=%s reason=%s", _label(e), e.strategy, e.profile, e.reason)
+            if self.events:
+                self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                                         reason=e.strategy, note=f"pod eviction from {e.node} node by kdesched")
+            return
+        if o.result == "already-gone":
+            log.info("not evicting %s: %s", _label(e), o.message)
+            return
+        log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
+        if failure_events and self.events:
+            self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                                     reason=FAILURE_EVENT_REASON, event_type="Warning",
+                                     note=f"pod eviction from {e.node} node by kdesched failed: {o.message}")

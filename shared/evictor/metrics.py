@@ -1,0 +1,94 @@
+"""Prometheus metrics for evictions and runs, in kdesched's own registry.
+
+Why: operators compare kdesched with the upstream descheduler by its metrics (upstream:
+``descheduler_pods_evicted_total{result,strategy,profile,namespace,node}``, loop and strategy
+duration histograms, build info), so ours mirror them under the ``kdesched_`` prefix. The
+registry is module-level but not the process-wide default: tests read exact values from it, and
+an embedding process can expose it next to its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Eviction results: "success" (upstream's word), "dry-run", "already-gone", "blocked", "failed".
+PODS_EVICTED = Counter(
+    "kdesched_pods_evicted_total",
+    "Pods evicted (or attempted), by result, strategy, profile, namespace and node.",
+    ["result", "strategy", "profile", "namespace", "node"],
+    registry=REGISTRY,
+)
+RUN_DURATION = Histogram(
+    "kdesched_run_duration_seconds",
+    "Duration of one descheduling run (snapshot, decisions and evictions), by trigger.",
+    ["trigger"],
+    registry=REGISTRY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+STRATEGY_DURATION = Histogram(
+    "kdesched_strategy_duration_seconds",
+    "Duration of one strategy's decisions in a run.",
+    ["strategy", "profile"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RUNS = Counter(
+    "kdesched_runs_total",
+    "Descheduling runs, by trigger and outcome.",
+    ["trigger", "outcome"],
+    registry=REGISTRY,
+)
+BUILD_INFO = Info("kdesched_build", "kdesched build information.", registry=REGISTRY)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kdesched")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def set_build_info(version: str | None = None) -> None:
+    """Publish ``kdesched_build_info{version=...} 1`` (done once at import with the package version)."""
+    BUILD_INFO.info({"version": version or _version()})
+
+
+set_build_info()
+
+
+def record_eviction(result: str, *, strategy: str, profile: str, namespace: str, node: str) -> None:
+    PODS_EVICTED.labels(result=result, strategy=strategy, profile=profile, namespace=namespace, node=node).inc()
+
+
+def observe_run(trigger: str, outcome: str, seconds: float) -> None:
+    """One finished run: count it by outcome and record its duration."""
+    RUNS.labels(trigger=trigger, outcome=outcome).inc()
+    RUN_DURATION.labels(trigger=trigger).observe(seconds)
+
+
+def observe_strategy(strategy: str, profile: str, seconds: float) -> None:
+    STRATEGY_DURATION.labels(strategy=strategy, profile=profile).observe(seconds)
+
+
+@contextmanager
+def time_strategy(strategy: str, profile: str) -> Iterator[None]:
+    """``with time_strategy("RemoveDuplicates", "default"): ...`` records the block's duration."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        observe_strategy(strategy, profile, time.perf_counter() - start)
+
+
+def evicted_count(result: str, *, strategy: str, profile: str, namespace: str, node: str) -> float:
+    """The current value of one ``kdesched_pods_evicted_total`` series (0 when never incremented)."""
+    value = REGISTRY.get_sample_value("kdesched_pods_evicted_total", {
+        "result": result, "strategy": strategy, "profile": profile, "namespace": namespace, "node": node})
+    return value or 0.0

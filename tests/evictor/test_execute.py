@@ -1,0 +1,236 @@
+"""Executors over real HTTP against the fake API server.
+
+Covers: the eviction request (uid precondition, grace period, reason annotations), the outcome
+for every answer (success, 404, uid-mismatch 409, PDB 429 until the budget runs out, 5xx then
+success, 403, connection refused), the retry schedule (exponential, jittered, bounded per wait
+and in total, Retry-After honoured but clipped), events (Normal on success, Warning with
+failure_events), metrics read from the kdesched registry, the dry-run executor sending nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from kdesched.evictor.execute import (
+    EvictionOutcome,
+    LiveExecutor,
+    RecordingExecutor,
+    RetrySettings,
+)
+from kdesched.evictor.metrics import evicted_count
+from kdesched.kube.client import KubeClient
+from kdesched.model.records import Pod
+from kdesched.strategies.framework import PlannedEviction
+from tests.builders import pdb_obj, pod_obj
+from tests.fakeapi import PDB_MESSAGE, FakeApiServer
+
+FAST = RetrySettings(max_attempts=5, initial_backoff_seconds=0.5, max_backoff_seconds=4.0, max_total_seconds=60.0)
+
+
+class Sleeps(list[float]):
+    """An injected sleep that records the waits instead of sleeping."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def planned(fake: FakeApiServer, name: str, *, strategy: str = "RemoveDuplicates", node: str = "n1",
+            **kwargs: Any) -> PlannedEviction:
+    raw = pod_obj(name, node=node, **kwargs)
+    fake.add(raw)
+    return PlannedEviction(Pod.from_api(raw), node, strategy, "default", "duplicate of rs")
+
+
+def executor(kube: KubeClient, retry: RetrySettings = FAST) -> tuple[LiveExecutor, Sleeps]:
+    sleeps = Sleeps()
+    return LiveExecutor(kube, retry, sleep=sleeps), sleeps
+
+
+def test_success(fake_api: FakeApiServer, kube: KubeClient, caplog: pytest.LogCaptureFixture) -> None:
+    e = planned(fake_api, "web-1", strategy="T-success")
+    live, sleeps = executor(kube)
+    with caplog.at_level(logging.INFO, logger="kdesched.evictor"):
+        (outcome,) = live.execute([e], grace_period_seconds=10)
+    assert (outcome.result, outcome.attempts, sleeps) == ("evicted", 1, [])
+    assert fake_api.get("Pod", "web-1", "default") is None
+    (request,) = fake_api.requests("POST", "/api/v1/namespaces/default/pods/web-1/eviction")
+    assert request.body["metadata"]["annotations"] == {
+        "kdesched.dev/reason": "triggered by default/T-success: duplicate of rs",
+        "kdesched.dev/requested-by": "kdesched"}
+    assert request.body["deleteOptions"] == {"gracePeriodSeconds": 10, "preconditions": {"uid": e.pod.uid}}
+    (event,) = fake_api.list("Event")
+    assert (event["reason"], event["note"], event["type"]) == (
+        "T-success", "pod eviction from n1 node by kdesched", "Normal")
+    assert event["regarding"]["uid"] == e.pod.uid
+    assert evicted_count("success", strategy="T-success", profile="default", namespace="default", node="n1") == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "evicted default/web-1 from n1: strategy=T-success profile=default reason=duplicate of rs"]
+
+
+def test_already_gone(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "gone", strategy="T-gone")
+    fake_api.delete("Pod", "gone", "default")
+    live, sleeps = executor(kube)
+    (outcome,) = live.execute([e], failure_events=True)
+    assert (outcome.result, outcome.attempts, sleeps) == ("already-gone", 1, [])
+    assert "no longer exists" in outcome.message
+    assert fake_api.list("Event") == []  # nothing failed: no warning
+    assert evicted_count("already-gone", strategy="T-gone", profile="default", namespace="default", node="n1") == 1
+
+
+def test_uid_mismatch_means_a_replacement_is_not_evicted(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "db-0", owner_kind="StatefulSet", owner_name="db")
+    fake_api.delete("Pod", "db-0", "default")
+    fake_api.add(pod_obj("db-0", node="n2", owner_kind="StatefulSet", owner_name="db"))  # same name, new uid
+    live, sleeps = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.attempts, sleeps) == ("already-gone", 1, [])
+    assert "uid precondition" in outcome.message
+    assert fake_api.get("Pod", "db-0", "default") is not None
+
+
+@pytest.mark.parametrize("retry", [
+    FAST,
+    RetrySettings(max_attempts=8, initial_backoff_seconds=0.1, max_backoff_seconds=1.0, max_total_seconds=60),
+    RetrySettings(max_attempts=3, initial_backoff_seconds=2, max_backoff_seconds=2, max_total_seconds=60),
+], ids=["default-ish", "many-small", "flat"])
+def test_pdb_blocks_after_bounded_retries(fake_api: FakeApiServer, kube: KubeClient, retry: RetrySettings) -> None:
+    e = planned(fake_api, "api-1", strategy="T-pdb", labels={"app": "api"})
+    fake_api.add(pdb_obj("api", {"app": "api"}, disruptions_allowed=0))
+    live, sleeps = executor(kube, retry)
+    (outcome,) = live.execute([e])
+    assert outcome.result == "blocked" and outcome.attempts == retry.max_attempts
+    assert PDB_MESSAGE in outcome.message and "PodDisruptionBudget" in outcome.message
+    assert len(fake_api.requests("POST")) == retry.max_attempts
+    assert len(sleeps) == retry.max_attempts - 1
+    assert sleeps == sorted(sleeps)  # exponential: each wait at least the previous one
+    assert all(retry.initial_backoff_seconds <= s <= retry.max_backoff_seconds for s in sleeps)
+    assert fake_api.get("Pod", "api-1", "default") is not None
+    assert evicted_count("blocked", strategy="T-pdb", profile="default", namespace="default", node="n1") >= 1
+
+
+def test_total_budget_stops_retries_and_clips_the_last_wait(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "api-1", labels={"app": "api"})
+    fake_api.add(pdb_obj("api", {"app": "api"}, disruptions_allowed=0))
+    retry = RetrySettings(max_attempts=100, initial_backoff_seconds=1, max_backoff_seconds=8, max_total_seconds=20)
+    live, sleeps = executor(kube, retry)
+    (outcome,) = live.execute([e])
+    assert outcome.result == "blocked" and outcome.attempts < 100
+    assert sum(sleeps) == pytest.approx(20, abs=0.05)
+    assert outcome.attempts == len(sleeps) + 1
+
+
+@pytest.mark.parametrize(("script", "expected_sleeps"), [
+    ([(429, 3), 200], [3.0]),
+    ([(429, 500), 200], [60.0]),  # never past the total budget
+    ([(429, 0), 200], [0.0]),
+])
+def test_retry_after_is_honoured(fake_api: FakeApiServer, kube: KubeClient, script: list[Any],
+                                 expected_sleeps: list[float]) -> None:
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", script)
+    live, sleeps = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.attempts) == ("evicted", 2)
+    assert sleeps == pytest.approx(expected_sleeps, abs=0.05)
+
+
+@pytest.mark.parametrize(("script", "result", "attempts"), [
+    ([500, 500, 200], "evicted", 3),
+    ([503, 429, 200], "evicted", 3),
+    ([500] * 5, "failed", 5),
+    ([403], "failed", 1),
+    ([400], "failed", 1),
+    ([422], "failed", 1),
+])
+def test_answers_to_outcomes(fake_api: FakeApiServer, kube: KubeClient, script: list[int], result: str,
+                             attempts: int) -> None:
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", script)
+    live, sleeps = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.attempts) == (result, attempts)
+    assert len(sleeps) == attempts - 1
+    assert len(fake_api.requests("POST", "/api/v1/namespaces/default/pods/p/eviction")) == attempts
+    assert (fake_api.get("Pod", "p", "default") is None) == (result == "evicted")
+
+
+def test_connection_refused_is_retried_then_failed(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "p", strategy="T-down")
+    fake_api.stop()
+    live, sleeps = executor(kube, RetrySettings(max_attempts=3, initial_backoff_seconds=0.1,
+                                                max_backoff_seconds=1, max_total_seconds=10))
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.attempts, len(sleeps)) == ("failed", 3, 2)
+    assert "Unavailable" in outcome.message and "refused" in outcome.message
+    assert evicted_count("failed", strategy="T-down", profile="default", namespace="default", node="n1") == 1
+
+
+def test_one_failure_does_not_stop_the_others(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    evictions = [planned(fake_api, "forbidden"), planned(fake_api, "gone"), planned(fake_api, "ok")]
+    fake_api.script_eviction("default/forbidden", [403])
+    fake_api.delete("Pod", "gone", "default")
+    live, _ = executor(kube)
+    outcomes = live.execute(evictions)
+    assert [(o.eviction.pod.name, o.result) for o in outcomes] == [
+        ("forbidden", "failed"), ("gone", "already-gone"), ("ok", "evicted")]
+
+
+@pytest.mark.parametrize(("failure_events", "events", "expected"), [
+    (True, True, [("EvictionFailed", "Warning"), ("EvictionFailed", "Warning"), ("RemoveDuplicates", "Normal")]),
+    (False, True, [("RemoveDuplicates", "Normal")]),
+    (True, False, []),
+])
+def test_events(fake_api: FakeApiServer, kube: KubeClient, failure_events: bool, events: bool,
+                expected: list[tuple[str, str]]) -> None:
+    evictions = [planned(fake_api, "forbidden"), planned(fake_api, "blocked", labels={"app": "x"}),
+                 planned(fake_api, "ok")]
+    fake_api.add(pdb_obj("x", {"app": "x"}, disruptions_allowed=0))
+    fake_api.script_eviction("default/forbidden", [403])
+    live = LiveExecutor(kube, RetrySettings(max_attempts=2), events=events, sleep=Sleeps())
+    live.execute(evictions, failure_events=failure_events)
+    posted = [(ev["reason"], ev["type"]) for ev in fake_api.list("Event")]
+    assert sorted(posted) == sorted(expected)
+    for ev in fake_api.list("Event"):
+        if ev["type"] == "Warning":
+            assert ev["note"].startswith("pod eviction from n1 node by kdesched failed: ")
+
+
+def test_event_failure_does_not_fail_the_eviction(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "p")
+    fake_api.script("POST", "/apis/events.k8s.io/v1/namespaces/default/events", [500])
+    live, _ = executor(kube)
+    assert live.execute([e])[0].result == "evicted"
+
+
+def test_dry_run_sends_nothing(fake_api: FakeApiServer, kube: KubeClient, caplog: pytest.LogCaptureFixture) -> None:
+    e = planned(fake_api, "p", strategy="T-dry")
+    fake_api.clear_journal()
+    recorder = RecordingExecutor()
+    with caplog.at_level(logging.INFO, logger="kdesched.evictor"):
+        outcomes = recorder.execute([e], grace_period_seconds=5, failure_events=True)
+    assert fake_api.requests() == [] and kube.stats.requests == 0
+    assert [(o.result, o.attempts) for o in outcomes] == [("dry-run", 0)] and recorder.outcomes == outcomes
+    assert caplog.records[0].getMessage() == "would evict default/p from n1 (T-dry, duplicate of rs) [dry run]"
+    assert evicted_count("dry-run", strategy="T-dry", profile="default", namespace="default", node="n1") == 1
+
+
+def test_outcome_json(fake_api: FakeApiServer) -> None:
+    e = planned(fake_api, "p", namespace="ns")
+    assert EvictionOutcome(e, "blocked", "PDB", 3).to_json() == {
+        "namespace": "ns", "pod": "p", "node": "n1", "strategy": "RemoveDuplicates", "profile": "default",
+        "reason": "duplicate of rs", "result": "blocked", "message": "PDB", "attempts": 3}
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"initial_backoff_seconds": -1}, "initial_backoff_seconds"),
+    ({"max_total_seconds": -1}, "max_total_seconds"),
+    ({"initial_backoff_seconds": 5, "max_backoff_seconds": 1}, "max_backoff_seconds"),
+])
+def test_retry_settings_validation(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RetrySettings(**kwargs)  # type: ignore[arg-type]
