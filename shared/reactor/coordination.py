@@ -1,0 +1,285 @@
+"""Coordination: coalescing bursts, per-node locks, and the Lease that serialises balance runs.
+
+Why: Knative delivers at least once, in parallel, and retries; an autoscaler adds twenty nodes in
+ten seconds; a node flaps. Without coordination that is twenty overlapping runs deciding on the
+same stale state and evicting the same workload twenty times. Three mechanisms, from the inside
+out:
+
+* :class:`Coalescer` (per process, threads): the first request of a burst opens a settle window,
+  later ones join it, then ONE run on fresh state serves all of them (each delivery gets the same
+  report, marked coalesced). Requests arriving while a run is in progress open the next window;
+  there is never more than one pending batch per key. Runs of one key never overlap (its run lock).
+* :class:`NodeLocks`: one lock per node, shared by every node-scoped function of the process, so
+  taints and affinity runs on the same node never overlap.
+* :class:`LeaseGuard` (across processes): the ``coordination.k8s.io/v1`` Lease. Balance runs take it
+  before deciding and give it up after; a run that finds it held waits ``leaseWaitSeconds`` then
+  fails with :class:`LockBusy` (HTTP 429, Knative retries later). While held it is renewed every
+  third of its duration. The Lease also carries the eviction history (an annotation written while
+  holding it), which every instance reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import Conflict
+from kdesched.kube.lease import LeaseLock, get_lease
+from kdesched.reactor.limits import HISTORY_ANNOTATION, EvictionHistory
+
+log = logging.getLogger("kdesched.reactor.coordination")
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+class LockBusy(Exception):
+    """Another run holds the lock (or the Lease): try again later (HTTP 429)."""
+
+
+class ShuttingDown(Exception):
+    """The process is stopping; the request was not run (HTTP 503, Knative retries elsewhere)."""
+
+
+@dataclass
+class _Batch(Generic[Req, Res]):
+    requests: list[Req] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Res | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Served(Generic[Res]):
+    """What a request got back: the batch's result and how many requests that run served."""
+
+    result: Res
+    coalesced: int
+
+
+class Coalescer(Generic[Req, Res]):
+    """Debounce concurrent requests into batches; run each batch once, serialised by ``run_lock``.
+
+    ``run(batch)`` is called in the thread of the request that opened the batch, after the settle
+    window and once ``run_lock`` is free. ``stop`` (a threading.Event) cuts windows short and makes
+    pending batches fail with :class:`ShuttingDown`.
+    """
+
+    def __init__(self, settle_seconds: float, run: Callable[[Sequence[Req]], Res], *,
+                 run_lock: threading.Lock | None = None, stop: threading.Event | None = None,
+                 lock_timeout: float | None = None) -> None:
+        self.settle_seconds = settle_seconds
+        self.run = run
+        self.run_lock = run_lock or threading.Lock()
+        self.stop = stop or threading.Event()
+        self.lock_timeout = lock_timeout  # None = wait for the run lock as long as it takes
+        self._lock = threading.Lock()
+        self._open: _Batch[Req, Res] | None = None
+        self.runs = 0  # for tests and metrics
+
+    def submit(self, request: Req) -> Served[Res]:
+        with self._lock:
+            batch = self._open
+            leader = batch is None
+            if batch is None:
+                batch = self._open = _Batch()
+            batch.requests.append(request)
+        if not leader:
+            batch.done.wait()
+        else:
+            self._lead(batch)
+        if batch.error is not None:
+            raise batch.error
+        assert batch.result is not None
+        return Served(batch.result, len(batch.requests))
+
+    def _lead(self, batch: _Batch[Req, Res]) -> None:
+        try:
+            if self.settle_seconds > 0:
+                self.stop.wait(self.settle_seconds)
+            acquired = self._acquire()
+            # the batch stays open (joinable) until its run starts
+            with self._lock:
+                if self._open is batch:
+                    self._open = None
+            if self.stop.is_set():
+                if acquired:
+                    self.run_lock.release()
+                raise ShuttingDown("shutting down: run not started")
+            if not acquired:
+                raise LockBusy(f"another run is in progress (waited {self.lock_timeout:g}s)")
+            try:
+                self.runs += 1
+                batch.result = self.run(list(batch.requests))
+            finally:
+                self.run_lock.release()
+        except BaseException as exc:  # every joined request must learn what happened
+            batch.error = exc
+        finally:
+            with self._lock:
+                if self._open is batch:
+                    self._open = None
+            batch.done.set()
+
+    def _acquire(self) -> bool:
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        while True:
+            if self.run_lock.acquire(timeout=0.05):
+                return True
+            if self.stop.is_set():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+
+class KeyedCoalescers(Generic[Req, Res]):
+    """One :class:`Coalescer` per key (e.g. per node), created on first use."""
+
+    def __init__(self, factory: Callable[[str], Coalescer[Req, Res]]) -> None:
+        self.factory = factory
+        self._lock = threading.Lock()
+        self._by_key: dict[str, Coalescer[Req, Res]] = {}
+
+    def get(self, key: str) -> Coalescer[Req, Res]:
+        with self._lock:
+            c = self._by_key.get(key)
+            if c is None:
+                c = self._by_key[key] = self.factory(key)
+            return c
+
+
+class NodeLocks:
+    """One lock per node name, shared by all node-scoped work of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def get(self, node: str) -> threading.Lock:
+        with self._lock:
+            lock = self._locks.get(node)
+            if lock is None:
+                lock = self._locks[node] = threading.Lock()
+            return lock
+
+
+def default_identity() -> str:
+    """Holder identity: the pod name (or host name) plus a random suffix, unique per process."""
+    base = os.environ.get("POD_NAME") or socket.gethostname() or "kdesched"
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+class HistoryLeaseLock(LeaseLock):
+    """A LeaseLock whose writes keep the Lease's annotations (the eviction history lives there).
+
+    ``LeaseLock`` replaces the Lease with only name, namespace and resourceVersion in its metadata,
+    which on a real API server drops annotations; this subclass carries them over."""
+
+    def _write(self, lease: dict[str, Any], spec: dict[str, Any]) -> bool:
+        meta = lease.get("metadata") or {}
+        body: dict[str, Any] = {"metadata": {"name": self.name, "namespace": self.namespace,
+                                             "resourceVersion": meta.get("resourceVersion")}, "spec": spec}
+        if meta.get("annotations"):
+            body["metadata"]["annotations"] = dict(meta["annotations"])
+        if meta.get("labels"):
+            body["metadata"]["labels"] = dict(meta["labels"])
+        try:
+            self.client.replace_raw("Lease", body)
+        except Conflict:
+            log.debug("%r: lost the race (resourceVersion changed)", self)
+            return False
+        return True
+
+
+def read_history(client: KubeClient, namespace: str, name: str) -> EvictionHistory:
+    """The eviction history as the Lease holds it (empty if there is no Lease yet)."""
+    lease = get_lease(client, namespace, name)
+    annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+    return EvictionHistory.from_annotation(annotations.get(HISTORY_ANNOTATION))
+
+
+class LeaseGuard:
+    """Hold the Lease for the duration of a ``with`` block (after waiting up to ``wait_seconds``).
+
+    On entry: acquire (else :class:`LockBusy`), read the history annotation into ``history`` and
+    start renewing. ``save_history()`` writes the annotation while held. On exit: stop renewing and
+    release. A lost Lease (renew failed) sets ``lost``; the runner checks it before evicting.
+    """
+
+    def __init__(self, client: KubeClient, namespace: str, name: str, identity: str, *, duration_seconds: int,
+                 wait_seconds: float, stop: threading.Event | None = None, poll_seconds: float = 0.2) -> None:
+        self.client = client
+        self.lock = HistoryLeaseLock(client, namespace, name, identity, duration_seconds)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.wait_seconds = wait_seconds
+        self.poll_seconds = poll_seconds
+        self.stop = stop or threading.Event()
+        self.history = EvictionHistory()
+        self.lost = False
+        self._renewer: threading.Thread | None = None
+        self._done = threading.Event()
+
+    def __enter__(self) -> "LeaseGuard":
+        deadline = time.monotonic() + self.wait_seconds
+        while not self.lock.try_acquire():
+            if self.stop.is_set():
+                raise ShuttingDown("shutting down: Lease not taken")
+            if time.monotonic() >= deadline:
+                raise LockBusy(f"Lease {self.namespace}/{self.name} is held by another run "
+                               f"({self.lock.holder() or 'unknown holder'}); waited {self.wait_seconds:g}s")
+            self.stop.wait(self.poll_seconds)
+        try:
+            self.history = read_history(self.client, self.namespace, self.name)
+        except Exception:
+            self.lock.release()
+            raise
+        self._renewer = threading.Thread(target=self._renew_loop, name=f"lease-renew-{self.name}", daemon=True)
+        self._renewer.start()
+        return self
+
+    def _renew_loop(self) -> None:
+        interval = max(1.0, self.lock.lease_duration_seconds / 3)
+        while not self._done.wait(interval):
+            try:
+                if not self.lock.renew():
+                    self.lost = True
+                    log.error("Lease %s/%s lost while running", self.namespace, self.name)
+                    return
+            except Exception as exc:  # keep trying until the lease would expire
+                log.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, exc)
+
+    def save_history(self, history: EvictionHistory) -> bool:
+        """Write ``history`` into the Lease annotation (only while we hold it). Retries a lost race
+        with our own renewer a few times."""
+        for _ in range(3):
+            lease = get_lease(self.client, self.namespace, self.name)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                self.lost = True
+                return False
+            meta = dict(lease.get("metadata") or {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), HISTORY_ANNOTATION: history.to_annotation()}
+            try:
+                self.client.replace_raw("Lease", {**lease, "metadata": meta})
+                return True
+            except Conflict:
+                continue
+        return False
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        try:
+            self.lock.release()
+        except Exception as err:  # it expires by itself
+            log.warning("releasing Lease %s/%s failed (it will expire): %s", self.namespace, self.name, err)

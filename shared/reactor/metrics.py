@@ -1,0 +1,39 @@
+"""Reactor metrics, registered in the evictor's registry so ``/metrics`` serves one registry.
+
+Why: an operator tuning ``settleSeconds`` or the rate limits needs to see how many events came
+in, how many runs they became, how often the Lease was busy and why evictions were refused.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+from kdesched.evictor.metrics import REGISTRY
+
+EVENTS = Counter("kdesched_reactor_events_total", "CloudEvents received by a function, by function, type and status.",
+                 ["function", "type", "status"], registry=REGISTRY)
+EMITTED = Counter("kdesched_reactor_emitted_total", "Semantic node events emitted by the classifier, by type.",
+                  ["type"], registry=REGISTRY)
+COALESCED = Counter("kdesched_reactor_coalesced_requests_total",
+                    "Requests served by a run started for another request of the same burst.", ["kind"],
+                    registry=REGISTRY)
+REACTOR_RUNS = Counter("kdesched_reactor_runs_total", "Runs started by the reactor, by kind.", ["kind"],
+                       registry=REGISTRY)
+LOCK_BUSY = Counter("kdesched_reactor_lock_busy_total", "Requests answered 429 because another run held the lock.",
+                    ["kind"], registry=REGISTRY)
+REFUSALS = Counter("kdesched_reactor_gate_refusals_total", "Evictions refused by cool-downs or rate limits.",
+                   ["reason"], registry=REGISTRY)
+CLASSIFIER_NODES = Gauge("kdesched_classifier_nodes", "Nodes in the classifier's digest cache.", registry=REGISTRY)
+LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance holds the leader Lease.",
+               registry=REGISTRY)
+
+
+def refusal_kind(reason: str) -> str:
+    """A low-cardinality label for a refusal reason."""
+    if reason.startswith("cool-down: workload"):
+        return "cooldown-workload"
+    if reason.startswith("cool-down: node"):
+        return "cooldown-node"
+    if reason.startswith("rate limit"):
+        return "rate-limit"
+    return "other"

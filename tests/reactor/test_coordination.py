@@ -1,0 +1,240 @@
+"""Coalescing, locks, Lease guard, token buckets and the eviction history, without strategies."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from kdesched.evictor.execute import EvictionOutcome
+from kdesched.kube.client import KubeClient
+from kdesched.kube.lease import LeaseLock
+from kdesched.reactor.coordination import Coalescer, LeaseGuard, LockBusy, NodeLocks, ShuttingDown, read_history
+from kdesched.reactor.limits import (
+    HISTORY_ANNOTATION,
+    EvictionHistory,
+    RateLimiter,
+    TokenBucket,
+    make_gate,
+    owner_uid,
+)
+from kdesched.reactor.settings import BucketSettings, RateLimitSettings
+from kdesched.strategies.framework import PlannedEviction
+from tests.builders import pod
+from tests.fakeapi import FakeApiServer
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# --- token buckets -------------------------------------------------------------------------------
+
+
+def test_token_bucket_refills_at_rate_up_to_burst() -> None:
+    clock = FakeClock()
+    b = TokenBucket(rate=0.5, burst=2, clock=clock)
+    assert b.take() and b.take() and not b.take()
+    assert b.seconds_until() == pytest.approx(2.0)
+    clock.t += 2
+    assert b.take() and not b.take()
+    clock.t += 100
+    assert b.tokens() == 2  # never more than burst
+
+
+@pytest.mark.parametrize("rate,burst", [(0, 1), (-1, 1), (1, 0)])
+def test_token_bucket_rejects_bad_settings(rate: float, burst: int) -> None:
+    with pytest.raises(ValueError):
+        TokenBucket(rate, burst)
+
+
+def test_rate_limiter_checks_all_buckets_before_taking() -> None:
+    clock = FakeClock()
+    rl = RateLimiter(RateLimitSettings(BucketSettings(60, 10), BucketSettings(60, 2), None), clock)
+    assert rl.admit("n1", "a") is None and rl.admit("n1", "b") is None
+    why = rl.admit("n1", "c")
+    assert why is not None and "per-node" in why and "n1" in why
+    # the refused attempt took nothing from the global bucket: 8 left for other nodes
+    assert all(rl.admit(f"m{i}", "a") is None for i in range(8))
+    assert "global" in (rl.admit("x", "a") or "")
+    clock.t += 1  # one token per second globally
+    assert rl.admit("y", "a") is None
+
+
+def test_rate_limiter_peek_does_not_consume() -> None:
+    rl = RateLimiter(RateLimitSettings(BucketSettings(60, 1), None, None), FakeClock())
+    assert rl.admit("n", "ns", consume=False) is None
+    assert rl.admit("n", "ns", consume=False) is None
+    assert rl.admit("n", "ns") is None
+    assert rl.admit("n", "ns") is not None
+
+
+# --- history -------------------------------------------------------------------------------------
+
+
+def _outcome(p: Any, result: str = "evicted") -> EvictionOutcome:
+    return EvictionOutcome(PlannedEviction(p, p.node_name, "S", "prof", "why"), result, "", 1)
+
+
+def test_history_cooldowns_record_prune_and_round_trip() -> None:
+    p1 = pod("a-1", "n1", owner_name="web")
+    p2 = pod("a-2", "n2", owner_name="web")
+    p3 = pod("b-1", "n1", owner_name="db")
+    h = EvictionHistory()
+    assert h.record([_outcome(p1), _outcome(p3, "blocked")], now=100) == 1
+    assert "workload" in (h.refusal(p2, 200, 300, 0) or "")
+    assert "node n1" in (h.refusal(p3, 200, 0, 300) or "")
+    assert h.refusal(p2, 401, 300, 300) is None
+    again = EvictionHistory.from_annotation(h.to_annotation())
+    assert again.owners == {owner_uid(p1): 100} and again.nodes == {"n1": 100}
+    h.prune(now=500, keep_seconds=300, max_entries=10)
+    assert not h
+
+
+@pytest.mark.parametrize("text", [None, "", "not json", '{"v": 99}', '[1]', '{"v":1,"o":{"x":"bad"},"n":[]}'])
+def test_garbled_history_is_empty(text: str | None) -> None:
+    assert not EvictionHistory.from_annotation(text)
+
+
+def test_history_bounded() -> None:
+    h = EvictionHistory({f"o{i}": float(i) for i in range(50)}, {})
+    h.prune(now=60, keep_seconds=1000, max_entries=10)
+    assert sorted(h.owners) == sorted(f"o{i}" for i in range(40, 50))
+
+
+def test_gate_refuses_with_reasons() -> None:
+    p = pod("a-1", "n1", owner_name="web")
+    h = EvictionHistory({owner_uid(p): 990}, {})
+    gate, refusals = make_gate(h, None, now=1000, workload_seconds=300, node_seconds=0, consume=True)
+    assert "cool-down" in (gate(p) or "") and len(refusals) == 1
+    gate, _ = make_gate(EvictionHistory(), RateLimiter(RateLimitSettings(BucketSettings(1, 1), None, None)),
+                        now=1000, workload_seconds=300, node_seconds=0, consume=True)
+    assert gate(p) is None and "rate limit" in (gate(p) or "")
+
+
+# --- coalescer -----------------------------------------------------------------------------------
+
+
+def test_parallel_burst_becomes_one_or_two_runs_without_overlap() -> None:
+    active, overlaps, batches = [0], [0], []
+    guard = threading.Lock()
+
+    def run(reqs: list[int]) -> list[int]:
+        with guard:
+            active[0] += 1
+            overlaps[0] = max(overlaps[0], active[0])
+        batches.append(list(reqs))
+        with guard:
+            active[0] -= 1
+        return list(reqs)
+
+    c: Coalescer[int, list[int]] = Coalescer(0.05, run)
+    barrier = threading.Barrier(20)
+    results: dict[int, Any] = {}
+
+    def deliver(i: int) -> None:
+        barrier.wait()
+        results[i] = c.submit(i)
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 1 <= c.runs <= 2 and overlaps[0] == 1
+    assert sorted(i for b in batches for i in b) == list(range(20))
+    for i, served in results.items():
+        assert i in served.result and served.coalesced == len(served.result)
+
+
+def test_events_during_a_run_form_exactly_one_pending_batch() -> None:
+    started, release = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+
+    def run(reqs: list[str]) -> int:
+        batches.append(list(reqs))
+        if len(batches) == 1:
+            started.set()
+            release.wait(5)
+        return len(batches)
+
+    c: Coalescer[str, int] = Coalescer(0.01, run)
+    first = threading.Thread(target=c.submit, args=("a",))
+    first.start()
+    assert started.wait(5)
+    later = [threading.Thread(target=c.submit, args=(x,)) for x in "bcde"]
+    for t in later:
+        t.start()
+    # all four are queued in the one pending batch behind the running one; wait until they joined
+    for _ in range(500):
+        with c._lock:
+            if c._open is not None and len(c._open.requests) == 4:
+                break
+        threading.Event().wait(0.005)
+    release.set()
+    for t in [first, *later]:
+        t.join()
+    assert len(batches) == 2 and batches[0] == ["a"] and sorted(batches[1]) == list("bcde")
+    assert c.runs == 2
+
+
+def test_run_error_reaches_every_joined_request_and_stop_aborts() -> None:
+    def boom(reqs: list[int]) -> int:
+        raise LockBusy("held")
+
+    c: Coalescer[int, int] = Coalescer(0, boom)
+    with pytest.raises(LockBusy):
+        c.submit(1)
+    stop = threading.Event()
+    stop.set()
+    c2: Coalescer[int, int] = Coalescer(10, lambda r: 1, stop=stop)
+    with pytest.raises(ShuttingDown):
+        c2.submit(1)
+
+
+def test_lock_timeout_gives_lock_busy() -> None:
+    lock = threading.Lock()
+    lock.acquire()
+    c: Coalescer[int, int] = Coalescer(0, lambda r: 1, run_lock=lock, lock_timeout=0.05)
+    with pytest.raises(LockBusy):
+        c.submit(1)
+
+
+def test_node_locks_are_per_node() -> None:
+    locks = NodeLocks()
+    assert locks.get("a") is locks.get("a") and locks.get("a") is not locks.get("b")
+
+
+# --- Lease ---------------------------------------------------------------------------------------
+
+
+def test_lease_held_by_another_holder_is_busy(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    other = LeaseLock(kube, "kdesched", "kdesched", "someone-else", 60)
+    assert other.try_acquire()
+    with pytest.raises(LockBusy) as err:
+        with LeaseGuard(kube, "kdesched", "kdesched", "me", duration_seconds=60, wait_seconds=0.05, poll_seconds=0.01):
+            pass
+    assert "someone-else" in str(err.value)
+
+
+def test_lease_guard_saves_history_and_keeps_it_across_renew_and_release(fake_api: FakeApiServer,
+                                                                         kube: KubeClient) -> None:
+    p = pod("a-1", "n1", owner_name="web")
+    h = EvictionHistory()
+    h.record([_outcome(p)], now=100)
+    with LeaseGuard(kube, "ops", "kd", "me", duration_seconds=60, wait_seconds=0) as guard:
+        assert not guard.history
+        assert guard.save_history(h)
+        assert guard.lock.renew()
+    lease = fake_api.get("Lease", "kd", "ops")
+    assert lease is not None and HISTORY_ANNOTATION in lease["metadata"]["annotations"]
+    assert not lease["spec"].get("holderIdentity")  # released
+    assert read_history(kube, "ops", "kd").owners == {owner_uid(p): 100}
+    # the next holder sees it
+    with LeaseGuard(kube, "ops", "kd", "other", duration_seconds=60, wait_seconds=0) as guard:
+        assert guard.history.owners == {owner_uid(p): 100}
