@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.records import Node
@@ -20,6 +19,7 @@ from kdesched.policy.types import (
 from kdesched.strategies import low_node_utilization
 from kdesched.strategies.framework import ClusterState, Handle, PlannedEviction
 from kdesched.strategies.remove_duplicates import SPEC, TargetNodes, pod_shape
+
 from tests.builders import NOW, node_obj, pdb_obj, pod, pod_obj, snapshot
 from tests.harness import run_strategy
 
