@@ -381,9 +381,10 @@ def _choices(choices: Sequence[str]) -> str:
 def check_int(value: Any, minimum: int | None, maximum: int | None, report: Callable[[str], None], *,
               max_message: str = "", default: int | None = None) -> int | None:
     """Validate an integer against a range, calling ``report`` with a message naming the range."""
-    if minimum == 0 and maximum in (None, UINT_MAX):
+    unbounded = maximum is None or maximum >= 2**53
+    if minimum == 0 and unbounded:
         want = "a non-negative integer"
-    elif minimum is not None and maximum in (None, UINT_MAX):
+    elif minimum is not None and unbounded:
         want = f"an integer >= {minimum}"
     elif minimum is not None and maximum is not None and (minimum, maximum) != (INT32_MIN, INT32_MAX):
         want = f"an integer between {minimum} and {maximum}"
