@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from kdesched.kube.client import KubeClient
+
 from tests.fakeapi import FakeApiServer
 
 

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -104,7 +104,7 @@ class FakeApiServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "FakeApiServer":
+    def start(self) -> FakeApiServer:
         server = self
 
         class Handler(_Handler):
@@ -133,7 +133,7 @@ class FakeApiServer:
                     pass
         self._httpd = None
 
-    def __enter__(self) -> "FakeApiServer":
+    def __enter__(self) -> FakeApiServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -212,7 +212,7 @@ class FakeApiServer:
             meta["name"] = f"{meta['generateName']}{next(self._uids):05d}"
         old = self.objects[kind].get(key_of(obj))
         meta.setdefault("uid", old["metadata"]["uid"] if old else f"fake-uid-{next(self._uids)}")
-        meta.setdefault("creationTimestamp", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         self.rv += 1
         meta["resourceVersion"] = str(self.rv)
         self.objects[kind][key_of(obj)] = obj
@@ -293,13 +293,13 @@ class FakeApiServer:
         for term in filter(None, (query.get("fieldSelector") or "").split(",")):
             for op in ("!=", "==", "="):
                 if op in term:
-                    field, value = term.split(op, 1)
+                    name, value = term.split(op, 1)
                     break
             else:
                 raise Reply(400, f"invalid field selector: {term!r}")
-            if field.strip() not in FIELDS:
-                raise Reply(400, f'field label not supported: {field.strip()}')
-            fields.append((field.strip(), "!=" if op == "!=" else "=", value.strip()))
+            if name.strip() not in FIELDS:
+                raise Reply(400, f"field label not supported: {name.strip()}")
+            fields.append((name.strip(), "!=" if op == "!=" else "=", value.strip()))
         return labels, fields
 
     @staticmethod
@@ -310,8 +310,8 @@ class FakeApiServer:
             return False
         if labels is not None and not labels.matches(meta.get("labels") or {}):
             return False
-        for field, op, value in fields:
-            section, attr = FIELDS[field]
+        for name, op, value in fields:
+            section, attr = FIELDS[name]
             have = str((obj.get(section) or {}).get(attr) or "")
             if (have == value) != (op == "="):
                 return False
@@ -415,7 +415,7 @@ class FakeApiServer:
         return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # -- watch -----------------------------------------------------------------------------------
-    def watch(self, handler: "_Handler", path: str, query: dict[str, str]) -> None:
+    def watch(self, handler: _Handler, path: str, query: dict[str, str]) -> None:
         kind, namespace, _, _, _ = self.route("GET", path)
         labels, fields = self._selectors(query)
         bookmarks = query.get("allowWatchBookmarks") == "true"

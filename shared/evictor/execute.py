@@ -17,14 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-from tenacity.stop import stop_base
-from tenacity.wait import wait_base
-
 from kdesched.evictor.metrics import record_eviction
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
 from kdesched.strategies.framework import PlannedEviction
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 log = logging.getLogger("kdesched.evictor")
 
@@ -129,9 +128,9 @@ class _WaitHonouringRetryAfter(wait_base):
         if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
             wait = exc.retry_after
         else:
-            wait = self.backoff(retry_state)
+            wait = float(self.backoff(retry_state))
         remaining = self.settings.max_total_seconds - _budget_used(retry_state)
-        return max(0.0, min(wait, remaining))
+        return float(max(0.0, min(wait, remaining)))
 
 
 class LiveExecutor:

@@ -19,14 +19,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from kdesched.kube.config import host_configuration, load_configuration
 from kdesched.kube.errors import (
     ApiError,
@@ -39,6 +36,8 @@ from kdesched.kube.errors import (
     trim,
     unavailable_from,
 )
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("kdesched.kube")
 
@@ -110,7 +109,7 @@ class RequestStats:
 
 def micro_time(when: datetime | None = None) -> str:
     """A ``metav1.MicroTime``: RFC 3339 in UTC with microseconds (``2026-01-02T03:04:05.000006Z``)."""
-    when = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    when = (when or datetime.now(UTC)).astimezone(UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -128,12 +127,12 @@ class KubeClient:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubeClient":
+    def from_config(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """Explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config (ConfigError if none)."""
         return cls(ApiClient(configuration=load_configuration(kubeconfig, context)))
 
     @classmethod
-    def for_host(cls, url: str, *, request_timeout: float | None = 10.0) -> "KubeClient":
+    def for_host(cls, url: str, *, request_timeout: float | None = 10.0) -> KubeClient:
         """Plain HTTP, no auth (tests against the in-repo fake API server)."""
         return cls(ApiClient(configuration=host_configuration(url)), request_timeout=request_timeout,
                    reporting_instance="kdesched-test")
@@ -145,7 +144,7 @@ class KubeClient:
     def close(self) -> None:
         self.api_client.close()
 
-    def __enter__(self) -> "KubeClient":
+    def __enter__(self) -> KubeClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -303,7 +302,7 @@ class KubeClient:
                      api_version: str = "v1", now: datetime | None = None) -> bool:
         """Post an events.k8s.io/v1 Event regarding an object. Never raises: an event that cannot be
         posted is logged (an event must not fail an eviction). True if it was posted."""
-        when = now or datetime.now(timezone.utc)
+        when = now or datetime.now(UTC)
         regarding: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name}
         if uid:
             regarding["uid"] = uid

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from kdesched.kube.client import KubeClient, micro_time
 from kdesched.kube.errors import Conflict
@@ -23,27 +23,28 @@ Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def get_lease(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The Lease, or None if it does not exist."""
-    return client.get_raw("Lease", name, namespace)
+    return cast("dict[str, Any] | None", client.get_raw("Lease", name, namespace))
 
 
 def create_lease(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Create the Lease; :class:`Conflict` if it already exists."""
-    return client.create_raw("Lease", {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    return cast("dict[str, Any]", client.create_raw("Lease", {"metadata": {"name": name, "namespace": namespace},
+                                                               "spec": spec}))
 
 
 def update_lease(client: KubeClient, lease: dict[str, Any]) -> dict[str, Any]:
     """Replace the Lease as read (its ``metadata.resourceVersion``); :class:`Conflict` if it changed."""
-    return client.replace_raw("Lease", lease)
+    return cast("dict[str, Any]", client.replace_raw("Lease", lease))
 
 
 def _time(spec: dict[str, Any], key: str) -> datetime | None:
     try:
-        return parse_time(spec.get(key), f"spec.{key}")
+        return cast("datetime | None", parse_time(spec.get(key), f"spec.{key}"))
     except ValueError:  # a garbled time is treated as absent: the lease counts as expired
         return None
 

@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.execute import (
     EvictionOutcome,
     LiveExecutor,
@@ -24,6 +23,7 @@ from kdesched.evictor.metrics import evicted_count
 from kdesched.kube.client import KubeClient
 from kdesched.model.records import Pod
 from kdesched.strategies.framework import PlannedEviction
+
 from tests.builders import pdb_obj, pod_obj
 from tests.fakeapi import PDB_MESSAGE, FakeApiServer
 
@@ -234,3 +234,23 @@ def test_outcome_json(fake_api: FakeApiServer) -> None:
 def test_retry_settings_validation(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RetrySettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_run_and_strategy_metrics() -> None:
+    from kdesched.evictor.metrics import REGISTRY, observe_run, time_strategy
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    runs = sample("kdesched_runs_total", {"trigger": "T-node.added", "outcome": "success"})
+    observe_run("T-node.added", "success", 0.3)
+    assert sample("kdesched_runs_total", {"trigger": "T-node.added", "outcome": "success"}) == runs + 1
+    assert sample("kdesched_run_duration_seconds_count", {"trigger": "T-node.added"}) == 1
+    assert sample("kdesched_run_duration_seconds_bucket", {"trigger": "T-node.added", "le": "0.5"}) == 1
+    assert sample("kdesched_run_duration_seconds_bucket", {"trigger": "T-node.added", "le": "0.25"}) == 0
+    with time_strategy("T-LowNodeUtilization", "default"):
+        pass
+    assert sample("kdesched_strategy_duration_seconds_count",
+                  {"strategy": "T-LowNodeUtilization", "profile": "default"}) == 1
+    from importlib.metadata import version
+    assert REGISTRY.get_sample_value("kdesched_build_info", {"version": version("kdesched")}) == 1

@@ -9,9 +9,9 @@ raise), create/replace with resourceVersion conflicts, request accounting, conne
 from __future__ import annotations
 
 import pytest
-
 from kdesched.kube.client import KubeClient, RequestStats
 from kdesched.kube.errors import Conflict, Forbidden, NotFound, ServerError, TooManyRequests, Unavailable
+
 from tests.builders import node_obj, pdb_obj, pod_obj
 from tests.fakeapi import PDB_MESSAGE, FakeApiServer
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ConfigError, Unavailable
+
 from tests.builders import node_obj
 from tests.fakeapi import FakeApiServer
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client.exceptions import ApiException
-
 from kdesched.kube.errors import (
     MAX_MESSAGE_CHARS,
     ApiError,
@@ -24,6 +22,7 @@ from kdesched.kube.errors import (
     error_from_api_exception,
     error_from_response,
 )
+from kubernetes.client.exceptions import ApiException
 
 
 def status(code: int, message: str, **extra: object) -> bytes:

@@ -7,15 +7,15 @@ on replace), and the Lease's fields.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock, get_lease
+
 from tests.fakeapi import FakeApiServer
 
-T0 = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
 
 
 class Clock:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Forbidden
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.errors import ModelError
+
 from tests.builders import node_obj, pdb_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 

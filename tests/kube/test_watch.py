@@ -8,9 +8,9 @@ bookmarks (on request and at the server's timeout), 410 as an ERROR event and as
 from __future__ import annotations
 
 import pytest
-
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
+
 from tests.builders import node_obj
 from tests.fakeapi import FakeApiServer
 
