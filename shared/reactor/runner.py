@@ -1,0 +1,419 @@
+"""The reactor's runs: what each kind of event does, coordinated, on fresh state.
+
+Why: the Knative functions and ``kdesched serve`` must behave identically, so the whole "event ->
+coordinated run -> report" path lives here and both call it (functions over HTTP, serve
+in-process). Rules (docs/reactor.md):
+
+* Balance runs (``node.added``/``node.ready``, ``run.requested``, the sweep, and any node-scoped
+  run that includes a Balance strategy such as TopologySpread) hold the process's balance lock and
+  the Lease while deciding and evicting; bursts of node events are coalesced into one run.
+* Node-scoped Deschedule runs (``taints.changed``, ``labels.changed``) hold only a per-node lock:
+  they read that node's pods again and evict only pods that violate a rule on that node, so a
+  second instance repeating the run finds the same pods already terminating (filtered) or gone
+  (404 = already-gone) and evicts nothing more. They read the cool-down history from the Lease.
+* Every eviction passes the gate: cool-downs (history) then token buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kdesched.engine import RunReport, execute_plan, plan_run
+from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
+from kdesched.evictor.metrics import observe_run
+from kdesched.kube.client import KubeClient
+from kdesched.kube.snapshot import load_live_snapshot
+from kdesched.model.snapshot import Snapshot
+from kdesched.policy.plugins import PLUGINS
+from kdesched.policy.types import Policy
+from kdesched.reactor import metrics as m
+from kdesched.reactor.classifier import digest_of
+from kdesched.reactor.coordination import (
+    Coalescer,
+    KeyedCoalescers,
+    LeaseGuard,
+    LockBusy,
+    NodeLocks,
+    ShuttingDown,
+    default_identity,
+    read_history,
+)
+from kdesched.reactor.events import (
+    LABELS_CHANGED,
+    NODE_ADDED,
+    NODE_READY,
+    PING,
+    RUN_REQUESTED,
+    RUNNABLE_POINTS,
+    TAINTS_CHANGED,
+    EventScopeError,
+    event_policy,
+    extension_point,
+    kinds_needed,
+    needs_all_pods,
+    scope_for_event,
+    validate_node_name,
+)
+from kdesched.reactor.limits import EvictionHistory, RateLimiter, make_gate
+from kdesched.reactor.settings import ReactorSettings
+
+log = logging.getLogger("kdesched.reactor")
+
+SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
+MAX_TRIGGERS_LISTED = 20
+
+
+class RequestError(ValueError):
+    """The event can never succeed as sent (HTTP 400): names the bad ``field``."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """The event that asked for a run."""
+
+    type: str
+    id: str
+    source: str = ""
+    node: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"type": self.type, "id": self.id, "node": self.node, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeReq:
+    trigger: Trigger
+    changed_labels: frozenset[str] | None  # None = unknown
+
+
+def default_loader(client: KubeClient, pod_nodes: Collection[str] | None, include: Sequence[str]) -> Snapshot:
+    return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
+
+
+def parse_run_request(data: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None, bool | None]:
+    """``run.requested`` data -> (strategies or None for the whole policy, nodes or None, dryRun or None)."""
+    if data is None:
+        return None, None, None
+    if not isinstance(data, Mapping):
+        raise RequestError("data: must be a JSON object", "data")
+    known = ("strategies", "nodes", "dryRun")
+    for key in data:
+        if key not in known:
+            raise RequestError(f"data.{key}: unknown field (known: {', '.join(known)})", f"data.{key}")
+    strategies = data.get("strategies")
+    if strategies is not None:
+        if not isinstance(strategies, list) or not all(isinstance(s, str) for s in strategies):
+            raise RequestError("data.strategies: must be a list of strategy names", "data.strategies")
+        runnable = [n for n, i in PLUGINS.items() if i.extension_points & set(RUNNABLE_POINTS)]
+        for s in strategies:
+            if s not in runnable:
+                raise RequestError(f"data.strategies: unknown strategy {s!r} (known: {', '.join(runnable)})",
+                                   "data.strategies")
+        strategies = tuple(dict.fromkeys(strategies)) or None
+    nodes = data.get("nodes")
+    if nodes is not None:
+        if not isinstance(nodes, list):
+            raise RequestError("data.nodes: must be a list of node names", "data.nodes")
+        for n in nodes:
+            try:
+                validate_node_name(n)
+            except EventScopeError as exc:
+                raise RequestError(f"data.nodes: {exc}", "data.nodes") from None
+        nodes = tuple(dict.fromkeys(nodes)) or None
+    dry_run = data.get("dryRun")
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise RequestError(f"data.dryRun: must be true or false, got {dry_run!r}", "data.dryRun")
+    return strategies, nodes, dry_run
+
+
+def parse_node_event(data: Any) -> tuple[str, frozenset[str] | None]:
+    """A node event's data -> (node, changed label keys or None when unknown)."""
+    if not isinstance(data, Mapping):
+        raise RequestError("data: must be a JSON object with a node field", "data")
+    node = data.get("node")
+    try:
+        validate_node_name(node)
+    except EventScopeError as exc:
+        raise RequestError(f"data.{exc}", "data.node") from None
+    for key in ("before", "after"):
+        if key in data and not isinstance(data[key], Mapping):
+            raise RequestError(f"data.{key}: must be an object", f"data.{key}")
+    before, after = data.get("before") or {}, data.get("after") or {}
+    changed = frozenset(before) | frozenset(after)
+    return str(node), (changed or None)
+
+
+def empty_report(dry_run: bool, note: str) -> dict[str, Any]:
+    return {"dryRun": dry_run, "evictions": [], "blocked": [], "durationSeconds": 0.0, "notes": [note],
+            "errors": [], "summary": {}}
+
+
+class Reactor:
+    """Runs for every event kind, with coalescing, locks, the Lease, cool-downs and rate limits."""
+
+    def __init__(self, policy: Policy, settings: ReactorSettings, client: KubeClient, *,
+                 executor_factory: Callable[[bool], Executor] | None = None, loader: SnapshotLoader = default_loader,
+                 identity: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 mono_clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.client = client
+        self.executor_factory = executor_factory or self._default_executor
+        self.loader = loader
+        self.identity = identity or default_identity()
+        self.wall_clock = wall_clock
+        self.stop = stop or threading.Event()
+        self.limiter = RateLimiter(settings.rate_limits, mono_clock)
+        self.balance_lock = threading.Lock()
+        self.node_locks = NodeLocks()
+        self._history_lock = threading.Lock()
+        self._unsaved = EvictionHistory()  # evictions of lock-free runs, not yet written to the Lease
+        self.balance_events: Coalescer[Trigger, dict[str, Any]] = Coalescer(
+            settings.settle_seconds, self._balance_batch, run_lock=self.balance_lock, stop=self.stop)
+        self.node_events: KeyedCoalescers[_NodeReq, dict[str, Any]] = KeyedCoalescers(self._node_coalescer)
+        self.active_runs = 0
+        self.max_active_runs = 0  # for tests: never more than one balance run at a time
+        self._active_lock = threading.Lock()
+
+    # -- public entry points ----------------------------------------------------------------------
+    def node_event(self, trigger: Trigger, data: Any) -> dict[str, Any]:
+        """A semantic node event (rebalance, taints, affinity functions)."""
+        node, changed = parse_node_event(data)
+        trigger = Trigger(trigger.type, trigger.id, trigger.source, node)
+        if trigger.type in (NODE_ADDED, NODE_READY):
+            if trigger.type == NODE_ADDED:
+                waiting = self._not_schedulable(node)
+                if waiting:
+                    return self._reply(trigger, empty_report(self._dry(), waiting), (), 1, [trigger])
+            served = self.balance_events.submit(trigger)
+            m.COALESCED.labels("rebalance").inc(0 if served.coalesced <= 1 else 1)
+            return self._reply_from(trigger, served.result, served.coalesced)
+        if trigger.type in (TAINTS_CHANGED, LABELS_CHANGED):
+            kind = "taints" if trigger.type == TAINTS_CHANGED else "affinity"
+            served = self.node_events.get(f"{kind}/{node}").submit(_NodeReq(trigger, changed))
+            return self._reply_from(trigger, served.result, served.coalesced)
+        raise RequestError(f"type: {trigger.type!r} is not a node event", "type")
+
+    def run_requested(self, trigger: Trigger, data: Any) -> dict[str, Any]:
+        """``run.requested`` (manual) or the PingSource sweep (whole policy)."""
+        if trigger.type == PING:
+            strategies, nodes, dry = None, None, None
+        elif trigger.type == RUN_REQUESTED:
+            strategies, nodes, dry = parse_run_request(data)
+        else:
+            raise RequestError(f"type: {trigger.type!r} is not a run request", "type")
+        try:
+            policy = event_policy(self.policy, strategies) if strategies else self.policy
+        except EventScopeError as exc:
+            raise RequestError(str(exc), "data.strategies") from None
+        dry_run = self._dry() or bool(dry)
+        if not self.balance_lock.acquire(timeout=max(self.settings.lease_wait_seconds, 0.001)):
+            m.LOCK_BUSY.labels("manual").inc()
+            raise LockBusy("another balance run is in progress in this instance")
+        try:
+            label = "sweep" if trigger.type == PING else "manual"
+            base = self._leased_run(policy, strategies, nodes, dry_run, label, [trigger])
+        finally:
+            self.balance_lock.release()
+        return self._reply_from(trigger, base, 1)
+
+    # -- batches ------------------------------------------------------------------------------------
+    def _balance_batch(self, triggers: Sequence[Trigger]) -> dict[str, Any]:
+        names: dict[str, None] = {}
+        for t in triggers:
+            for n in self.settings.events.get(t.type, ()):
+                names[n] = None
+        strategies = tuple(names)
+        if not strategies:
+            return {**empty_report(self._dry(), "the event map runs nothing for this event"), "_triggers": triggers}
+        policy = event_policy(self.policy, strategies)
+        return self._leased_run(policy, strategies, None, self._dry(), "rebalance", triggers)
+
+    def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, dict[str, Any]]:
+        kind, node = key.split("/", 1)
+        return Coalescer(self.settings.settle_seconds, lambda reqs: self._node_batch(kind, node, reqs),
+                         run_lock=self.node_locks.get(node), stop=self.stop)
+
+    def _node_batch(self, kind: str, node: str, reqs: Sequence[_NodeReq]) -> dict[str, Any]:
+        etype = reqs[0].trigger.type
+        triggers = [r.trigger for r in reqs]
+        unknown = any(r.changed_labels is None for r in reqs)
+        changed: set[str] = set()
+        for r in reqs:
+            changed |= r.changed_labels or set()
+        scope = scope_for_event(self.settings, self.policy, etype, node,
+                                changed_labels=() if unknown else tuple(sorted(changed)))
+        dry_run = self._dry()
+        if not scope.strategies:
+            return {**empty_report(dry_run, scope.reason), "_triggers": triggers}
+        try:
+            policy = event_policy(self.policy, scope.strategies)
+        except EventScopeError as exc:
+            raise RequestError(str(exc), "strategies") from None
+        if any(extension_point(s) == "balance" for s in scope.strategies):
+            # counts across the cluster: must not run beside a balance run (here or elsewhere)
+            if not self.balance_lock.acquire(timeout=max(self.settings.lease_wait_seconds, 0.001)):
+                m.LOCK_BUSY.labels(kind).inc()
+                raise LockBusy("a balance run is in progress in this instance")
+            try:
+                base = self._leased_run(policy, scope.strategies, scope.nodes, dry_run, kind, triggers)
+            finally:
+                self.balance_lock.release()
+            base.setdefault("notes", []).insert(0, scope.reason)
+            return base
+        history = read_history(self.client, self.settings.lease_namespace, self.settings.lease_name)
+        with self._history_lock:
+            history.merge(self._unsaved)
+        all_pods, why = needs_all_pods(policy, scope.strategies)
+        snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
+        report, recorded = self._plan_and_execute(policy, snapshot, scope.strategies, scope.nodes, dry_run,
+                                                  history, kind)
+        if recorded:
+            with self._history_lock:
+                self._unsaved.merge(recorded)
+            self._try_flush()
+        base = self._base(report, scope.strategies, triggers)
+        base["notes"] = [scope.reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
+                         *base.get("notes", [])]
+        return base
+
+    # -- the run itself -------------------------------------------------------------------------------
+    def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
+                    dry_run: bool, label: str, triggers: Sequence[Trigger]) -> dict[str, Any]:
+        """A run under the Lease (the caller holds the in-process balance lock)."""
+        try:
+            guard = LeaseGuard(self.client, self.settings.lease_namespace, self.settings.lease_name, self.identity,
+                               duration_seconds=self.settings.lease_duration_seconds,
+                               wait_seconds=self.settings.lease_wait_seconds, stop=self.stop)
+            with guard:
+                history = guard.history
+                with self._history_lock:
+                    history.merge(self._unsaved)
+                snapshot = self.loader(self.client, None, kinds_needed(policy))
+                report, recorded = self._plan_and_execute(policy, snapshot, strategies, nodes, dry_run, history,
+                                                          label, guard=guard)
+                if recorded or self._unsaved:
+                    now = self.wall_clock()
+                    history.merge(recorded)
+                    history.prune(now, max(self.settings.cooldown_workload_seconds, self.settings.cooldown_node_seconds),
+                                  self.settings.history_max_entries)
+                    if guard.save_history(history):
+                        with self._history_lock:
+                            self._unsaved = EvictionHistory()
+                    else:
+                        with self._history_lock:
+                            self._unsaved.merge(recorded)
+        except LockBusy:
+            m.LOCK_BUSY.labels(label).inc()
+            raise
+        return self._base(report, strategies or (), triggers)
+
+    def _plan_and_execute(self, policy: Policy, snapshot: Snapshot, strategies: Sequence[str] | None,
+                          nodes: Sequence[str] | None, dry_run: bool, history: EvictionHistory, label: str,
+                          guard: LeaseGuard | None = None) -> tuple[RunReport, EvictionHistory]:
+        with self._active_lock:
+            self.active_runs += 1
+            self.max_active_runs = max(self.max_active_runs, self.active_runs)
+        try:
+            m.REACTOR_RUNS.labels(label).inc()
+            started = time.perf_counter()
+            now = self.wall_clock()
+            gate, refusals = make_gate(history, self.limiter, now=now,
+                                       workload_seconds=self.settings.cooldown_workload_seconds,
+                                       node_seconds=self.settings.cooldown_node_seconds, consume=not dry_run)
+            plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, timezone.utc), strategies=strategies,
+                            nodes=nodes, gate=gate)
+            for why in refusals:
+                m.REFUSALS.labels(m.refusal_kind(why)).inc()
+            if guard is not None and guard.lost:
+                raise LockBusy("the Lease was lost while deciding; not evicting")
+            if self.stop.is_set():
+                raise ShuttingDown("shutting down: plan abandoned before evicting")
+            report = execute_plan(plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
+                                  grace_period_seconds=policy.grace_period_seconds,
+                                  failure_events=policy.eviction_failure_event_notification, started=started)
+            recorded = EvictionHistory()
+            if not dry_run:
+                recorded.record(report.outcomes, now)
+            observe_run(label, "error" if plan.errors else "success", report.duration_seconds)
+            return report, recorded
+        finally:
+            with self._active_lock:
+                self.active_runs -= 1
+
+    def _try_flush(self) -> None:
+        """Write the lock-free runs' evictions into the Lease if it is free right now (never waits)."""
+        if not self.balance_lock.acquire(blocking=False):
+            return
+        try:
+            with LeaseGuard(self.client, self.settings.lease_namespace, self.settings.lease_name, self.identity,
+                            duration_seconds=self.settings.lease_duration_seconds, wait_seconds=0,
+                            stop=self.stop) as guard:
+                with self._history_lock:
+                    pending = self._unsaved.copy()
+                history = guard.history
+                history.merge(pending)
+                now = self.wall_clock()
+                history.prune(now, max(self.settings.cooldown_workload_seconds, self.settings.cooldown_node_seconds),
+                              self.settings.history_max_entries)
+                if guard.save_history(history):
+                    with self._history_lock:
+                        for table, saved in ((self._unsaved.owners, pending.owners), (self._unsaved.nodes, pending.nodes)):
+                            for k, t in saved.items():
+                                if table.get(k) == t:
+                                    del table[k]
+        except (LockBusy, ShuttingDown):
+            pass  # the next run that holds the Lease writes it
+        except Exception as exc:
+            log.warning("could not write the eviction history to the Lease yet: %s", exc)
+        finally:
+            self.balance_lock.release()
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _dry(self) -> bool:
+        return self.settings.dry_run
+
+    def _default_executor(self, dry_run: bool) -> Executor:
+        return RecordingExecutor() if dry_run else LiveExecutor(self.client)
+
+    def _not_schedulable(self, node: str) -> str:
+        """Why a just-added node is not a destination yet ("" if it is)."""
+        raw = self.client.get_raw("Node", node)
+        if raw is None:
+            return f"node {node} no longer exists; nothing to do"
+        d = digest_of(raw)
+        if not d.schedulable:
+            state = "NotReady" if not d.ready else "cordoned"
+            return f"node {node} is {state}: waiting for node.ready"
+        return ""
+
+    def _base(self, report: RunReport, strategies: Sequence[str], triggers: Sequence[Trigger]) -> dict[str, Any]:
+        j = report.to_json()
+        summary = j.get("summary", {})
+        return {"dryRun": j["dryRun"], "evictions": j["evictions"], "blocked": j["blocked"],
+                "strategies": list(strategies) or [s["strategy"] for s in summary.get("strategies", [])],
+                "durationSeconds": summary.get("durationSeconds", round(report.duration_seconds, 6)),
+                "notes": list(summary.get("notes", [])), "errors": list(summary.get("errors", [])),
+                "summary": summary, "_triggers": list(triggers)}
+
+    def _reply_from(self, trigger: Trigger, base: dict[str, Any], coalesced: int) -> dict[str, Any]:
+        triggers = base.get("_triggers", [trigger])
+        body = {k: v for k, v in base.items() if k != "_triggers"}
+        return self._reply(trigger, body, body.get("strategies", ()), coalesced, triggers)
+
+    def _reply(self, trigger: Trigger, body: dict[str, Any], strategies: Sequence[str], coalesced: int,
+               triggers: Sequence[Trigger]) -> dict[str, Any]:
+        out = {"trigger": trigger.to_json(), "strategies": list(strategies), **body, "coalesced": coalesced}
+        if coalesced > 1:
+            out["coalescedTriggers"] = [t.to_json() for t in list(triggers)[:MAX_TRIGGERS_LISTED]]
+        return out

@@ -1,0 +1,183 @@
+"""The reactor's runs against the fake API server: evictions happen through the eviction endpoint,
+node-scoped runs read only their node's pods, parallel deliveries never over-evict, the Lease and
+cool-downs hold."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from kdesched.kube.client import KubeClient
+from kdesched.kube.lease import LeaseLock
+from kdesched.reactor import events as ev
+from kdesched.reactor.coordination import LockBusy
+from kdesched.reactor.runner import Reactor, RequestError, Trigger, parse_run_request
+from kdesched.reactor.settings import parse_settings
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.reactor.policies import default_like_policy
+
+TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+
+
+def reactor(kube: KubeClient, block: dict[str, Any] | None = None, **kw: Any) -> Reactor:
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 0.1, **(block or {})}
+    policy = default_like_policy(kdesched=block, **kw)
+    settings = parse_settings(block, policy=policy, env={})
+    return Reactor(policy, settings, kube, identity="test-instance")
+
+
+def evicted(fake: FakeApiServer) -> list[str]:
+    return [r.path.split("/")[-2] for r in fake.requests("POST") if r.path.endswith("/eviction")]
+
+
+def taint_cluster(fake: FakeApiServer) -> None:
+    fake.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake.add(pod_obj("intolerant", "n1", owner_name="web"),
+             pod_obj("tolerant", "n1", owner_name="api",
+                     tolerations=[{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]),
+             pod_obj("elsewhere", "n2", owner_name="db"))
+
+
+def test_taints_changed_evicts_only_the_intolerant_pod_reading_only_that_node(fake_api: FakeApiServer,
+                                                                             kube: KubeClient) -> None:
+    taint_cluster(fake_api)
+    r = reactor(kube)
+    fake_api.clear_journal()
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"taints": []},
+                                                                   "after": {"taints": [TAINT]}})
+    assert evicted(fake_api) == ["intolerant"]
+    assert [e["pod"] for e in out["evictions"]] == ["intolerant"] and out["evictions"][0]["result"] == "evicted"
+    assert out["trigger"] == {"type": ev.TAINTS_CHANGED, "id": "e1", "node": "n1", "source": "/test"}
+    assert out["strategies"] == ["RemovePodsViolatingNodeTaints"] and out["coalesced"] == 1
+    pod_lists = [r for r in fake_api.requests("GET") if r.path.endswith("/pods")]
+    assert pod_lists and all("spec.nodeName=n1" in str(r.query) for r in pod_lists)
+    # a redelivery finds nothing more to do
+    again = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    assert again["evictions"] == [] and evicted(fake_api) == ["intolerant"]
+
+
+def test_dry_run_evicts_nothing(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    taint_cluster(fake_api)
+    r = reactor(kube, {"dryRun": True})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    assert out["dryRun"] is True and [e["result"] for e in out["evictions"]] == ["dry-run"]
+    assert evicted(fake_api) == []
+
+
+def test_cooldown_refuses_a_second_eviction_of_the_same_workload(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
+    fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
+    r = reactor(kube)
+    first = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    assert [e["pod"] for e in first["evictions"]] == ["web-1"]
+    second = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), {"node": "n2"})
+    assert second["evictions"] == []
+    assert [b["pod"] for b in second["blocked"]] == ["web-2"] and "cool-down" in second["blocked"][0]["reason"]
+    assert evicted(fake_api) == ["web-1"]
+
+
+def test_cooldown_is_shared_through_the_lease(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
+    fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
+    reactor(kube).node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    # another instance (fresh process state) still sees the cool-down
+    second = Reactor(reactor(kube).policy, reactor(kube).settings, kube, identity="other-instance")
+    out = second.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), {"node": "n2"})
+    assert out["evictions"] == [] and "cool-down" in out["blocked"][0]["reason"]
+
+
+def test_rate_limit_blocks_beyond_the_burst(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
+    fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(4)])
+    r = reactor(kube, {"rateLimits": {"perNode": {"perMinute": 1, "burst": 2}}})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
+    assert all("rate limit" in b["reason"] for b in out["blocked"])
+
+
+def lnu_cluster(fake: FakeApiServer) -> None:
+    """n1 is overloaded (cpu 90%), n2 and n3 are empty: LowNodeUtilization moves pods off n1."""
+    fake.add(node_obj("n1"), node_obj("n2"), node_obj("n3"))
+    fake.add(*[pod_obj(f"w{i}", "n1", cpu="900m", owner_name=f"app{i}") for i in range(4)])
+
+
+def test_twenty_parallel_ready_deliveries_one_or_two_runs_no_double_eviction(fake_api: FakeApiServer,
+                                                                            kube: KubeClient) -> None:
+    lnu_cluster(fake_api)
+    r = reactor(kube, {"cooldown": {"nodeSeconds": 0}})
+    barrier = threading.Barrier(20)
+    results: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def deliver(i: int) -> None:
+        barrier.wait()
+        try:
+            results.append(r.node_event(Trigger(ev.NODE_READY, f"e{i}"), {"node": "n2"}))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 20
+    assert 1 <= r.balance_events.runs <= 2 and r.max_active_runs == 1
+    pods = evicted(fake_api)
+    assert pods and len(pods) == len(set(pods))
+    assert sum(x["coalesced"] for x in results if x["evictions"]) >= 10
+    assert {x["trigger"]["id"] for x in results} == {f"e{i}" for i in range(20)}
+
+
+def test_balance_run_while_lease_held_elsewhere_is_busy(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    lnu_cluster(fake_api)
+    assert LeaseLock(kube, "kdesched", "kdesched", "another-instance", 60).try_acquire()
+    r = reactor(kube)
+    with pytest.raises(LockBusy):
+        r.node_event(Trigger(ev.NODE_READY, "e1"), {"node": "n2"})
+    with pytest.raises(LockBusy):
+        r.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), {"strategies": ["LowNodeUtilization"]})
+    assert evicted(fake_api) == []
+
+
+def test_node_added_not_ready_waits(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    lnu_cluster(fake_api)
+    fake_api.add(node_obj("fresh", ready=False))
+    out = reactor(kube).node_event(Trigger(ev.NODE_ADDED, "a1"), {"node": "fresh"})
+    assert "waiting for node.ready" in out["notes"][0] and out["evictions"] == []
+    assert evicted(fake_api) == [] and not fake_api.requests("PUT")
+
+
+def test_manual_run_with_strategies_and_dry_run(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    lnu_cluster(fake_api)
+    out = reactor(kube).run_requested(Trigger(ev.RUN_REQUESTED, "m1"),
+                                      {"strategies": ["LowNodeUtilization"], "dryRun": True})
+    assert out["dryRun"] and out["evictions"] and evicted(fake_api) == []
+    assert {e["strategy"] for e in out["evictions"]} == {"LowNodeUtilization"}
+
+
+def test_sweep_runs_whole_policy(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    taint_cluster(fake_api)
+    out = reactor(kube).run_requested(Trigger(ev.PING, "p1"), None)
+    assert "intolerant" in evicted(fake_api)
+    assert "RemovePodsViolatingNodeTaints" in out["strategies"]
+
+
+@pytest.mark.parametrize("data,field", [
+    ("x", "data"), ({"strategies": "LowNodeUtilization"}, "data.strategies"),
+    ({"strategies": ["Nope"]}, "data.strategies"), ({"dryRun": "yes"}, "data.dryRun"),
+    ({"nodes": ["Bad Node"]}, "data.nodes"), ({"nodes": "n1"}, "data.nodes"), ({"extra": 1}, "data.extra"),
+])
+def test_bad_run_requests(data: Any, field: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parse_run_request(data)
+    assert err.value.field == field
+
+
+def test_unknown_strategy_is_named() -> None:
+    with pytest.raises(RequestError) as err:
+        parse_run_request({"strategies": ["LowNodeUtilization", "Typo"]})
+    assert "'Typo'" in str(err.value)
