@@ -98,6 +98,12 @@ class SpreadConstraint:
             tolerations=pod.tolerations if honor_taints else (),
         )
 
+    @property
+    def inclusion_key(self) -> tuple[object, ...]:
+        """What decides the domains and their eligible nodes (the selector does not)."""
+        return (self.topology_key, self.honor_affinity, self.honor_taints, self.node_selector,
+                self.node_required, self.tolerations)
+
     def selects(self, pod: Pod) -> bool:
         return self.selector is not None and self.selector.matches(pod.labels)
 
@@ -159,18 +165,28 @@ def _selected(constraint: SpreadConstraint, pods: Sequence[Pod],
     return [p for p in candidates if sel.matches(p.labels)]
 
 
+def eligible_nodes(constraint: SpreadConstraint, nodes: Sequence[Node]) -> dict[str, list[Node]]:
+    """The nodes carrying the topology key that pass the inclusion policies, by value, in node
+    order; the keys, in order, are the constraint's pre-populated domains."""
+    key = constraint.topology_key
+    by_value: dict[str, list[Node]] = {}
+    for n in nodes:
+        value = n.labels.get(key)
+        if value is not None and constraint.includes(n):
+            by_value.setdefault(value, []).append(n)
+    return by_value
+
+
 def balance_domains(constraint: SpreadConstraint, domains: dict[str, list[Pod]], total: int,
-                    nodes: Sequence[Node], state: ClusterState, node_fit: bool,
+                    by_value: Mapping[str, list[Node]], state: ClusterState, node_fit: bool,
                     marked: dict[int, tuple[Pod, str]], namespace: str) -> None:
-    """Step 3: decide which pods leave the domains above the average (upstream ``balanceDomains``)."""
+    """Step 3: decide which pods leave the domains above the average (upstream ``balanceDomains``).
+
+    ``by_value`` holds the eligible nodes per domain value (:func:`eligible_nodes`)."""
     avg = total / len(domains)
     sorted_domains = [_Domain(value, sorted(pods, key=_domain_order)) for value, pods in domains.items()]
     sorted_domains.sort(key=lambda d: len(d.pods))
     key = constraint.topology_key
-    by_value: dict[str, list[Node]] = {}
-    for n in nodes:
-        if key in n.labels and constraint.includes(n):
-            by_value.setdefault(n.labels[key], []).append(n)
     below: list[Node] = []
     for d in sorted_domains:
         if len(d.pods) < avg:
@@ -233,6 +249,8 @@ def run(args: RemovePodsViolatingTopologySpreadConstraintArgs, handle: Handle, n
                         c.when_unsatisfiable in allowed for c in p.topology_spread_constraints):
                     constrained.add(p.namespace)
     marked: dict[int, tuple[Pod, str]] = {}
+    # Constraints of many workloads differ only in their selector: their domains are computed once.
+    eligible_cache: dict[tuple[object, ...], dict[str, list[Node]]] = {}
     for namespace, all_pods in by_ns.items():
         if namespace not in constrained:
             continue
@@ -253,11 +271,10 @@ def run(args: RemovePodsViolatingTopologySpreadConstraintArgs, handle: Handle, n
         for sc in constraints:
             # Step 2. Domains and counts.
             key = sc.topology_key
-            domains: dict[str, list[Pod]] = {}
-            for n in nodes:
-                value = n.labels.get(key)
-                if value is not None and value not in domains and sc.includes(n):
-                    domains[value] = []
+            by_value = eligible_cache.get(sc.inclusion_key)
+            if by_value is None:
+                by_value = eligible_cache[sc.inclusion_key] = eligible_nodes(sc, nodes)
+            domains: dict[str, list[Pod]] = {value: [] for value in by_value}
             total = 0
             for p in _selected(sc, pods, index):
                 if p.terminating:
@@ -273,7 +290,7 @@ def run(args: RemovePodsViolatingTopologySpreadConstraintArgs, handle: Handle, n
             if max(sizes) - min(sizes) <= sc.max_skew:
                 handle.logger.debug("namespace %s: constraint %s is balanced (%s)", namespace, sc, sizes)
                 continue
-            balance_domains(sc, domains, total, nodes, state, args.topology_balance_node_fit, marked, namespace)
+            balance_domains(sc, domains, total, by_value, state, args.topology_balance_node_fit, marked, namespace)
 
     # Step 4. Evict what was marked.
     node_limited: set[str] = set()
