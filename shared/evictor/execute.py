@@ -133,6 +133,17 @@ class _WaitHonouringRetryAfter(wait_base):
         return float(max(0.0, min(wait, remaining)))
 
 
+def _blocked_message(exc: TooManyRequests, attempts: int) -> str:
+    """Name the disruption problem: the Status message plus its DisruptionBudget causes, if any."""
+    causes = exc.details.get("causes")
+    budget = [str(c.get("message") or "") for c in (causes if isinstance(causes, list) else ()) if isinstance(c, dict)
+              and c.get("reason") == "DisruptionBudget" and c.get("message")]
+    text = " ".join([exc.message or str(exc), *budget])
+    if budget or "disruption budget" in text.lower():
+        return f"blocked by a PodDisruptionBudget after {attempts} attempt(s): {text}"
+    return f"still refused with 429 Too Many Requests after {attempts} attempt(s): {text}"
+
+
 class LiveExecutor:
     """Evicts through the API server (policy/v1 Eviction), with retries, events, logs and metrics."""
 
@@ -193,8 +204,7 @@ class LiveExecutor:
             return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
                                    f"failed): {exc.message or exc}", attempts)
         except TooManyRequests as exc:
-            return EvictionOutcome(e, "blocked", f"eviction refused after {attempts} attempt(s), likely by a "
-                                   f"PodDisruptionBudget: {exc.message or exc}", attempts)
+            return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts)
         except ApiError as exc:
             return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts)
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts)

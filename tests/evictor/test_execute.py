@@ -103,7 +103,9 @@ def test_pdb_blocks_after_bounded_retries(fake_api: FakeApiServer, kube: KubeCli
     live, sleeps = executor(kube, retry)
     (outcome,) = live.execute([e])
     assert outcome.result == "blocked" and outcome.attempts == retry.max_attempts
-    assert PDB_MESSAGE in outcome.message and "PodDisruptionBudget" in outcome.message
+    assert outcome.message == (f"blocked by a PodDisruptionBudget after {retry.max_attempts} attempt(s): "
+                               f"{PDB_MESSAGE} The disruption budget api needs more healthy pods and has 0 "
+                               "disruptions allowed")
     assert len(fake_api.requests("POST")) == retry.max_attempts
     assert len(sleeps) == retry.max_attempts - 1
     assert sleeps == sorted(sleeps)  # exponential: each wait at least the previous one
@@ -121,6 +123,15 @@ def test_total_budget_stops_retries_and_clips_the_last_wait(fake_api: FakeApiSer
     assert outcome.result == "blocked" and outcome.attempts < 100
     assert sum(sleeps) == pytest.approx(20, abs=0.05)
     assert outcome.attempts == len(sleeps) + 1
+
+
+def test_throttling_429_is_not_blamed_on_a_pdb(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [429, 429])
+    live, _ = executor(kube, RetrySettings(max_attempts=2))
+    (outcome,) = live.execute([e])
+    assert outcome.result == "blocked"
+    assert outcome.message == "still refused with 429 Too Many Requests after 2 attempt(s): scripted failure 429"
 
 
 @pytest.mark.parametrize(("script", "expected_sleeps"), [
