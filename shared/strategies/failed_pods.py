@@ -35,6 +35,7 @@ from kdesched.strategies.framework import (
     StrategySpec,
     TotalLimitReached,
 )
+from kdesched.strategies.pod_lifetime import human_duration
 
 NAME = "RemoveFailedPods"
 
@@ -106,9 +107,9 @@ def run(args: RemoveFailedPodsArgs, handle: Handle, nodes: Sequence[Node]) -> No
             detail.append(f"exit code {', '.join(str(c) for c in sorted(matched_codes))}")
         if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
             return None
-        text = "pod is Failed"
+        text = f"Failed pod ({pod.status_reason})" if pod.status_reason else "Failed pod"
         if age is not None:
-            text += f" and {age}s old"
+            text += f", {human_duration(age)} old"
             if min_age is not None:
                 text += f" (minPodLifetimeSeconds={min_age})"
         if detail:

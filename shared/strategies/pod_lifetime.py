@@ -43,6 +43,17 @@ def whole_seconds_since(then: datetime, now: datetime) -> int:
     return int((now - then).total_seconds())
 
 
+def human_duration(seconds: int) -> str:
+    """``93784`` -> ``1d2h3m``: how an operator reads an age in a log line or an Event."""
+    if seconds < 60:
+        return f"{seconds}s"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    return "".join(parts)
+
+
 def _container_state_in(statuses: Iterable[ContainerStatus], states: frozenset[str]) -> bool:
     for cs in statuses:
         if cs.waiting_reason and cs.waiting_reason in states:
@@ -100,7 +111,8 @@ def describe(args: PodLifeTimeArgs, pod: Pod, now: datetime) -> str:
     """The eviction reason an operator reads: which criteria the pod met."""
     parts = []
     if args.max_pod_life_time_seconds is not None and pod.creation_time is not None:
-        parts.append(f"pod is {whole_seconds_since(pod.creation_time, now)}s old, "
+        age = whole_seconds_since(pod.creation_time, now)
+        parts.append(f"pod is {human_duration(age)} old, "
                      f"more than maxPodLifeTimeSeconds={args.max_pod_life_time_seconds}")
     if args.states:
         parts.append(f"in one of the states {', '.join(args.states)}")

@@ -122,7 +122,12 @@ def test_pdb_budget_refusal() -> None:
 def test_reason_text() -> None:
     objects = NODES + [failed("p", age=7200, container_statuses=[cs(terminated="OOMKilled", exit_code=137)])]
     result = run_strategy(SPEC, RemoveFailedPodsArgs(reasons=("OOMKilled",)), objects)
-    assert result.evictions[0].reason == "pod is Failed and 7200s old (minPodLifetimeSeconds=3600); reason OOMKilled"
+    assert result.evictions[0].reason == "Failed pod, 2h old (minPodLifetimeSeconds=3600); reason OOMKilled"
+
+
+def test_reason_names_status_reason() -> None:
+    result = run_strategy(SPEC, DEFAULT, NODES + [failed("p", age=5 * HOUR + 120, status_reason="Evicted")])
+    assert result.evictions[0].reason == "Failed pod (Evicted), 5h2m old (minPodLifetimeSeconds=3600)"
 
 
 def test_plan_aware_planned_pod_not_seen() -> None:

@@ -18,7 +18,7 @@ from kdesched.policy.types import (
     PodLifeTimeArgs,
 )
 from kdesched.strategies.framework import Handle
-from kdesched.strategies.pod_lifetime import SPEC
+from kdesched.strategies.pod_lifetime import SPEC, human_duration
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, ts
 from tests.harness import run_strategy
 
@@ -196,7 +196,13 @@ def test_pdb_budget_refusal_then_next_pod() -> None:
 
 def test_reason_text() -> None:
     result = run_strategy(SPEC, MAX1H, NODES + [aged("p", age=7200)])
-    assert result.evictions[0].reason == "pod is 7200s old, more than maxPodLifeTimeSeconds=3600"
+    assert result.evictions[0].reason == "pod is 2h old, more than maxPodLifeTimeSeconds=3600"
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "0s"), (59, "59s"), (60, "1m"), (3600, "1h"), (93784, "1d2h3m"),
+                                          (21 * 86400, "21d")])
+def test_human_duration(seconds: int, text: str) -> None:
+    assert human_duration(seconds) == text
 
 
 def test_plan_aware_planned_pod_not_seen() -> None:
