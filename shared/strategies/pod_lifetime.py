@@ -137,10 +137,10 @@ def run(args: PodLifeTimeArgs, handle: Handle, nodes: Sequence[Node]) -> None:
             return False
         if selector is not None and not selector.matches(pod.labels):
             return False
-        if max_age is not None:
-            # an unknown creation time never counts as old (upstream would read Go's zero time)
-            if pod.creation_time is None or whole_seconds_since(pod.creation_time, now) <= max_age:
-                return False
+        # an unknown creation time never counts as old (upstream would read Go's zero time)
+        if max_age is not None and (pod.creation_time is None
+                                    or whole_seconds_since(pod.creation_time, now) <= max_age):
+            return False
         if states and not matches_states(pod, states, args.including_init_containers,
                                          args.including_ephemeral_containers):
             return False

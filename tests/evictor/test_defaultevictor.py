@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.model.records import Pod
 from kdesched.model.selectors import LabelSelector, parse_selector
@@ -20,6 +19,7 @@ from kdesched.policy.types import (
     PriorityThreshold,
 )
 from kdesched.strategies.framework import ClusterState, PlannedEviction
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 
 EVICT = {"descheduler.alpha.kubernetes.io/evict": ""}

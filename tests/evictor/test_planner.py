@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.records import Pod
@@ -17,10 +16,13 @@ from kdesched.strategies.framework import (
     NodeLimitReached,
     TotalLimitReached,
 )
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 
+UNLIMITED = Limits()
 
-def setup(objects: list[dict[str, Any]], limits: Limits = Limits(), profiles: int = 1,
+
+def setup(objects: list[dict[str, Any]], limits: Limits = UNLIMITED, profiles: int = 1,
           gate: Any = None) -> tuple[ClusterState, LimitCounter, list[PlanningEvictor]]:
     state = ClusterState(snapshot([node_obj("a"), node_obj("b"), *objects]), NOW)
     counter = LimitCounter(limits)

@@ -4,11 +4,10 @@ expected.json says, through the real snapshot loader, policy loader and engine."
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from kdesched.engine import plan_run
 from kdesched.model.files import load_snapshot
 from kdesched.policy.load import load_policy
@@ -16,7 +15,7 @@ from kdesched.strategies import failed_pods, pod_lifetime, too_many_restarts
 from kdesched.strategies.registry import Registry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)  # the time the snapshots were taken
+NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # the time the snapshots were taken
 OURS = ["too-many-restarts", "pod-lifetime", "failed-pods"]
 
 
@@ -58,5 +57,5 @@ def test_examples_depend_on_the_clock() -> None:
     # 9 days old) is past the week; ledger-0 is still held by its PDB
     folder = EXAMPLES / "pod-lifetime"
     policy, snap = load_policy(str(folder / "policy.yaml")), load_snapshot(str(folder / "cluster.yaml"))
-    early = plan_run(policy, snap, now=datetime(2026, 10, 20, 12, 0, 0, tzinfo=timezone.utc), registry=registry())
+    early = plan_run(policy, snap, now=datetime(2026, 10, 20, 12, 0, 0, tzinfo=UTC), registry=registry())
     assert [e.pod.name for e in early.evictions] == ["gateway-6b8c7d9f4-g5h6j"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.types import DEFAULT_PROTECTIONS, DefaultEvictorArgs, Namespaces, RemoveFailedPodsArgs
 from kdesched.strategies.failed_pods import SPEC
 from kdesched.strategies.framework import Handle
+
 from tests.builders import node_obj, pdb_obj, pod_obj
 from tests.harness import run_strategy
 

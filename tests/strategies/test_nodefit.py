@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.model.records import Pod
 from kdesched.strategies.framework import ClusterState, PlannedEviction
 from kdesched.strategies.nodefit import node_fit_failure, pod_fits_any_node, pod_fits_any_other_node
+
 from tests.builders import NOW, node_obj, pod_obj, snapshot
 
 

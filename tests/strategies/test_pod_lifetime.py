@@ -6,7 +6,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.selectors import LabelSelector
@@ -19,6 +18,7 @@ from kdesched.policy.types import (
 )
 from kdesched.strategies.framework import Handle
 from kdesched.strategies.pod_lifetime import SPEC, human_duration
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, ts
 from tests.harness import run_strategy
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.types import DefaultEvictorArgs, Namespaces, RemovePodsHavingTooManyRestartsArgs
 from kdesched.strategies.framework import Handle
 from kdesched.strategies.too_many_restarts import SPEC
+
 from tests.builders import node_obj, pdb_obj, pod_obj
 from tests.harness import run_strategy
 
