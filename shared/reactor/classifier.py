@@ -197,9 +197,12 @@ class Classifier:
             self._seeded = True
         return out
 
-    def observe(self, action: str, obj: Mapping[str, Any]) -> list[SemanticEvent]:
+    def observe(self, action: str, obj: Mapping[str, Any], *, commit: bool = True) -> list[SemanticEvent]:
         """One watch event: ``action`` is add, update or delete (ApiServerSource's type suffix, or a
-        WATCH's ADDED/MODIFIED/DELETED). Returns the semantic events, usually none."""
+        WATCH's ADDED/MODIFIED/DELETED). Returns the semantic events, usually none.
+
+        ``commit=False`` only previews them (the cache is unchanged): the classifier function
+        commits once the events are safely handed over, so a failed hand-over is retried."""
         action = action.lower()
         if action in ("added",):
             action = "add"
@@ -212,6 +215,8 @@ class Classifier:
         digest = digest_of(obj)
         with self._lock:
             if action == "delete":
+                if not commit:
+                    return []
                 old = self._nodes.get(digest.name)
                 # a stale delete (older than what we hold, e.g. of a previous incarnation) is ignored
                 if old is not None and (old.uid == digest.uid or not digest.uid):
@@ -221,9 +226,9 @@ class Classifier:
                         del self._tombstones[next(iter(self._tombstones))]
                 return []
             # an add for a node already cached (redelivery, relist) is an update
-            return self._apply(digest)
+            return self._apply(digest, commit)
 
-    def _apply(self, digest: NodeDigest) -> list[SemanticEvent]:
+    def _apply(self, digest: NodeDigest, commit: bool = True) -> list[SemanticEvent]:
         old = self._nodes.get(digest.name)
         if old is not None and _older_or_same(digest, old):
             return []
@@ -231,6 +236,8 @@ class Classifier:
             dead = self._tombstones.get(digest.name)
             if dead is not None and _older_or_same(digest, dead):
                 return []  # a late event of the node that was deleted
-            self._tombstones.pop(digest.name, None)
-        self._nodes[digest.name] = digest
+            if commit:
+                self._tombstones.pop(digest.name, None)
+        if commit:
+            self._nodes[digest.name] = digest
         return changes(old, digest)

@@ -1,0 +1,423 @@
+"""Plumbing shared by every function: CloudEvent decoding and validation, replies, status codes,
+health and metrics endpoints, JSON logs, and the runtime (policy, settings, API client, reactor).
+
+Why: Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
+a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
+way (DESIGN.md "what a function must get right"):
+
+=====================================================  =========================================
+outcome                                                answer
+=====================================================  =========================================
+a run (or a semantic event) to report                  200 + CloudEvent, same mode as the request
+nothing to reply                                       202, empty body
+not a CloudEvent, missing/invalid attribute, wrong     400 + JSON ``{"error", "field"}`` (never
+type, non-JSON data, bad data field, unknown strategy  404/408/409/429: those would be retried)
+another run holds the lock / Lease                     429 (retried later)
+API server unreachable or failing, shutting down,      503 (retried)
+classifier cache not seeded
+anything else (a bug, RBAC forbids, bad kubeconfig)    500 + JSON
+=====================================================  =========================================
+
+CloudEvents SDK 2.x (``cloudevents.core``) auto-fills ``id`` and ``specversion`` when they are
+absent, so the required attributes are checked on the wire before the SDK decodes the message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from cloudevents.core.bindings.http import HTTPMessage, from_http_event, to_binary_event, to_structured_event
+from cloudevents.core.v1.event import CloudEvent
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kdesched.engine import PlanError
+from kdesched.evictor.metrics import REGISTRY
+from kdesched.kube.errors import ApiError, ConfigError, Forbidden, Gone, ServerError, TooManyRequests, Unavailable
+from kdesched.model.errors import ModelError
+from kdesched.policy.types import Policy
+from kdesched.reactor import metrics as m
+from kdesched.reactor.classifier import NodeInputError
+from kdesched.reactor.coordination import LockBusy, ShuttingDown
+from kdesched.reactor.events import RUN_COMPLETED
+from kdesched.reactor.runner import Reactor, RequestError, Trigger
+from kdesched.reactor.settings import ReactorSettings
+
+log = logging.getLogger("kdesched.functions")
+
+REQUIRED = ("id", "source", "type", "specversion")
+STRUCTURED = "application/cloudevents+json"
+BATCH = "application/cloudevents-batch+json"
+
+
+class HttpError(Exception):
+    """An answer other than success: ``status`` with a JSON body naming the problem."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        self.status = status
+        self.message = message
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A decoded, validated CloudEvent."""
+
+    event: CloudEvent
+    mode: str  # "binary" | "structured"
+    type: str
+    id: str
+    source: str
+    data: Any  # parsed JSON (dict, list, ...) or None when there is no data
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    def trigger(self, node: str = "") -> Trigger:
+        return Trigger(self.type, self.id, self.source, node)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer 200 with this CloudEvent."""
+
+    type: str
+    data: Any
+    subject: str = ""
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Answer 202 with an empty body."""
+
+
+Result = Reply | Ack
+Handler = Callable[[Incoming], Result]
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+def _bad(message: str, field: str = "") -> HttpError:
+    return HttpError(400, message, field)
+
+
+def _json_content_type(ct: str) -> bool:
+    base = ct.split(";", 1)[0].strip().lower()
+    return base == "application/json" or base.endswith("+json") or base == "text/json"
+
+
+def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | None) -> Incoming:
+    """Decode and validate one CloudEvent from an HTTP request (binary or structured mode)."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    ctype = lower.get("content-type", "")
+    base_ct = ctype.split(";", 1)[0].strip().lower()
+    if base_ct == BATCH:
+        raise _bad("batched CloudEvents are not supported; send one event per request", "content-type")
+    if base_ct == STRUCTURED:
+        mode = "structured"
+        try:
+            raw = json.loads(body or b"null")
+        except ValueError as exc:
+            raise _bad(f"structured CloudEvent body is not valid JSON: {exc}", "body") from None
+        if not isinstance(raw, dict):
+            raise _bad("structured CloudEvent body must be a JSON object", "body")
+        attrs = {k: raw.get(k) for k in REQUIRED}
+    elif any(k.startswith("ce-") for k in lower):
+        mode = "binary"
+        raw = None
+        attrs = {k: lower.get(f"ce-{k}") for k in REQUIRED}
+    else:
+        raise _bad("not a CloudEvent: no ce-* headers and Content-Type is not application/cloudevents+json",
+                   "content-type")
+    for name in REQUIRED:
+        value = attrs[name]
+        if not isinstance(value, str) or not value:
+            raise _bad(f"missing or empty required CloudEvent attribute {name!r}", name)
+    if attrs["specversion"] != "1.0":
+        raise _bad(f"unsupported specversion {attrs['specversion']!r}: only 1.0", "specversion")
+    if accepted is not None and attrs["type"] not in accepted:
+        raise _bad(f"this function does not accept type {attrs['type']!r} (accepts: {', '.join(accepted)})", "type")
+    try:
+        event = from_http_event(HTTPMessage(dict(lower), body or b""))
+    except Exception as exc:  # the SDK's validation errors: bad time, bad extension names...
+        raise _bad(f"invalid CloudEvent: {exc}", "event") from None
+    # data: JSON only
+    if mode == "structured":
+        assert isinstance(raw, dict)
+        if "data_base64" in raw:
+            raise _bad("data must be JSON, got data_base64", "data")
+        data = raw.get("data")
+        dct = raw.get("datacontenttype")
+        if isinstance(data, str) and dct and _json_content_type(str(dct)):
+            data = _parse_json(data.encode())
+        elif isinstance(data, str) and dct and not _json_content_type(str(dct)):
+            raise _bad(f"data must be JSON, got datacontenttype {dct!r}", "datacontenttype")
+    else:
+        if not body:
+            data = None
+        else:
+            if ctype and not _json_content_type(ctype):
+                raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
+            data = _parse_json(body)
+    ext = {k: v for k, v in event.get_attributes().items()
+           if k not in (*REQUIRED, "datacontenttype", "dataschema", "subject", "time")}
+    return Incoming(event, mode, attrs["type"], attrs["id"], attrs["source"], data, ext)
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad(f"data is not valid JSON: {exc}", "data") from None
+
+
+# --- encoding ------------------------------------------------------------------------------------
+
+
+def make_event(function: str, reply: Reply) -> CloudEvent:
+    attrs: dict[str, Any] = {"type": reply.type, "source": f"/kdesched/{function}",
+                             "id": reply.id or str(uuid.uuid4()), "specversion": "1.0",
+                             "datacontenttype": "application/json", "time": datetime.now(timezone.utc)}
+    if reply.subject:
+        attrs["subject"] = reply.subject
+    return CloudEvent(attributes=attrs, data=reply.data)
+
+
+def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
+    msg = to_structured_event(event) if mode == "structured" else to_binary_event(event)
+    return msg.body, dict(msg.headers)
+
+
+def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: int = 3, timeout: float = 5.0,
+                sleep: Callable[[float], None] = time.sleep) -> None:
+    """POST events to the broker (binary mode), each with bounded retries; raises on final failure."""
+    for reply in replies:
+        body, headers = encode(make_event(function, reply), "binary")
+        for attempt in range(1, attempts + 1):
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the configured sink
+                    if 200 <= resp.status < 300:
+                        m.EMITTED.labels(reply.type).inc()
+                        break
+                    err: Exception = RuntimeError(f"broker answered {resp.status}")
+            except urllib.error.HTTPError as exc:
+                err = exc
+                if exc.code < 500 and exc.code not in (404, 408, 409, 429):
+                    raise RuntimeError(f"broker rejected {reply.type}: HTTP {exc.code}") from None
+            except (urllib.error.URLError, OSError) as exc:
+                err = exc
+            if attempt == attempts:
+                raise RuntimeError(f"posting {reply.type} to {url} failed after {attempts} attempts: {err}")
+            sleep(0.2 * 2 ** (attempt - 1))
+
+
+# --- status mapping ------------------------------------------------------------------------------
+
+
+def error_status(exc: BaseException) -> tuple[int, str, str]:
+    """(status, message, field) for an exception raised while handling an event."""
+    if isinstance(exc, HttpError):
+        return exc.status, exc.message, exc.field
+    if isinstance(exc, (RequestError, NodeInputError)):
+        return 400, str(exc), getattr(exc, "field", "")
+    if isinstance(exc, LockBusy):
+        return 429, str(exc), ""
+    if isinstance(exc, ShuttingDown):
+        return 503, str(exc), ""
+    if isinstance(exc, Forbidden):
+        return 500, f"the API server refused (check RBAC): {exc}", ""
+    if isinstance(exc, (Unavailable, ServerError, TooManyRequests, Gone)):
+        return 503, f"API server unavailable: {exc}", ""
+    if isinstance(exc, ApiError):
+        return 500, f"API error: {exc}", ""
+    if isinstance(exc, ConfigError):
+        return 500, f"cluster configuration: {exc}", ""
+    if isinstance(exc, (PlanError, ModelError)):
+        return 500, str(exc), ""
+    return 500, f"internal error: {type(exc).__name__}: {exc}", ""
+
+
+def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
+    return Response(json.dumps(payload), status=status, mimetype="application/json")
+
+
+# --- logging -------------------------------------------------------------------------------------
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        for key in ("function", "ce_type", "ce_id", "node", "status"):
+            if hasattr(record, key):
+                data[key] = getattr(record, key)
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Logs on stderr; JSON lines when LOG_FORMAT=json (the in-cluster default)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("LOG_FORMAT", "text").lower() == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+# --- runtime ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Runtime:
+    """What a function needs, built once at start-up (from the environment, or injected by tests)."""
+
+    policy: Policy
+    settings: ReactorSettings
+    client: Any  # KubeClient
+    reactor: Reactor | None = None
+
+    def get_reactor(self) -> Reactor:
+        if self.reactor is None:
+            self.reactor = Reactor(self.policy, self.settings, self.client)
+        return self.reactor
+
+
+POLICY_ENV = "KDESCHED_POLICY"
+
+
+def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None = None, client: Any = None,
+                 reactor: Reactor | None = None) -> Runtime:
+    """Fill what is not given: policy from $KDESCHED_POLICY (else the default policy), settings from
+    it (+ env), the API client from $KUBECONFIG or in-cluster config."""
+    if reactor is not None:
+        return Runtime(reactor.policy, reactor.settings, reactor.client, reactor)
+    if policy is None:
+        path = os.environ.get(POLICY_ENV)
+        if path:
+            from kdesched.policy.load import load_policy
+
+            policy = load_policy(path)
+        else:
+            from kdesched.policy.defaults import default_policy
+
+            policy = default_policy()
+    if settings is None:
+        settings = ReactorSettings.from_policy(policy)
+    if client is None:
+        from kdesched.kube.client import KubeClient
+
+        client = KubeClient.from_config(os.environ.get("KUBECONFIG") or None)
+    return Runtime(policy, settings, client)
+
+
+# --- the app ---------------------------------------------------------------------------------------
+
+
+def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | None, *,
+                        ready: Callable[[], tuple[bool, str]] | None = None) -> Flask:
+    """A Flask app serving one function at ``POST /`` plus /healthz, /readyz and /metrics."""
+    app = Flask(f"kdesched.functions.{name}")
+    app.config["KDESCHED_FUNCTION"] = name
+    inflight = threading.BoundedSemaphore(1000)
+
+    @app.post("/")
+    def receive() -> Response:
+        ce_type = "-"
+        try:
+            with inflight:
+                incoming = decode(request.headers, request.get_data(cache=False), accepted)
+                ce_type = incoming.type
+                result = handler(incoming)
+                if isinstance(result, Ack):
+                    m.EVENTS.labels(name, ce_type, "202").inc()
+                    return Response(b"", status=202)
+                body, headers = encode(make_event(name, result), incoming.mode)
+                m.EVENTS.labels(name, ce_type, "200").inc()
+                return Response(body, status=200, headers=headers)
+        except Exception as exc:
+            status, message, fld = error_status(exc)
+            m.EVENTS.labels(name, ce_type, str(status)).inc()
+            level = logging.ERROR if status >= 500 and not isinstance(exc, (ShuttingDown, HttpError)) else logging.INFO
+            log.log(level, "%s: %s -> %d: %s", name, ce_type, status, message,
+                    exc_info=status == 500 and not isinstance(exc, HttpError),
+                    extra={"function": name, "ce_type": ce_type, "status": status})
+            payload: dict[str, Any] = {"error": message}
+            if fld:
+                payload["field"] = fld
+            resp = _json_response(status, payload)
+            if status in (429, 503):
+                resp.headers["Retry-After"] = "5"
+            return resp
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json_response(200, {"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ok, why = ready() if ready is not None else (True, "ready")
+        return _json_response(200 if ok else 503, {"status": "ready" if ok else "not ready", "reason": why})
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), status=200, mimetype=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def node_event_handler(reactor: Reactor) -> Handler:
+    """rebalance, taints, affinity: the reactor runs the event's scope; reply with the report."""
+
+    def handle(incoming: Incoming) -> Result:
+        report = reactor.node_event(incoming.trigger(), incoming.data)
+        return run_completed(report, report["trigger"]["node"])
+
+    return handle
+
+
+def reactor_app(name: str, runtime: Runtime, handler: Handler) -> Flask:
+    from kdesched.reactor.events import FUNCTION_EVENT_TYPES
+
+    return create_function_app(name, handler, FUNCTION_EVENT_TYPES[name],
+                               ready=lambda: (True, f"policy loaded ({runtime.policy.source or 'default policy'})"))
+
+
+def run_completed(report: Mapping[str, Any], node: str = "") -> Reply:
+    """The reply of every run: a ``dev.kdesched.run.completed`` event carrying the report."""
+    return Reply(RUN_COMPLETED, dict(report), subject=node)
+
+
+def decode_knative_error(ext: Mapping[str, Any]) -> dict[str, Any]:
+    """The dead-letter extensions, with ``knativeerrordata`` base64-decoded."""
+    out: dict[str, Any] = {}
+    for key in ("knativeerrordest", "knativeerrorcode", "knativeerrordata"):
+        if key not in ext:
+            continue
+        value = ext[key]
+        if key == "knativeerrordata" and isinstance(value, str):
+            try:
+                value = base64.b64decode(value, validate=True).decode("utf-8", "replace")
+            except (ValueError, TypeError):
+                pass
+        out[key] = value
+    return out
