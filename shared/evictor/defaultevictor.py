@@ -4,6 +4,12 @@ Why: this is the safety net every strategy relies on (system-critical, DaemonSet
 bare pods, PDB-less pods, young pods...). It is pure: it reads the plan-aware cluster state and
 never calls the API. ``why_not`` returns the first reason a pod is protected, for logs and the
 ``--explain`` output; ``filter``/``pre_eviction_filter`` are the booleans strategies use.
+
+Deliberate differences from upstream, both consequences of planning instead of acting:
+``minReplicas`` counts the owner's pods minus those already planned for eviction in this run (so
+the floor still holds once the plan is carried out), and nodeFit sees usage with planned pods
+removed. nodeFit's destinations are, as upstream, every Ready node matching the evictor's own
+``nodeSelector`` (not only the nodes the policy's top-level ``nodeSelector`` keeps).
 """
 
 from __future__ import annotations
