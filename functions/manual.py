@@ -1,0 +1,31 @@
+"""manual: ``dev.kdesched.run.requested`` (a person, CI) and the PingSource sweep.
+
+Why: operators need a run on demand after an incident or from CI (``data.strategies``,
+``data.dryRun``, ``data.nodes``), and the periodic sweep (``dev.knative.sources.ping``, a full
+run of the whole policy) catches whatever events were lost. Both run under the Lease.
+``data.dryRun: true`` forces a dry run; ``false`` cannot override a dry-run deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from kdesched.functions.common import Incoming, Result, load_runtime, reactor_app, run_completed
+from kdesched.reactor.runner import Reactor
+
+NAME = "manual"
+
+
+def manual_handler(reactor: Reactor) -> Any:
+    def handle(incoming: Incoming) -> Result:
+        return run_completed(reactor.run_requested(incoming.trigger(), incoming.data))
+
+    return handle
+
+
+def create_app(**inject: Any) -> Flask:
+    """The Flask app (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
+    runtime = load_runtime(**inject)
+    return reactor_app(NAME, runtime, manual_handler(runtime.get_reactor()))

@@ -1,0 +1,249 @@
+"""Each function end to end: Flask test client, SDK-made CloudEvents, the fake API server behind."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from kdesched.functions import affinity, classifier, deadletter, manual, rebalance, taints
+from kdesched.kube.client import KubeClient
+from kdesched.reactor import events as ev
+from kdesched.reactor.runner import Reactor
+from kdesched.reactor.settings import parse_settings
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode
+from tests.reactor.policies import default_like_policy
+
+TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+APISERVER_SOURCE = "https://10.96.0.1:443"
+
+
+def make_reactor(kube: KubeClient, **block: Any) -> Reactor:
+    block = {"settleSeconds": 0.02, "leaseWaitSeconds": 0.1, **block}
+    policy = default_like_policy(kdesched=block)
+    return Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="fn-test")
+
+
+def cluster(fake: FakeApiServer) -> None:
+    fake.add(node_obj("n1", taints=[TAINT], labels={"team": "a"}), node_obj("n2", labels={"team": "b"}), node_obj("n3", labels={"team": "a"}))
+    fake.add(pod_obj("intolerant", "n1", owner_name="web"),
+             pod_obj("picky", "n2", owner_name="api", affinity={"nodeAffinity": {
+                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                     {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}]}}}))
+
+
+# --- classifier ----------------------------------------------------------------------------------
+
+
+class Posted:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, list[Any]]] = []
+        self.fail = fail
+
+    def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+        if self.fail:
+            raise RuntimeError("broker down")
+        self.calls.append((url, [r.type for r in replies]))
+
+
+def node_change(fake: FakeApiServer, name: str, **kw: Any) -> dict[str, Any]:
+    obj = fake.get("Node", name)
+    assert obj is not None
+    obj.update({k: v for k, v in kw.items() if k in ("spec", "status")})
+    if "labels" in kw:
+        obj["metadata"]["labels"] = kw["labels"]
+    fake.update(obj)
+    out = fake.get("Node", name)
+    assert out is not None
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
+    cluster(fake_api)
+    posted = Posted()
+    app = classifier.create_app(client=kube, broker_url="http://broker.local/ns/b", post=posted)
+    c = app.test_client()
+    assert c.get("/readyz").status_code == 200
+    unchanged = fake_api.get("Node", "n2")
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, unchanged, mode, source=APISERVER_SOURCE))
+    assert resp.status_code == 202 and resp.get_data() == b""
+    changed = node_change(fake_api, "n2", spec={"taints": [TAINT]}, labels={"team": "c"})
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2", source=APISERVER_SOURCE))
+    assert resp.status_code == 200 and reply_mode(resp) == mode
+    reply = reply_event(resp)
+    assert reply.get_type() == ev.TAINTS_CHANGED and reply.get_source() == "/kdesched/classifier"
+    assert reply.get_data()["node"] == "n2" and reply.get_subject() == "n2"
+    assert posted.calls == [("http://broker.local/ns/b", [ev.LABELS_CHANGED])]
+    # redelivery of the same change: nothing
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2", source=APISERVER_SOURCE))
+    assert resp.status_code == 202
+    # delete drops the digest, a re-add with a new uid is a new node
+    assert post(c, *ce_request(ev.APISERVER_DELETE, changed, mode, id="e3")).status_code == 202
+    readd = {**changed, "metadata": {**changed["metadata"], "uid": "new-uid", "resourceVersion": "999"}}
+    resp = post(c, *ce_request(ev.APISERVER_ADD, readd, mode, id="e4"))
+    assert resp.status_code == 200 and reply_event(resp).get_type() == ev.NODE_ADDED
+
+
+def test_classifier_broker_failure_is_503_and_not_committed(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    cluster(fake_api)
+    c = classifier.create_app(client=kube, broker_url="http://broker", post=Posted(fail=True)).test_client()
+    changed = node_change(fake_api, "n2", spec={"taints": [TAINT]}, labels={"team": "c"})
+    assert post(c, *ce_request(ev.APISERVER_UPDATE, changed)).status_code == 503
+    fn = c.application.config["KDESCHED_CLASSIFIER"]
+    fn.post = Posted()
+    # the retry of the same delivery emits the events again: the cache was not committed
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed))
+    assert resp.status_code == 200 and reply_event(resp).get_type() == ev.TAINTS_CHANGED
+    assert fn.post.calls == [("http://broker", [ev.LABELS_CHANGED])]
+
+
+def test_classifier_without_broker_url_cannot_emit_two_events(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    cluster(fake_api)
+    c = classifier.create_app(client=kube, broker_url="").test_client()
+    changed = node_change(fake_api, "n2", spec={"taints": [TAINT]}, labels={"team": "c"})
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed))
+    assert resp.status_code == 500 and "K_SINK" in resp.get_json()["error"]
+
+
+def test_classifier_unseeded_is_503_until_the_list_works(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    cluster(fake_api)
+    unreachable = KubeClient.for_host("http://127.0.0.1:9")
+    app = classifier.create_app(client=unreachable, broker_url="")
+    c = app.test_client()
+    fn = app.config["KDESCHED_CLASSIFIER"]
+    assert not fn.classifier.seeded and c.get("/readyz").status_code == 503
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, fake_api.get("Node", "n1")))
+    assert resp.status_code == 503
+    fn.client = kube  # the API server is back: the next delivery seeds, then classifies
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, fake_api.get("Node", "n1")))
+    assert resp.status_code == 202 and c.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("data,field", [({"kind": "Pod", "metadata": {"name": "x"}}, "data.kind"),
+                                        ({"metadata": {}}, "data.metadata.name")])
+def test_classifier_bad_object_is_400(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str) -> None:
+    c = classifier.create_app(client=kube, broker_url="").test_client()
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, data))
+    assert resp.status_code == 400 and resp.get_json()["field"] == field
+
+
+def test_classifier_rejects_other_types(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    c = classifier.create_app(client=kube, broker_url="").test_client()
+    resp = post(c, *ce_request(ev.NODE_READY, {"node": "n1"}))
+    assert resp.status_code == 400 and resp.get_json()["field"] == "type"
+
+
+# --- node functions --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_taints_function_evicts_and_reports(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
+    cluster(fake_api)
+    c = taints.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1", "before": {"taints": []},
+                                                   "after": {"taints": [TAINT]}}, mode, id="t1"))
+    assert resp.status_code == 200 and reply_mode(resp) == mode
+    reply = reply_event(resp)
+    assert reply.get_type() == ev.RUN_COMPLETED and reply.get_source() == "/kdesched/taints"
+    data = reply.get_data()
+    assert data["trigger"] == {"type": ev.TAINTS_CHANGED, "id": "t1", "node": "n1", "source": "/test"}
+    assert data["strategies"] == ["RemovePodsViolatingNodeTaints"] and data["dryRun"] is False
+    assert [(e["pod"], e["namespace"], e["node"], e["strategy"], e["result"]) for e in data["evictions"]] == [
+        ("intolerant", "default", "n1", "RemovePodsViolatingNodeTaints", "evicted")]
+    assert data["evictions"][0]["reason"] and data["coalesced"] == 1 and "durationSeconds" in data
+    assert fake_api.get("Pod", "intolerant", "default") is None
+
+
+def test_affinity_function_runs_node_affinity_only_without_topology_change(fake_api: FakeApiServer,
+                                                                          kube: KubeClient) -> None:
+    cluster(fake_api)
+    c = affinity.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.LABELS_CHANGED, {"node": "n2", "before": {"team": "a"}, "after": {"team": "b"}}))
+    data = reply_event(resp).get_data()
+    assert resp.status_code == 200 and data["strategies"] == ["RemovePodsViolatingNodeAffinity"]
+    assert [e["pod"] for e in data["evictions"]] == ["picky"]
+    resp = post(c, *ce_request(ev.LABELS_CHANGED, {"node": "n3", "before": {"topology.kubernetes.io/zone": "a"},
+                                                   "after": {"topology.kubernetes.io/zone": "b"}}, id="z"))
+    data = reply_event(resp).get_data()
+    assert "RemovePodsViolatingTopologySpreadConstraint" in data["strategies"]
+
+
+@pytest.mark.parametrize("data,field", [({"node": "Bad Name"}, "data.node"), ({}, "data.node"), ("n1", "data"),
+                                        ({"node": "n1", "before": []}, "data.before")])
+def test_node_functions_bad_data(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str) -> None:
+    c = taints.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.TAINTS_CHANGED, data))
+    assert resp.status_code == 400 and resp.get_json()["field"] == field
+
+
+def test_rebalance_waits_for_ready_and_rejects_other_types(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    cluster(fake_api)
+    fake_api.add(node_obj("fresh", ready=False))
+    c = rebalance.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.NODE_ADDED, {"node": "fresh"}))
+    data = reply_event(resp).get_data()
+    assert resp.status_code == 200 and "waiting for node.ready" in data["notes"][0] and data["evictions"] == []
+    resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "fresh"}))
+    assert resp.status_code == 400 and resp.get_json()["field"] == "type"
+    resp = post(c, *ce_request(ev.NODE_READY, {"node": "n3"}))
+    assert resp.status_code == 200 and reply_event(resp).get_data()["strategies"] == ["LowNodeUtilization",
+                                                                                       "RemoveDuplicates"]
+
+
+def test_rebalance_api_unreachable_is_503(kube: KubeClient, fake_api: FakeApiServer) -> None:
+    r = make_reactor(KubeClient.for_host("http://127.0.0.1:9"))
+    c = rebalance.create_app(reactor=r).test_client()
+    resp = post(c, *ce_request(ev.NODE_READY, {"node": "n3"}))
+    assert resp.status_code == 503
+
+
+# --- manual --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_manual_dry_run_and_ping(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
+    cluster(fake_api)
+    c = manual.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.RUN_REQUESTED, {"strategies": ["RemovePodsViolatingNodeTaints"], "dryRun": True},
+                               mode))
+    data = reply_event(resp).get_data()
+    assert resp.status_code == 200 and data["dryRun"] is True and data["strategies"] == ["RemovePodsViolatingNodeTaints"]
+    assert [e["result"] for e in data["evictions"]] == ["dry-run"]
+    resp = post(c, *ce_request(ev.PING, None, mode, source="/apis/v1/namespaces/kdesched/pingsources/sweep"))
+    data = reply_event(resp).get_data()
+    assert resp.status_code == 200 and data["trigger"]["type"] == ev.PING
+    assert {e["pod"] for e in data["evictions"]} == {"intolerant", "picky"}
+
+
+@pytest.mark.parametrize("data,field,needle", [
+    ({"strategies": ["NoSuchStrategy"]}, "data.strategies", "'NoSuchStrategy'"),
+    ({"dryRun": "true"}, "data.dryRun", "true or false"),
+    ({"nodes": ["UPPER"]}, "data.nodes", "UPPER"),
+    ({"strategies": ["HighNodeUtilization"]}, "data.strategies", "HighNodeUtilization"),
+])
+def test_manual_bad_requests(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str, needle: str) -> None:
+    c = manual.create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.RUN_REQUESTED, data))
+    assert resp.status_code == 400 and resp.get_json()["field"] == field and needle in resp.get_json()["error"]
+
+
+# --- deadletter ------------------------------------------------------------------------------------
+
+
+def test_deadletter_logs_decoded_errors_and_acks(caplog: pytest.LogCaptureFixture) -> None:
+    c = deadletter.create_app().test_client()
+    with caplog.at_level(logging.INFO, logger="kdesched.functions.deadletter"):
+        resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1"}, extensions={
+            "knativeerrorcode": "500", "knativeerrordest": "http://taints", "knativeerrordata": "Ym9vbQ=="}))
+        assert resp.status_code == 202 and resp.get_data() == b""
+        resp = post(c, *ce_request(ev.RUN_COMPLETED, {"trigger": {"type": "x"}, "evictions": [
+            {"pod": "p", "namespace": "d", "node": "n", "strategy": "S", "result": "evicted"}]}, "structured"))
+        assert resp.status_code == 202
+    text = caplog.text
+    assert '"knativeerrordata": "boom"' in text and "audit:" in text and '"pod": "p"' in text
+    resp = post(c, *ce_request(ev.RUN_COMPLETED, None, drop="id"))
+    assert resp.status_code == 400
