@@ -44,7 +44,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kdesched.model.records import NodeSelectorTerm, Pod, Node, Toleration, TopologySpreadConstraint
+from kdesched.model.records import Node, NodeSelectorTerm, Pod, Toleration, TopologySpreadConstraint
 from kdesched.model.scheduling import tolerates_all
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.types import RemovePodsViolatingTopologySpreadConstraintArgs, namespace_allowed
@@ -79,7 +79,7 @@ class SpreadConstraint:
     tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
-    def of(cls, c: TopologySpreadConstraint, pod: Pod) -> "SpreadConstraint":
+    def of(cls, c: TopologySpreadConstraint, pod: Pod) -> SpreadConstraint:
         selector = c.label_selector
         if selector is not None and c.match_label_keys and pod.labels:
             extra = {k: pod.labels[k] for k in c.match_label_keys if k in pod.labels}
@@ -115,9 +115,7 @@ class SpreadConstraint:
                 return False
             if self.node_required is not None and not any(t.matches(node.name, labels) for t in self.node_required):
                 return False
-        if self.honor_taints and not tolerates_all(self.tolerations, node.taints):
-            return False
-        return True
+        return not self.honor_taints or tolerates_all(self.tolerations, node.taints)
 
     def __str__(self) -> str:
         sel = "<none>" if self.selector is None else (str(self.selector) or "<all>")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from kdesched.engine import plan_run
 from kdesched.model.files import load_snapshot
 from kdesched.model.snapshot import Snapshot
@@ -18,7 +17,7 @@ from kdesched.strategies import inter_pod_anti_affinity, node_affinity, node_tai
 from kdesched.strategies.registry import Registry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
 OURS = ["node-taints", "node-affinity", "anti-affinity", "topology-spread"]
 
 

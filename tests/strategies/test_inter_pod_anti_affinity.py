@@ -6,7 +6,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.records import Node, Pod
@@ -15,6 +14,7 @@ from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import DefaultEvictorArgs, Namespaces, RemovePodsViolatingInterPodAntiAffinityArgs
 from kdesched.strategies.framework import ClusterState, Handle
 from kdesched.strategies.inter_pod_anti_affinity import SPEC
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 from tests.harness import run_strategy
 

@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.selectors import LabelSelector
@@ -19,6 +18,7 @@ from kdesched.policy.types import (
 )
 from kdesched.strategies.framework import ClusterState, Handle
 from kdesched.strategies.node_affinity import SPEC
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 from tests.harness import run_strategy
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.records import Taint, Toleration
@@ -13,6 +12,7 @@ from kdesched.model.selectors import LabelSelector
 from kdesched.policy.types import DefaultEvictorArgs, Namespaces, RemovePodsViolatingNodeTaintsArgs
 from kdesched.strategies.framework import ClusterState, Handle
 from kdesched.strategies.node_taints import SPEC, taint_filter, untolerated_taint
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 from tests.harness import run_strategy
 

@@ -7,14 +7,18 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
 from kdesched.model.records import Pod, TopologySpreadConstraint
 from kdesched.model.selectors import LabelSelector
-from kdesched.policy.types import DefaultEvictorArgs, Namespaces, RemovePodsViolatingTopologySpreadConstraintArgs
+from kdesched.policy.types import (
+    DefaultEvictorArgs,
+    Namespaces,
+    RemovePodsViolatingTopologySpreadConstraintArgs,
+)
 from kdesched.strategies.framework import ClusterState, Handle
 from kdesched.strategies.topology_spread import SPEC, SpreadConstraint
+
 from tests.builders import NOW, node_obj, pdb_obj, pod_obj, snapshot
 from tests.harness import run_strategy
 
@@ -173,8 +177,8 @@ def test_zero_one_hundred_moves_66() -> None:
 def test_reason() -> None:
     result = run_strategy(SPEC, Args(), AB + layout({"a": 3, "b": 1}))
     assert [e.reason for e in result.evictions] == [
-        "zone=a has 3 pods matching the spread constraint (zone maxSkew=1 DoNotSchedule selector app=web) "
-        "of namespace default, zone=b has 1; average 2 over 2 domains"]
+        ("zone=a has 3 pods matching the spread constraint (zone maxSkew=1 DoNotSchedule selector app=web) "
+         "of namespace default, zone=b has 1; average 2 over 2 domains")]
 
 
 # --- no oscillation ------------------------------------------------------------------------------
