@@ -21,7 +21,14 @@ from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import DefaultEvictorArgs, Policy, PriorityThreshold
-from kdesched.strategies.framework import ClusterState, Handle, LimitReached, PlannedEviction, TotalLimitReached
+from kdesched.strategies.framework import (
+    ClusterState,
+    Handle,
+    LimitReached,
+    PlannedEviction,
+    StrategyError,
+    TotalLimitReached,
+)
 from kdesched.strategies.registry import Registry, default_registry
 
 log = logging.getLogger("kdesched.engine")
@@ -182,6 +189,10 @@ def plan_run(
                     notes.append(f"{profile.name}/{name}: {exc}")
                 except LimitReached as exc:
                     notes.append(f"{profile.name}/{name}: {exc}")
+                except StrategyError as exc:  # an expected refusal to run: one line, no traceback
+                    log.error("strategy %s/%s did not run: %s", profile.name, name, exc)
+                    error = str(exc)
+                    errors.append(f'profile "{profile.name}" / plugin {name}: {error}')
                 except Exception as exc:  # one broken plugin must not stop the others (upstream rule)
                     log.exception("strategy %s/%s failed", profile.name, name)
                     error = f"{type(exc).__name__}: {exc}"
