@@ -45,7 +45,7 @@ def test_simulate_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: p
     ("content", "needle"),
     [
         ("", "contains no objects"),
-        ("kind: [unclosed", "invalid YAML at line 1"),
+        ("kind: [unclosed", "invalid YAML at line 2 column 1"),
         ('{"kind": "List", "items": [', "invalid"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {namespace: x}\n", "metadata.name: is required"),
         ("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: lots}}\n",
