@@ -224,7 +224,7 @@ class Fields:
                 self.errors.append(self._at(self.path(str(key)), f"unknown field ({label}: {known})"))
 
     # -- scalars
-    def bool(self, key: str, default: bool = False) -> bool:
+    def boolean(self, key: str, default: bool = False) -> bool:
         value = self.get(key)
         if value is None:
             return default
@@ -233,7 +233,7 @@ class Fields:
             return default
         return value
 
-    def int(self, key: str, *, minimum: int | None = None, maximum: int | None = None,
+    def integer(self, key: str, *, minimum: int | None = None, maximum: int | None = None,
             default: int | None = None, max_message: str = "") -> int | None:
         value = self.get(key)
         if value is None:
@@ -287,12 +287,15 @@ class Fields:
             return None
         out: list[int] = []
         for i, item in enumerate(value):
-            checked = check_int(item, minimum, maximum, lambda msg, i=i: self.error(f"{key}[{i}]", msg))
+            def report(message: str, at: str = f"{key}[{i}]") -> None:
+                self.error(at, message)
+
+            checked = check_int(item, minimum, maximum, report)
             if checked is not None:
                 out.append(checked)
         return tuple(out)
 
-    def child(self, key: str, what: str = "") -> "Fields | None":
+    def child(self, key: str, what: str = "") -> Fields | None:
         """A reader for the nested object ``key`` (``None`` if absent or not a map)."""
         value = self.get(key)
         if value is None:
@@ -438,7 +441,7 @@ def parse_default_evictor(raw: Any, where: str) -> tuple[DefaultEvictorArgs | No
     threshold = PriorityThreshold(value=SYSTEM_CRITICAL_PRIORITY)
     pt = f.child("priorityThreshold", what="priorityThreshold")
     if pt is not None:
-        value = pt.int("value", minimum=INT32_MIN, maximum=SYSTEM_CRITICAL_PRIORITY,
+        value = pt.integer("value", minimum=INT32_MIN, maximum=SYSTEM_CRITICAL_PRIORITY,
                        max_message=f"must not be greater than {SYSTEM_CRITICAL_PRIORITY} (system-critical), got "
                        f"{show(pt.raw.get('value'))}")
         name = pt.string("name")
@@ -450,8 +453,8 @@ def parse_default_evictor(raw: Any, where: str) -> tuple[DefaultEvictorArgs | No
         elif value is not None:
             threshold = PriorityThreshold(value=value)
 
-    node_fit = f.bool("nodeFit")
-    min_replicas = f.int("minReplicas", minimum=0, maximum=UINT_MAX, default=0) or 0
+    node_fit = f.boolean("nodeFit")
+    min_replicas = f.integer("minReplicas", minimum=0, maximum=UINT_MAX, default=0) or 0
     min_pod_age = f.duration_seconds("minPodAge")
     no_eviction_policy = f.string("noEvictionPolicy", choices=NO_EVICTION_POLICIES)
 
@@ -477,7 +480,7 @@ def parse_default_evictor(raw: Any, where: str) -> tuple[DefaultEvictorArgs | No
     legacy: dict[str, bool] = {}
     for flag, _, _ in LEGACY_EVICTOR_FLAGS:
         if f.has(flag):
-            legacy[flag] = f.bool(flag)
+            legacy[flag] = f.boolean(flag)
         else:
             f.get(flag)
     if default_disabled or extra_enabled:
@@ -579,20 +582,20 @@ def parse_low_node_utilization(raw: Any, where: str) -> tuple[LowNodeUtilization
     f, errors = _start(raw, where, "LowNodeUtilization")
     thresholds = f.percentages("thresholds", required=True)
     targets = f.percentages("targetThresholds", required=True)
-    deviation = f.bool("useDeviationThresholds")
-    number_of_nodes = f.int("numberOfNodes", minimum=0, maximum=UINT_MAX, default=0) or 0
+    deviation = f.boolean("useDeviationThresholds")
+    number_of_nodes = f.integer("numberOfNodes", minimum=0, maximum=UINT_MAX, default=0) or 0
     evictable = f.namespaces("evictableNamespaces", exclude_only=True)
     limit_node: int | None = None
     limits = f.child("evictionLimits", what="evictionLimits")
     if limits is not None:
-        limit_node = limits.int("node", minimum=0, maximum=UINT_MAX)
+        limit_node = limits.integer("node", minimum=0, maximum=UINT_MAX)
         limits.finish()
 
     metrics: MetricsUtilization | None = None
     mu = f.child("metricsUtilization", what="metricsUtilization")
     prometheus = False
     if mu is not None:
-        metrics_server = mu.bool("metricsServer")
+        metrics_server = mu.boolean("metricsServer")
         source = mu.string("source", choices=("", KUBERNETES_METRICS, PROMETHEUS))
         query = ""
         prom_present = mu.has("prometheus")
@@ -639,7 +642,7 @@ def parse_low_node_utilization(raw: Any, where: str) -> tuple[LowNodeUtilization
 def parse_high_node_utilization(raw: Any, where: str) -> tuple[HighNodeUtilizationArgs | None, list[str]]:
     f, errors = _start(raw, where, "HighNodeUtilization")
     thresholds = f.percentages("thresholds", required=True)
-    number_of_nodes = f.int("numberOfNodes", minimum=0, maximum=UINT_MAX, default=0) or 0
+    number_of_nodes = f.integer("numberOfNodes", minimum=0, maximum=UINT_MAX, default=0) or 0
     modes = f.str_list("evictionModes", choices=HNU_EVICTION_MODES, unique=True) or ()
     evictable = f.namespaces("evictableNamespaces", exclude_only=True)
     if thresholds is not None and METRIC_RESOURCE in thresholds:
@@ -657,7 +660,7 @@ def parse_topology_spread(raw: Any, where: str) -> tuple[RemovePodsViolatingTopo
     namespaces = f.namespaces()
     selector = f.label_selector()
     constraints = f.str_list("constraints", choices=TSC_CONSTRAINTS, unique=True) or ("DoNotSchedule",)
-    node_fit = f.bool("topologyBalanceNodeFit", default=True)
+    node_fit = f.boolean("topologyBalanceNodeFit", default=True)
     return _done(f, errors, lambda: RemovePodsViolatingTopologySpreadConstraintArgs(
         namespaces=namespaces, label_selector=selector, constraints=constraints, topology_balance_node_fit=node_fit))
 
@@ -686,7 +689,7 @@ def parse_node_taints(raw: Any, where: str) -> tuple[RemovePodsViolatingNodeTain
     f, errors = _start(raw, where, "RemovePodsViolatingNodeTaints")
     namespaces = f.namespaces()
     selector = f.label_selector()
-    prefer = f.bool("includePreferNoSchedule")
+    prefer = f.boolean("includePreferNoSchedule")
     excluded = f.str_list("excludedTaints", non_empty_items=True) or ()
     included = f.str_list("includedTaints", non_empty_items=True)
     if excluded and included:
@@ -703,8 +706,8 @@ def parse_too_many_restarts(raw: Any, where: str) -> tuple[RemovePodsHavingTooMa
         f.error("podRestartThreshold", "is required: an integer >= 1")
         threshold = None
     else:
-        threshold = f.int("podRestartThreshold", minimum=1, maximum=INT32_MAX)
-    init = f.bool("includingInitContainers")
+        threshold = f.integer("podRestartThreshold", minimum=1, maximum=INT32_MAX)
+    init = f.boolean("includingInitContainers")
     states = f.str_list("states", choices=TOO_MANY_RESTARTS_STATES, unique=True) or ()
     namespaces = f.namespaces()
     selector = f.label_selector()
@@ -715,7 +718,7 @@ def parse_too_many_restarts(raw: Any, where: str) -> tuple[RemovePodsHavingTooMa
 
 def parse_pod_life_time(raw: Any, where: str) -> tuple[PodLifeTimeArgs | None, list[str]]:
     f, errors = _start(raw, where, "PodLifeTime")
-    max_age = f.int("maxPodLifeTimeSeconds", minimum=0, maximum=UINT_MAX)
+    max_age = f.integer("maxPodLifeTimeSeconds", minimum=0, maximum=UINT_MAX)
     states = f.str_list("states", choices=POD_LIFE_TIME_STATES, unique=True) or ()
     conditions: list[PodConditionFilter] = []
     raw_conditions = f.get("conditions")
@@ -731,7 +734,7 @@ def parse_pod_life_time(raw: Any, where: str) -> tuple[PodLifeTimeArgs | None, l
                 ctype = c.string("type")
                 status = c.string("status")
                 reason = c.string("reason")
-                min_time = c.int("minTimeSinceLastTransitionSeconds", minimum=0, maximum=UINT_MAX)
+                min_time = c.integer("minTimeSinceLastTransitionSeconds", minimum=0, maximum=UINT_MAX)
                 c.finish()
                 if not (ctype or status or reason or min_time is not None):
                     c.error_here("must set at least one of type, status, reason, minTimeSinceLastTransitionSeconds")
@@ -747,8 +750,8 @@ def parse_pod_life_time(raw: Any, where: str) -> tuple[PodLifeTimeArgs | None, l
             f.error("ownerKinds", "only one of include and exclude may be set")
         elif include or exclude:
             owner_kinds = OwnerKinds(include=include, exclude=exclude)
-    init = f.bool("includingInitContainers")
-    ephemeral = f.bool("includingEphemeralContainers")
+    init = f.boolean("includingInitContainers")
+    ephemeral = f.boolean("includingEphemeralContainers")
     namespaces = f.namespaces()
     selector = f.label_selector()
     if max_age is None and not states and not f.raw.get("conditions") and not exit_codes:
@@ -761,11 +764,11 @@ def parse_pod_life_time(raw: Any, where: str) -> tuple[PodLifeTimeArgs | None, l
 
 def parse_remove_failed_pods(raw: Any, where: str) -> tuple[RemoveFailedPodsArgs | None, list[str]]:
     f, errors = _start(raw, where, "RemoveFailedPods")
-    min_age = f.int("minPodLifetimeSeconds", minimum=0, maximum=UINT_MAX, default=3600)
+    min_age = f.integer("minPodLifetimeSeconds", minimum=0, maximum=UINT_MAX, default=3600)
     kinds = f.str_list("excludeOwnerKinds", non_empty_items=True) or ()
     reasons = f.str_list("reasons", non_empty_items=True) or ()
     exit_codes = f.int_list("exitCodes") or ()
-    init = f.bool("includingInitContainers")
+    init = f.boolean("includingInitContainers")
     namespaces = f.namespaces()
     selector = f.label_selector()
     return _done(f, errors, lambda: RemoveFailedPodsArgs(

@@ -106,7 +106,7 @@ def to_v1alpha1(found: tuple[Mapping[str, Any], str], errors: list[str]) -> dict
     f = Fields(values, "", errors, prefix=prefix, what="Deckhouse descheduler module")
     strategies: dict[str, Any] = {}
     for switch, (strategy, params, default) in SWITCHES.items():
-        on = f.bool(switch, default=default)
+        on = f.boolean(switch, default=default)
         entry: dict[str, Any] = {"enabled": on}
         if on and params:
             entry["params"] = {k: _copy(v) for k, v in params.items()}

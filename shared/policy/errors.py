@@ -26,6 +26,6 @@ class PolicyError(ValueError):
     def __str__(self) -> str:
         return self.render()
 
-    def with_source(self, source: str) -> "PolicyError":
+    def with_source(self, source: str) -> PolicyError:
         """The same problems, attributed to ``source`` (a file name, or ``-`` for stdin)."""
         return PolicyError(self.errors, source)

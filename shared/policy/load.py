@@ -40,7 +40,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-
 from kdesched.model.errors import ModelError
 from kdesched.model.selectors import parse_selector
 from kdesched.policy import v1alpha1
@@ -254,15 +253,15 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
             parse_selector(node_selector, where="nodeSelector")
         except ModelError as exc:
             errors.append(f"{where}: {exc}" if where else str(exc))
-    per_node = f.int("maxNoOfPodsToEvictPerNode", minimum=0, maximum=UINT_MAX)
-    per_namespace = f.int("maxNoOfPodsToEvictPerNamespace", minimum=0, maximum=UINT_MAX)
-    total = f.int("maxNoOfPodsToEvictTotal", minimum=0, maximum=UINT_MAX)
-    grace = f.int("gracePeriodSeconds", minimum=0, maximum=2**63 - 1)
-    notify = f.bool("evictionFailureEventNotification")
+    per_node = f.integer("maxNoOfPodsToEvictPerNode", minimum=0, maximum=UINT_MAX)
+    per_namespace = f.integer("maxNoOfPodsToEvictPerNamespace", minimum=0, maximum=UINT_MAX)
+    total = f.integer("maxNoOfPodsToEvictTotal", minimum=0, maximum=UINT_MAX)
+    grace = f.integer("gracePeriodSeconds", minimum=0, maximum=2**63 - 1)
+    notify = f.boolean("evictionFailureEventNotification")
     collector = False
     mc = f.child("metricsCollector", what="metricsCollector")
     if mc is not None:
-        collector = mc.bool("enabled")
+        collector = mc.boolean("enabled")
         mc.finish()
     providers = _metrics_providers(f, collector)
     kdesched = f.get("kdesched")

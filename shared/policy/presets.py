@@ -324,7 +324,7 @@ def _customizations(body: Fields) -> PresetCustomizations | None:
             values["namespaces_included"] = ns.str_list("included", non_empty_items=True) or ()
             values["namespaces_excluded"] = ns.str_list("excluded", non_empty_items=True) or ()
             ns.finish()
-        priority = pc.int("thresholdPriority", minimum=-(2**31), maximum=2_000_000_000)
+        priority = pc.integer("thresholdPriority", minimum=-(2**31), maximum=2_000_000_000)
         if priority is not None:
             values["threshold_priority"] = priority
         class_name = pc.string("thresholdPriorityClassName")
@@ -352,8 +352,8 @@ def _customizations(body: Fields) -> PresetCustomizations | None:
         pc.finish()
     limits = body.child("evictionLimits", what="evictionLimits")
     if limits is not None:
-        values["eviction_limits_total"] = limits.int("total", minimum=0, maximum=2**31 - 1)
-        values["eviction_limits_node"] = limits.int("node", minimum=0, maximum=2**31 - 1)
+        values["eviction_limits_total"] = limits.integer("total", minimum=0, maximum=2**31 - 1)
+        values["eviction_limits_node"] = limits.integer("node", minimum=0, maximum=2**31 - 1)
         limits.finish()
     return PresetCustomizations(**values)
 

@@ -81,7 +81,7 @@ def convert(doc: Mapping[str, Any], errors: list[str]) -> tuple[dict[str, Any], 
     evictor_flags: dict[str, bool] = {}
     for flag in EVICTOR_FLAGS:
         if top.has(flag):
-            value = top.bool(flag)
+            value = top.boolean(flag)
             if isinstance(top.raw[flag], bool):
                 evictor_flags[flag] = value
 
@@ -110,7 +110,7 @@ def _strategy(name: str, entry: Any, evictor_flags: Mapping[str, bool], errors: 
         return None
     if not s.ok:
         return None
-    enabled = s.bool("enabled")
+    enabled = s.boolean("enabled")
     s.get("weight")  # accepted and unused, as upstream
     raw_params = s.get("params")
     s.finish()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.model.selectors import LabelSelector, Requirement
 from kdesched.policy.args import format_go_duration, parse_go_duration
 from kdesched.policy.plugins import PLUGINS, parse_plugin_args, plugin_where

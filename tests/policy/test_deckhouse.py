@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.load import load_policy, policy_from_mapping
 from kdesched.policy.types import (

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kdesched.policy.defaults import default_policy
 from kdesched.policy.dump import args_to_v1alpha2, policy_to_v1alpha2
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.load import load_policy, load_policy_text, policy_from_mapping
 from kdesched.policy.types import DEFAULT_PROTECTIONS, DefaultEvictorArgs, Policy, PriorityThreshold
+
 from tests.policy.test_load import V1_DOCS, V2_DOCS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "policies"

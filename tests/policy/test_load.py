@@ -14,11 +14,15 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kdesched.policy.args import SYSTEM_CRITICAL_PRIORITY
 from kdesched.policy.defaults import default_policy, default_policy_text
 from kdesched.policy.errors import PolicyError
-from kdesched.policy.load import load_policy, load_policy_text, policy_from_mapping, resolve_priority_thresholds
+from kdesched.policy.load import (
+    load_policy,
+    load_policy_text,
+    policy_from_mapping,
+    resolve_priority_thresholds,
+)
 from kdesched.policy.types import (
     DEFAULT_PROTECTIONS,
     DefaultEvictorArgs,
@@ -148,8 +152,8 @@ def test_configmap_wrapped_policy() -> None:
 def test_configmap_wrapping_v1alpha2_and_reporting_inner_errors() -> None:
     inner = yaml.safe_dump(v2(profile("p", {"RemoveDuplicates": {"bogus": 1}}, balance=["RemoveDuplicates"])))
     errs = errors_of({"apiVersion": "v1", "kind": "ConfigMap", "data": {"policy.yaml": inner}})
-    assert errs == ['profile "p" / plugin RemoveDuplicates: bogus: unknown field (the RemoveDuplicates fields are: '
-                    'namespaces, excludeOwnerKinds)']
+    assert errs == [('profile "p" / plugin RemoveDuplicates: bogus: unknown field (the RemoveDuplicates fields are: '
+                    'namespaces, excludeOwnerKinds)')]
     assert errors_of({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "x", "b": "y"}}) == [
         "data: no policy.yaml key (keys: a, b)"]
     assert errors_of({"apiVersion": "v1", "kind": "ConfigMap", "data": {"policy.yaml": "a: [b"}})[0].startswith(
@@ -233,8 +237,8 @@ V2_INVALID = [
      'profile "p": plugins.balance.enabled[0]: must be a string, got a map'),
     (v2({"name": "p", "plugins": {"rebalance": {}}}), 'profile "p": plugins.rebalance: unknown field'),
     (v2(profile("p", balance=["LowNodeUtilization"])),
-     'profile "p": plugins.balance.enabled[0]: LowNodeUtilization needs a pluginConfig entry: its args thresholds, '
-     'targetThresholds are required'),
+     ('profile "p": plugins.balance.enabled[0]: LowNodeUtilization needs a pluginConfig entry: its args thresholds, '
+     'targetThresholds are required')),
     (v2(profile("p", balance=["HighNodeUtilization"])), 'profile "p": plugins.balance.enabled[0]: HighNodeUtilization needs'),
     (v2(profile("p", deschedule=["RemovePodsViolatingNodeAffinity"])),
      'profile "p": plugins.deschedule.enabled[0]: RemovePodsViolatingNodeAffinity needs a pluginConfig entry: its args nodeAffinityType'),
@@ -286,15 +290,15 @@ def test_many_errors_reported_at_once_and_rendered() -> None:
         "maxNoOfPodsToEvictPerNode: must be a non-negative integer, got -1",
         'profile "cleanup" / plugin LowNodeUtilization: thresholds.cpu: must be between 0 and 100, got 120',
         'profile "cleanup" / plugin RemovePodsViolatingNodeTaints: args: only one of excludedTaints and includedTaints may be set',
-        'profile "cleanup": plugins.deschedule.enabled[1]: unknown plugin "Nope" (known: DefaultEvictor, RemoveDuplicates, '
+        ('profile "cleanup": plugins.deschedule.enabled[1]: unknown plugin "Nope" (known: DefaultEvictor, RemoveDuplicates, '
         'LowNodeUtilization, HighNodeUtilization, RemovePodsViolatingInterPodAntiAffinity, RemovePodsViolatingNodeAffinity, '
         'RemovePodsViolatingNodeTaints, RemovePodsViolatingTopologySpreadConstraint, RemovePodsHavingTooManyRestarts, '
-        'PodLifeTime, RemoveFailedPods)',
-        'profile "other": plugins.deschedule.enabled[0]: PodLifeTime needs a pluginConfig entry: its args '
-        'maxPodLifeTimeSeconds|states|conditions|exitCodes are required',
-        'surprise: unknown field (the DeschedulerPolicy fields are: apiVersion, kind, nodeSelector, maxNoOfPodsToEvictPerNode, '
+        'PodLifeTime, RemoveFailedPods)'),
+        ('profile "other": plugins.deschedule.enabled[0]: PodLifeTime needs a pluginConfig entry: its args '
+        'maxPodLifeTimeSeconds|states|conditions|exitCodes are required'),
+        ('surprise: unknown field (the DeschedulerPolicy fields are: apiVersion, kind, nodeSelector, maxNoOfPodsToEvictPerNode, '
         'maxNoOfPodsToEvictPerNamespace, maxNoOfPodsToEvictTotal, gracePeriodSeconds, evictionFailureEventNotification, '
-        'metricsCollector, metricsProviders, kdesched, profiles)',
+        'metricsCollector, metricsProviders, kdesched, profiles)'),
     }
     assert isinstance(err, ValueError)
 
@@ -390,24 +394,24 @@ V1_INVALID = [
      "strategies.RemoveDuplicates.params.excludeOwnerKinds: unknown field"),
     (v1({"LowNodeUtilization": {"enabled": True, "params": {"nodeResourceUtilizationThresholds": {
         "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 150}}}}}),
-     'strategies.LowNodeUtilization (profile "strategy-LowNodeUtilization-profile") / plugin LowNodeUtilization: '
-     'targetThresholds.cpu: must be between 0 and 100, got 150'),
+     ('strategies.LowNodeUtilization (profile "strategy-LowNodeUtilization-profile") / plugin LowNodeUtilization: '
+     'targetThresholds.cpu: must be between 0 and 100, got 150')),
     (v1({"LowNodeUtilization": {"enabled": True, "params": {"namespaces": {"include": ["a"]}, "nodeResourceUtilizationThresholds": {
         "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}}}}}),
-     'strategies.LowNodeUtilization (profile "strategy-LowNodeUtilization-profile") / plugin LowNodeUtilization: '
-     'evictableNamespaces.include: is not supported here, only exclude'),
+     ('strategies.LowNodeUtilization (profile "strategy-LowNodeUtilization-profile") / plugin LowNodeUtilization: '
+     'evictableNamespaces.include: is not supported here, only exclude')),
     (v1({"LowNodeUtilization": {"enabled": True, "params": {"nodeResourceUtilizationThresholds": {"treshold": {}}}}}),
      "strategies.LowNodeUtilization.params.nodeResourceUtilizationThresholds.treshold: unknown field"),
     (v1({"RemovePodsHavingTooManyRestarts": {"enabled": True}}),
-     'strategies.RemovePodsHavingTooManyRestarts (profile "strategy-RemovePodsHavingTooManyRestarts-profile") / plugin '
-     'RemovePodsHavingTooManyRestarts: podRestartThreshold: is required'),
+     ('strategies.RemovePodsHavingTooManyRestarts (profile "strategy-RemovePodsHavingTooManyRestarts-profile") / plugin '
+     'RemovePodsHavingTooManyRestarts: podRestartThreshold: is required')),
     (v1({"PodLifeTime": {"enabled": True, "params": {"podLifeTime": {"podStatusPhases": "Pending"}}}}),
      "strategies.PodLifeTime.params.podLifeTime: states and podStatusPhases must be lists of strings"),
     (v1({"RemovePodsViolatingTopologySpreadConstraint": {"enabled": True, "params": {"includeSoftConstraints": "yes"}}}),
      'strategies.RemovePodsViolatingTopologySpreadConstraint.params.includeSoftConstraints: must be true or false'),
     (v1({"RemovePodsViolatingNodeTaints": {"enabled": True, "params": {"nodeFit": "true"}}}),
-     'strategies.RemovePodsViolatingNodeTaints (profile "strategy-RemovePodsViolatingNodeTaints-profile") / plugin '
-     'DefaultEvictor: nodeFit: must be true or false'),
+     ('strategies.RemovePodsViolatingNodeTaints (profile "strategy-RemovePodsViolatingNodeTaints-profile") / plugin '
+     'DefaultEvictor: nodeFit: must be true or false')),
     (v1({}, evictLocalStoragePods="yes"), 'evictLocalStoragePods: must be true or false, got "yes"'),
     (v1({}, maxNoOfPodsToEvictPerNode=-1), "maxNoOfPodsToEvictPerNode: must be a non-negative integer, got -1"),
     (v1({}, profiles=[]), "profiles: unknown field"),
@@ -466,15 +470,15 @@ BROKEN_TEXT = [
     ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nnodeSelector: 2024-01-01\n",
      "nodeSelector: must be a string, got date"),
     ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\n1: x\n", "1: unknown field"),
-    ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: p\n  pluginConfig:\n  - name: "
-     "LowNodeUtilization\n    args: {thresholds: {cpu: .nan}, targetThresholds: {cpu: 50}}\n",
+    (("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: p\n  pluginConfig:\n  - name: "
+     "LowNodeUtilization\n    args: {thresholds: {cpu: .nan}, targetThresholds: {cpu: 50}}\n"),
      'profile "p" / plugin LowNodeUtilization: thresholds.cpu: must be between 0 and 100, got nan'),
     ("? [a, b]\n: c\n", "not valid YAML or JSON"),
     ("a: &x [*x]\n", "apiVersion: is required"),
     ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles: &x [*x]\n", "profiles[0]: must be a map, got a list"),
     ("[" * 5000 + "]" * 5000, "not valid YAML"),
-    ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles: [{name: p, pluginConfig: [{name: "
-     "RemovePodsViolatingNodeTaints, args: {labelSelector: {matchLabels: &m {a: *m}}}}]}]\n", "recursive"),
+    (("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles: [{name: p, pluginConfig: [{name: "
+     "RemovePodsViolatingNodeTaints, args: {labelSelector: {matchLabels: &m {a: *m}}}}]}]\n"), "recursive"),
 ]
 
 
@@ -565,8 +569,8 @@ def test_resolve_priority_thresholds_errors() -> None:
         resolve_priority_thresholds(policy_from_mapping(doc, "x.yaml"), {"huge": SYSTEM_CRITICAL_PRIORITY + 1})
     assert info.value.errors == [
         'profile "a" / plugin DefaultEvictor: priorityThreshold.name: PriorityClass "missing" does not exist',
-        'profile "b" / plugin DefaultEvictor: priorityThreshold.name: PriorityClass "huge" has value 2000000001, above the '
-        'maximum 2000000000 (system-critical)',
+        ('profile "b" / plugin DefaultEvictor: priorityThreshold.name: PriorityClass "huge" has value 2000000001, above the '
+        'maximum 2000000000 (system-critical)'),
     ]
     assert info.value.source == "x.yaml"
 

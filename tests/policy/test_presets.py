@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.load import load_policy, policy_from_mapping
 from kdesched.policy.presets import (
@@ -243,8 +242,8 @@ INVALID_COMBINATIONS = [
     (["CompactAndScale", "TopologyAndDuplicates"], "profiles: CompactAndScale cannot be combined with TopologyAndDuplicates"),
     (["LongLifecycle", "DevPreviewLongLifecycle"], "profiles: LongLifecycle cannot be combined with DevPreviewLongLifecycle"),
     (["AffinityAndTaints", "AffinityAndTaints"], "profiles[1]: AffinityAndTaints is listed more than once"),
-    (["KubeVirtRelieveAndMigrate"], "profiles[0]: KubeVirtRelieveAndMigrate is not supported by kdesched: it needs "
-     "Prometheus metrics and the KubevirtMigrationAware plugin"),
+    (["KubeVirtRelieveAndMigrate"], ("profiles[0]: KubeVirtRelieveAndMigrate is not supported by kdesched: it needs "
+     "Prometheus metrics and the KubevirtMigrationAware plugin")),
     (["AffinityAndTaints", "DevKubeVirtRelieveAndMigrate"], "profiles[1]: DevKubeVirtRelieveAndMigrate is not supported"),
     (["Affinity"], 'profiles[0]: unknown profile "Affinity" (known: AffinityAndTaints'),
     ([], "profiles: at least one profile is required"),
