@@ -114,6 +114,12 @@ class PlanningEvictor:
                 log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)
                 return False
         pdbs = self.state.snapshot.pdbs_for(pod)
+        if len(pdbs) > 1:
+            names = ", ".join(f"{b.namespace}/{b.name}" for b in pdbs)
+            why = f"pod is covered by {len(pdbs)} PodDisruptionBudgets ({names}); the API server refuses to evict it"
+            self.counter.refusals.append(Refusal(pod, strategy, profile, why))
+            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            return False
         for pdb in pdbs:
             if pdb.disruptions_allowed is None:
                 continue

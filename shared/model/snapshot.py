@@ -59,9 +59,8 @@ class Snapshot:
         for p in pod_list:
             if p.node_name:
                 by_node.setdefault(p.node_name, []).append(p)
-            if len(p.owner_refs) == 1:
-                uid = p.owner_refs[0].uid
-                owners[uid] = owners.get(uid, 0) + 1
+            for ref in p.owner_refs:  # a pod counts toward every owner it names (upstream minReplicas)
+                owners[ref.uid] = owners.get(ref.uid, 0) + 1
         pdb_list = list(pdbs)
         pdb_ns: dict[str, list[PodDisruptionBudget]] = {}
         for b in pdb_list:

@@ -93,7 +93,7 @@ class ClusterState:
         return [p for p in self.snapshot.pods_by_node.get(node, ()) if id(p) not in planned]
 
     def owner_pod_count(self, owner_uid: str) -> int:
-        """Pods (any node, any phase) whose single owner is ``owner_uid``, minus planned ones."""
+        """Pods (any node, any phase) that name ``owner_uid`` as an owner, minus planned ones."""
         return self._owner_counts.get(owner_uid, 0)
 
     # -- resources -------------------------------------------------------------------------------
@@ -120,9 +120,8 @@ class ClusterState:
             return
         self._planned.add(id(pod))
         self.planned.append(eviction)
-        if len(pod.owner_refs) == 1:
-            uid = pod.owner_refs[0].uid
-            self._owner_counts[uid] = self._owner_counts.get(uid, 0) - 1
+        for ref in pod.owner_refs:
+            self._owner_counts[ref.uid] = self._owner_counts.get(ref.uid, 0) - 1
         usage = self._usage.get(pod.node_name)
         if usage is not None and not pod.terminal:
             for k, v in pod.requests.items():

@@ -196,3 +196,32 @@ def test_planned_eviction_frees_usage() -> None:
     evict(ev, pods_by_name(state)["a1"])
     assert state.usage("a")["cpu"] == 250 and state.usage("a")["pods"] == 1
     assert [p.name for p in state.pods_on_node("a")] == ["a2"]
+
+
+def test_pod_covered_by_two_pdbs_is_refused_like_the_api_server_would() -> None:
+    from kdesched.evictor.defaultevictor import DefaultEvictor
+    from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
+    from kdesched.policy.types import DefaultEvictorArgs
+    from tests.builders import node_obj, pdb_obj, pod_obj, state
+
+    st = state([node_obj("a"), node_obj("b"), pod_obj("p", "a", labels={"app": "x", "tier": "web"}),
+                pdb_obj("one", {"app": "x"}, disruptions_allowed=5), pdb_obj("two", {"tier": "web"}, disruptions_allowed=5)])
+    counter = LimitCounter(Limits())
+    ev = PlanningEvictor(st, DefaultEvictor(DefaultEvictorArgs(), st), counter)
+    pod = st.pods_on_node("a")[0]
+    assert ev.evict(pod, strategy="S", profile="P", reason="r") is False
+    assert "covered by 2 PodDisruptionBudgets" in counter.refusals[0].reason
+    assert st.planned == []
+
+
+def test_min_replicas_counts_a_pod_toward_each_of_its_owners() -> None:
+    from kdesched.evictor.defaultevictor import DefaultEvictor
+    from kdesched.policy.types import DefaultEvictorArgs
+    from tests.builders import node_obj, owner, pod_obj, state
+
+    two_owners = pod_obj("multi", "b")
+    two_owners["metadata"]["ownerReferences"].append(owner("Thing", "t"))
+    st = state([node_obj("a"), node_obj("b"), pod_obj("p1", "a"), pod_obj("p2", "a"), two_owners])
+    ev = DefaultEvictor(DefaultEvictorArgs(min_replicas=3), st)
+    assert st.owner_pod_count("ReplicaSet-rs") == 3
+    assert ev.why_not(st.pods_on_node("a")[0]) is None
