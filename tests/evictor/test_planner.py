@@ -149,14 +149,15 @@ def test_pdb_budget_shared_across_profiles() -> None:
     assert counter.refusals[0].profile == "two"
 
 
-def test_every_covering_pdb_needs_budget() -> None:
+def test_pod_under_two_pdbs_is_refused() -> None:
     objects = PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=5),
                           pdb_obj("all", {}, disruptions_allowed=1)]
     state, counter, (ev,) = setup(objects)
     pods = pods_by_name(state)
-    assert evict(ev, pods["x1"])
-    assert evict(ev, pods["x2"]) is False
-    assert "default/all" in counter.refusals[0].reason
+    # x1 is selected by both PDBs: the API server would refuse it (500), so the planner does
+    assert evict(ev, pods["x1"]) is False
+    assert "covered by 2 PodDisruptionBudgets" in counter.refusals[0].reason
+    assert "default/all" in counter.refusals[0].reason and "default/x" in counter.refusals[0].reason
 
 
 def test_pod_without_uid_is_refused_before_limits() -> None:
