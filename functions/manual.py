@@ -29,3 +29,13 @@ def create_app(**inject: Any) -> Flask:
     """The Flask app (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
     runtime = load_runtime(**inject)
     return reactor_app(NAME, runtime, manual_handler(runtime.get_reactor()))
+
+
+def create_serve_app(server: Any) -> Flask:
+    """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
+    the manual function's handling on ``POST /`` over the server's in-process reactor."""
+    from kdesched.functions.common import create_function_app
+    from kdesched.reactor.events import FUNCTION_EVENT_TYPES
+
+    return create_function_app("serve", manual_handler(server.reactor), FUNCTION_EVENT_TYPES[NAME],
+                               ready=server.ready)

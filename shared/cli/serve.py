@@ -1,0 +1,181 @@
+"""``kdesched serve`` and ``kdesched function NAME``: argparse glue for the long-running modes.
+
+Why: the CLI's main module stays about one-shot commands; the two server modes share their
+start-up order here: load and validate the policy and the ``kdesched:`` block first (bad input ->
+exit 2 before any API call), then build the client, then serve until SIGTERM/SIGINT, then exit 0.
+Both serve HTTP with ``werkzeug.serving.make_server(threaded=True)``: the threaded WSGI server
+Flask already depends on (no gunicorn in the pinned dependencies). One process per container is
+the Knative model, so a pre-forking server would add little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from dataclasses import replace
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("kdesched.cli.serve")
+
+FUNCTION_MODULES = ("classifier", "rebalance", "taints", "affinity", "manual", "deadletter")
+
+
+def _default_port() -> int:
+    try:
+        return int(os.environ.get("PORT") or 8080)
+    except ValueError:
+        return 8080
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Register ``kdesched serve``."""
+    p = subparsers.add_parser(
+        "serve", parents=[common] if common is not None else [], help="the standalone reactor (no Knative needed)",
+        description="Watch Nodes through the API server, classify changes, run the strategies each change affects "
+                    "(in-process, coordinated by a Lease), sweep periodically, and serve POST / for "
+                    "dev.kdesched.run.requested CloudEvents plus /healthz /readyz /metrics. Only the leader (Lease "
+                    "<name>-leader) watches and runs. SIGTERM stops cleanly (exit 0).")
+    p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default: the default policy)")
+    p.add_argument("--profile", metavar="NAME", action="append", default=[], help="a named preset profile; repeatable")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    p.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080; 0 = any)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
+    p.add_argument("--sweep-interval", type=_seconds, default=None, metavar="SECONDS",
+                   help="periodic full run every SECONDS (default kdesched.sweepIntervalSeconds, 900; 0 disables)")
+    p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
+                   help="run without the leader Lease (only with a single replica)")
+    p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME or host name + random)")
+    p.set_defaults(func=cmd_serve)
+    return p
+
+
+def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Register ``kdesched function NAME``."""
+    p = subparsers.add_parser(
+        "function", parents=[common] if common is not None else [], help="serve one Knative function",
+        description="Serve one function over HTTP (the container command on Knative). The policy comes from "
+                    "--policy or $KDESCHED_POLICY (default policy otherwise); the cluster from the in-cluster "
+                    "service account or $KUBECONFIG.")
+    p.add_argument("name", nargs="?", default=os.environ.get("KDESCHED_FUNCTION"), choices=FUNCTION_MODULES,
+                   metavar="NAME", help=f"one of {', '.join(FUNCTION_MODULES)} (default $KDESCHED_FUNCTION)")
+    p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default $KDESCHED_POLICY)")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
+    p.set_defaults(func=cmd_function)
+    return p
+
+
+def _input_error(message: str) -> Exception:
+    from kdesched.cli.main import InputError
+
+    return InputError(message)
+
+
+def _load(policy_path: str | None, profiles: list[str], dry_run: bool) -> tuple[Any, Any]:
+    """Policy and reactor settings, validated before any API call (InputError -> exit 2)."""
+    from kdesched.cli.main import load_policy_arg
+    from kdesched.policy.errors import PolicyError
+    from kdesched.reactor.settings import ReactorSettings
+
+    policy = load_policy_arg(policy_path, profiles)
+    try:
+        settings = ReactorSettings.from_policy(policy)
+    except PolicyError as exc:
+        raise _input_error(str(exc)) from None
+    if dry_run:
+        settings = replace(settings, dry_run=True)
+    return policy, settings
+
+
+def _on_signals(stop: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kdesched.functions.manual import create_serve_app
+    from kdesched.kube.client import KubeClient
+    from kdesched.kube.errors import ConfigError
+    from kdesched.reactor.serve import ReactorServer
+
+    policy, settings = _load(args.policy, args.profile, args.dry_run)
+    try:
+        client = KubeClient.from_config(args.kubeconfig, context=args.context)
+    except ConfigError as exc:
+        raise _input_error(str(exc)) from None
+    server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,
+                           sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
+                           identity=args.identity)
+    _on_signals(server.shutdown)
+    log.info("kdesched serve: dryRun=%s settle=%gs sweep=%gs lease=%s/%s", settings.dry_run, settings.settle_seconds,
+             server.sweep_interval, settings.lease_namespace, settings.lease_name)
+    return server.run()
+
+
+def build_function_app(name: str, policy_path: str | None = None) -> Any:
+    """The Flask app of function ``name`` (policy from ``policy_path`` or $KDESCHED_POLICY)."""
+    import importlib
+
+    if name not in FUNCTION_MODULES:
+        raise _input_error(f"unknown function {name!r} (known: {', '.join(FUNCTION_MODULES)})")
+    module = importlib.import_module(f"kdesched.functions.{name}")
+    if name in ("classifier", "deadletter"):
+        return module.create_app()
+    policy, settings = _load(policy_path or os.environ.get("KDESCHED_POLICY"), [], False)
+    return module.create_app(policy=policy, settings=settings)
+
+
+def cmd_function(args: argparse.Namespace) -> int:
+    from werkzeug.serving import make_server
+
+    from kdesched.kube.errors import ConfigError
+
+    if not args.name:
+        raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTION_MODULES)}")
+    try:
+        app = build_function_app(args.name, args.policy)
+    except ConfigError as exc:
+        raise _input_error(str(exc)) from None
+    server = make_server(args.host, args.port, app, threaded=True)
+    stopping = threading.Event()
+
+    def stop() -> None:
+        if not stopping.is_set():
+            stopping.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    _on_signals(stop)
+    log.info("function %s listening on %s:%d", args.name, args.host, server.server_port)
+    server.serve_forever()
+    return 0

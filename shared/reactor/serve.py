@@ -1,0 +1,207 @@
+"""``kdesched serve``: the whole reactor in one process, no Knative needed.
+
+Why: many clusters have no Knative, and a plain Deployment is the simplest way to run kdesched.
+This loop does what the Knative wiring does, in-process: watch Nodes (:mod:`.watch`), classify,
+dispatch each semantic event to the same reactor code the functions call (threads, so bursts
+coalesce exactly as with containerConcurrency > 1), run the periodic sweep, and serve the
+CloudEvents HTTP endpoint for manual runs plus /healthz, /readyz and /metrics.
+
+Leader election: only the holder of the ``<lease>-leader`` Lease watches and runs; the others
+wait (and still answer HTTP; manual runs are coordinated by the run Lease anyway). The leader
+Lease is separate from the run Lease, because a run releases the run Lease when it ends.
+
+Shutdown (SIGTERM -> :meth:`ReactorServer.shutdown`): a threading.Event stops the watch, cuts
+settle windows short, abandons a run that has not started evicting, lets an eviction loop in
+progress finish (bounded by the eviction retry budget), releases the leader Lease and returns 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kdesched.kube.client import KubeClient
+from kdesched.kube.lease import LeaseLock
+from kdesched.policy.types import Policy
+from kdesched.reactor import metrics as m
+from kdesched.reactor.classifier import Classifier, SemanticEvent
+from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
+from kdesched.reactor.events import PING
+from kdesched.reactor.runner import Reactor, Trigger
+from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.watch import NodeWatcher
+
+log = logging.getLogger("kdesched.reactor.serve")
+
+SOURCE = "/kdesched/serve"
+AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
+
+
+class ReactorServer:
+    """The serve loop. ``app_factory`` builds the HTTP app (kept outside the reactor layer: Flask
+    and CloudEvents live in the functions layer); None = no HTTP endpoint."""
+
+    def __init__(self, policy: Policy, settings: ReactorSettings, client: KubeClient, *,
+                 host: str = "0.0.0.0", port: int = 8080, app_factory: AppFactory | None = None,
+                 sweep_interval_seconds: float | None = None, leader_election: bool = True,
+                 identity: str | None = None, workers: int = 8, retry_delay_seconds: float = 5.0,
+                 watch_timeout_seconds: int = 300) -> None:
+        self.stop = threading.Event()
+        self.identity = identity or default_identity()
+        self.client = client
+        self.settings = settings
+        self.reactor = Reactor(policy, settings, client, identity=self.identity, stop=self.stop)
+        self.classifier = Classifier()
+        self.watcher = NodeWatcher(client, self.classifier, self.dispatch, stop=self.stop,
+                                   watch_timeout_seconds=watch_timeout_seconds)
+        self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
+        self.leader_election = leader_election
+        self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}-leader", self.identity,
+                                     settings.lease_duration_seconds)
+        self.is_leader = threading.Event()
+        self.retry_delay_seconds = retry_delay_seconds
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
+        self.host, self.port = host, port
+        self.app_factory = app_factory
+        self._http: Any = None
+        self.reports: list[dict[str, Any]] = []  # recent reports (bounded), for tests and debugging
+        self._reports_lock = threading.Lock()
+
+    # -- readiness ---------------------------------------------------------------------------------
+    def ready(self) -> tuple[bool, str]:
+        if not self.is_leader.is_set():
+            return True, "standby (not the leader)"
+        if not self.classifier.seeded:
+            return False, "leader, node cache not seeded yet"
+        return True, f"leader, watching {len(self.classifier)} node(s)"
+
+    # -- dispatch -----------------------------------------------------------------------------------
+    def dispatch(self, events: list[SemanticEvent]) -> None:
+        """Hand semantic events to worker threads (the same reactor code the functions call)."""
+        for e in events:
+            m.EMITTED.labels(e.type).inc()
+            if not self.stop.is_set():
+                self.pool.submit(self._run_event, e)
+
+    def _run_event(self, e: SemanticEvent, attempts: int = 3) -> None:
+        trigger = Trigger(e.type, e.id, SOURCE, e.node)
+        for attempt in range(1, attempts + 1):
+            try:
+                report = self.reactor.node_event(trigger, dict(e.data))
+                self._keep(report)
+                log.info("%s on %s: %d eviction(s), %d blocked", e.type, e.node, len(report.get("evictions", [])),
+                         len(report.get("blocked", [])))
+                return
+            except ShuttingDown:
+                return
+            except LockBusy as exc:
+                if attempt == attempts:
+                    log.warning("%s on %s skipped (the sweep will catch it): %s", e.type, e.node, exc)
+                    return
+                self.stop.wait(self.retry_delay_seconds)
+            except Exception:
+                log.exception("%s on %s failed (the sweep will catch it)", e.type, e.node)
+                return
+
+    def _keep(self, report: dict[str, Any]) -> None:
+        with self._reports_lock:
+            self.reports.append(report)
+            del self.reports[:-100]
+
+    def sweep_once(self) -> dict[str, Any] | None:
+        try:
+            report = self.reactor.run_requested(Trigger(PING, f"sweep-{uuid.uuid4().hex[:12]}", f"{SOURCE}/sweep"), None)
+        except (LockBusy, ShuttingDown) as exc:
+            log.info("sweep skipped: %s", exc)
+            return None
+        except Exception:
+            log.exception("sweep failed")
+            return None
+        self._keep(report)
+        return report
+
+    def _sweep_loop(self) -> None:
+        while not self.stop.wait(self.sweep_interval):
+            if self.is_leader.is_set():
+                self.sweep_once()
+
+    # -- leadership ---------------------------------------------------------------------------------
+    def _acquire_leadership(self) -> bool:
+        if not self.leader_election:
+            return True
+        try:
+            return self.leader_lock.try_acquire()
+        except Exception as exc:
+            log.warning("leader election failed: %s", exc)
+            return False
+
+    def _lead(self) -> None:
+        """Watch and sweep while we hold the leader Lease (renewed every third of its duration)."""
+        self.is_leader.set()
+        m.LEADER.set(1)
+        log.info("leading as %s", self.identity)
+        watcher = threading.Thread(target=self.watcher.run, name="kdesched-watch", daemon=True)
+        watcher.start()
+        if self.sweep_interval > 0:
+            threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
+        interval = max(1.0, self.settings.lease_duration_seconds / 3)
+        while not self.stop.wait(interval):
+            if not self.leader_election:
+                continue
+            try:
+                if not self.leader_lock.renew():
+                    log.error("lost the leader Lease: stopping")
+                    self.stop.set()  # a clean exit; the Deployment restarts us as a follower
+            except Exception as exc:
+                log.warning("renewing the leader Lease failed: %s", exc)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start_http(self) -> None:
+        if self.app_factory is None:
+            return
+        from werkzeug.serving import make_server  # Flask's server, threaded (no extra dependency)
+
+        self._http = make_server(self.host, self.port, self.app_factory(self), threaded=True)
+        self.port = self._http.server_port
+        threading.Thread(target=self._http.serve_forever, name="kdesched-http", daemon=True).start()
+        log.info("serving HTTP on %s:%d", self.host, self.port)
+
+    def run(self) -> int:
+        """Block until :meth:`shutdown`; returns the exit code (0)."""
+        self.start_http()
+        try:
+            while not self.stop.is_set():
+                if self._acquire_leadership():
+                    self._lead()
+                    break
+                self.stop.wait(max(1.0, self.settings.lease_duration_seconds / 3))
+        finally:
+            self._cleanup()
+        return 0
+
+    def shutdown(self) -> None:
+        """Ask the loop to stop (safe from a signal handler)."""
+        self.stop.set()
+
+    def _cleanup(self, drain_seconds: float = 30.0) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + drain_seconds
+        while self.reactor.active_runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http = None
+        if self.is_leader.is_set() and self.leader_election:
+            try:
+                self.leader_lock.release()
+            except Exception as exc:
+                log.warning("releasing the leader Lease failed (it will expire): %s", exc)
+        self.is_leader.clear()
+        m.LEADER.set(0)
+        log.info("stopped")
