@@ -1,0 +1,86 @@
+"""``kdesched run`` end to end against the local fake API server: a kubeconfig file, real LISTs,
+real Eviction API calls, Events, and the exit codes when the cluster cannot be reached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kdesched.cli.main import main
+from tests.fakeapi import FakeApiServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kubeconfig(path: Path, server: str) -> str:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+    }))
+    return str(path)
+
+
+def load_example(fake: FakeApiServer, name: str) -> None:
+    doc = yaml.safe_load((ROOT / "examples" / name / "cluster.yaml").read_text())
+    fake.add(*doc["items"])
+
+
+def test_run_evicts_through_the_api_and_posts_events(fake_api: FakeApiServer, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    load_example(fake_api, "seed-new-node")
+    code = main(["run", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url), "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["dryRun"] is False
+    assert [(e["pod"], e["result"]) for e in report["evictions"]] == [("nginx-6d4cf56db6-f9qzt", "evicted")]
+    evictions = fake_api.requests("POST")
+    assert [r.path for r in evictions if r.path.endswith("/eviction")] == [
+        "/api/v1/namespaces/default/pods/nginx-6d4cf56db6-f9qzt/eviction"]
+    assert fake_api.get("Pod", "nginx-6d4cf56db6-f9qzt", "default") is None
+    events = [e for e in fake_api.list("Event")]
+    assert len(events) == 1 and events[0]["reason"] == "RemoveDuplicates"
+    assert "node-1" in events[0]["note"]
+
+
+def test_run_dry_run_touches_nothing(fake_api: FakeApiServer, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    load_example(fake_api, "seed-taint")
+    code = main(["run", "--dry-run", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url), "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["dryRun"] is True and len(report["evictions"]) == 2
+    assert fake_api.requests("POST") == []
+    assert all(r.method == "GET" for r in fake_api.requests())
+
+
+def test_run_reports_a_pdb_block_without_crashing(fake_api: FakeApiServer, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    load_example(fake_api, "seed-zone-recovery")
+    # the PDB's status says 1 disruption is allowed, but the API server refuses every time
+    fake_api.script_eviction("default/api-5f7d9c8b7-r4n6c", [429] * 20)
+    policy = tmp_path / "p.yaml"
+    policy.write_text("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: d\n"
+                      "  pluginConfig: [{name: RemoveDuplicates}]\n  plugins: {balance: {enabled: [RemoveDuplicates]}}\n")
+    code = main(["run", "--policy", str(policy), "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url),
+                 "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0  # a blocked eviction is an outcome, not a failure
+    assert [(e["pod"], e["result"]) for e in report["evictions"]] == [("api-5f7d9c8b7-r4n6c", "blocked")]
+    assert report["blocked"] and report["blocked"][0]["pod"] == "api-5f7d9c8b7-r4n6c"
+    assert fake_api.get("Pod", "api-5f7d9c8b7-r4n6c", "default") is not None
+
+
+def test_run_unreachable_cluster_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--kubeconfig", kubeconfig(tmp_path / "kc", "http://127.0.0.1:9"), "-q"])
+    assert code == 1
+    assert "cannot read the cluster" in capsys.readouterr().err
+
+
+def test_run_bad_kubeconfig_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--kubeconfig", str(tmp_path / "missing")])
+    assert code == 2
+    assert "missing" in capsys.readouterr().err
