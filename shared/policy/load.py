@@ -241,10 +241,10 @@ def _from_configmap(doc: Mapping[str, Any], source: str, errors: list[str]) -> P
 # --------------------------------------------------------------------------- v1alpha2
 
 def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, str], source: str,
-              api_version: str, where: str = "") -> Policy | None:
+              api_version: str) -> Policy | None:
     """Validate a v1alpha2 document; ``labels`` maps profile names to message prefixes."""
     start = len(errors)
-    f = Fields(doc, where, errors, what="DeschedulerPolicy")
+    f = Fields(doc, "", errors, what="DeschedulerPolicy")
     f.get("apiVersion")
     f.get("kind")
     node_selector = f.string("nodeSelector")
@@ -252,7 +252,7 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
         try:
             parse_selector(node_selector, where="nodeSelector")
         except ModelError as exc:
-            errors.append(f"{where}: {exc}" if where else str(exc))
+            errors.append(str(exc))
     per_node = f.integer("maxNoOfPodsToEvictPerNode", minimum=0, maximum=UINT_MAX)
     per_namespace = f.integer("maxNoOfPodsToEvictPerNamespace", minimum=0, maximum=UINT_MAX)
     total = f.integer("maxNoOfPodsToEvictTotal", minimum=0, maximum=UINT_MAX)
@@ -276,7 +276,7 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
     else:
         names: set[str] = set()
         for i, raw in enumerate(raw_profiles or ()):
-            profile = _profile(raw, i, errors, labels, where)
+            profile = _profile(raw, i, errors, labels)
             if profile is None:
                 continue
             if profile.name in names:
@@ -358,9 +358,9 @@ def _metrics_providers(f: Fields, collector: bool) -> tuple[MetricsProvider, ...
     return tuple(out)
 
 
-def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str], where: str) -> Profile | None:
+def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str]) -> Profile | None:
     start = len(errors)
-    head = Fields(raw, where, errors, prefix=f"profiles[{index}].", what="profile")
+    head = Fields(raw, "", errors, prefix=f"profiles[{index}].", what="profile")
     if not head.ok:
         return None
     name = head.raw.get("name")
@@ -368,8 +368,6 @@ def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str],
         head.error("name", f"is required: a non-empty string, got {show(name)}")
         return None
     label = labels.get(name) or f'profile "{name}"'
-    if where:
-        label = f"{where}: {label}"
     p = Fields(raw, label, errors, what="profile")
     p.get("name")
 

@@ -532,8 +532,29 @@ V1_DOCS = st.builds(
 )
 
 
+PRESET_NAMES = st.sampled_from(["AffinityAndTaints", "TopologyAndDuplicates", "SoftTopologyAndDuplicates",
+                                 "LifecycleAndUtilization", "LongLifecycle", "DevPreviewLongLifecycle", "CompactAndScale",
+                                 "EvictPodsWithPVC", "EvictPodsWithLocalStorage", "KubeVirtRelieveAndMigrate", "Bogus"])
+PRESET_DOCS = st.builds(
+    lambda api, profiles, custom, limits: {"apiVersion": api[0], "kind": api[1], "profiles": profiles,
+                                           "profileCustomizations": custom, "evictionLimits": limits},
+    st.sampled_from([("kdesched.dev/v1alpha1", "Profiles"), ("operator.openshift.io/v1", "KubeDescheduler")]),
+    st.lists(PRESET_NAMES, max_size=4) | JSON_LEAF,
+    st.dictionaries(st.sampled_from(["namespaces", "thresholdPriority", "thresholdPriorityClassName", "podLifetime",
+                                     "devLowNodeUtilizationThresholds", "devHighNodeUtilizationThresholds"]),
+                    JSON_LEAF | st.sampled_from(["5m", "Low", "High", "Moderate"]), max_size=3) | JSON_LEAF,
+    st.dictionaries(st.sampled_from(["total", "node"]), JSON_LEAF, max_size=2) | JSON_LEAF,
+)
+DECKHOUSE_DOCS = st.dictionaries(
+    st.sampled_from(["removeDuplicates", "lowNodeUtilization", "podLifeTime", "removePodsViolatingNodeAffinity",
+                     "nodeSelector", "unknown"]), st.booleans() | JSON_LEAF, max_size=4,
+).flatmap(lambda values: st.sampled_from([values, {"descheduler": values}, {"spec": {"settings": values}},
+                                          {"apiVersion": "deckhouse.io/v1alpha1", "kind": "ModuleConfig",
+                                           "metadata": {"name": "descheduler"}, "spec": {"settings": values}}]))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(V2_DOCS, V1_DOCS, JSON_LEAF))
+@given(st.one_of(V2_DOCS, V1_DOCS, PRESET_DOCS, DECKHOUSE_DOCS, JSON_LEAF))
 def test_fuzzed_documents_only_ever_raise_policy_error(doc: Any) -> None:
     try:
         policy_from_mapping(doc, "fuzz")
