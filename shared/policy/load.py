@@ -433,8 +433,7 @@ def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str])
                 continue
             info = PLUGINS[plugin]
             if info.required_args:
-                p.error(f"plugins.{point}.enabled[{i}]",
-                        f"{plugin} needs a pluginConfig entry: its args {', '.join(info.required_args)} are required")
+                p.error(f"plugins.{point}.enabled[{i}]", f"{plugin} needs a pluginConfig entry: {info.requirement()}")
                 continue
             args, problems = parse_plugin_args(plugin, None, f"{label} / plugin {plugin}")
             errors.extend(problems)

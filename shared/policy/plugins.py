@@ -28,11 +28,20 @@ class PluginInfo:
     example: Mapping[str, Any] = field(default_factory=dict)
     # Args a pluginConfig must give (empty = the plugin runs on defaults without a pluginConfig).
     required_args: tuple[str, ...] = ()
+    # True when giving any one of ``required_args`` is enough (PodLifeTime's criteria).
+    required_any: bool = False
+
+    def requirement(self) -> str:
+        """``required_args`` as a phrase for messages."""
+        names = ", ".join(self.required_args)
+        if self.required_any:
+            return f"at least one of its args {names} is required"
+        return f"its arg {names} is required" if len(self.required_args) == 1 else f"its args {names} are required"
 
 
 def _info(name: str, points: tuple[str, ...], parse: Parser, example: Mapping[str, Any],
-          required: tuple[str, ...] = ()) -> PluginInfo:
-    return PluginInfo(name, frozenset(points), parse, example, required)
+          required: tuple[str, ...] = (), required_any: bool = False) -> PluginInfo:
+    return PluginInfo(name, frozenset(points), parse, example, required, required_any)
 
 
 PLUGINS: Mapping[str, PluginInfo] = {
@@ -61,7 +70,7 @@ PLUGINS: Mapping[str, PluginInfo] = {
               {"podRestartThreshold": 100, "includingInitContainers": True}, ("podRestartThreshold",)),
         _info("PodLifeTime", ("deschedule",), a.parse_pod_life_time,
               {"maxPodLifeTimeSeconds": 86400, "states": ["Pending", "CrashLoopBackOff"]},
-              ("maxPodLifeTimeSeconds|states|conditions|exitCodes",)),
+              ("maxPodLifeTimeSeconds", "states", "conditions", "exitCodes"), required_any=True),
         _info("RemoveFailedPods", ("deschedule",), a.parse_remove_failed_pods,
               {"minPodLifetimeSeconds": 3600, "reasons": ["NodeAffinity"], "excludeOwnerKinds": ["Job"]}),
     )

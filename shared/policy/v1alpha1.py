@@ -12,7 +12,9 @@ kdesched keeps reading them, with upstream's conversion rules (reference §4):
   ``includeSoftConstraints`` -> ``constraints: [DoNotSchedule, ScheduleAnyway]`` and
   ``topologyBalanceNodeFit: true``; ``podStatusPhases`` are appended to ``states``;
   RemovePodsViolatingNodeTaints keeps ``excludedTaints`` but drops ``includedTaints``; params a
-  plugin does not take are dropped, as upstream's converter did;
+  plugin does not take are dropped, as upstream's converter did; PodLifeTime also accepts the
+  early ``params.maxPodLifeTimeSeconds`` (before ``params.podLifeTime`` existed), which old
+  posts and ConfigMaps still use;
 * disabled strategies are dropped (their params are not checked); an unknown strategy is an
   error even when disabled; ``nodeSelector`` and both ``max*`` limits are copied.
 
@@ -52,6 +54,7 @@ PARAM_FIELDS = (
     "includeSoftConstraints", "includePreferNoSchedule", "excludedTaints", "includedTaints",
     "nodeAffinityType", "nodeResourceUtilizationThresholds", "podsHavingTooManyRestarts", "podLifeTime",
     "removeDuplicates", "failedPods",
+    "maxPodLifeTimeSeconds",  # the early (pre-v0.20) place of PodLifeTime's limit, still in blog posts
 )
 
 
@@ -204,6 +207,12 @@ def _plugin_args(name: str, p: Fields) -> dict[str, Any] | None:
         plt = _nested(p, "podLifeTime", ("maxPodLifeTimeSeconds", "states", "podStatusPhases"))
         if plt is None:
             return None
+        early = raw.get("maxPodLifeTimeSeconds")
+        if early is not None:
+            if "maxPodLifeTimeSeconds" in plt:
+                p.error("maxPodLifeTimeSeconds", "is also set in podLifeTime; keep only podLifeTime.maxPodLifeTimeSeconds")
+                return None
+            plt["maxPodLifeTimeSeconds"] = early
         phases = plt.pop("podStatusPhases", None)
         if phases is not None:
             states = plt.get("states", [])

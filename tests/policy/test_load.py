@@ -192,6 +192,29 @@ def test_enabled_plugin_without_config_gets_defaults_and_default_evictor_is_adde
     assert next(iter(p.plugin_args)) == "DefaultEvictor"
 
 
+def test_operator_rendered_document_with_explicit_nulls() -> None:
+    # how the OpenShift operator and Go marshalling write policies: empty objects and nulls
+    doc = {**V2, "metricsCollector": {}, "profiles": [{
+        "name": "LongLifecycle",
+        "pluginConfig": [
+            {"name": "RemovePodsHavingTooManyRestarts", "args": {
+                "includingInitContainers": True, "labelSelector": None, "namespaces": {"exclude": ["kube-system"], "include": []},
+                "podRestartThreshold": 100, "states": None}},
+            {"name": "LowNodeUtilization", "args": {
+                "evictableNamespaces": {"exclude": ["kube-system"], "include": None}, "numberOfNodes": 0,
+                "metricsUtilization": {"prometheus": {}}, "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50},
+                "useDeviationThresholds": False}},
+            {"name": "DefaultEvictor", "args": {}}],
+        "plugins": {"balance": {"disabled": None, "enabled": ["LowNodeUtilization"]},
+                    "deschedule": {"disabled": None, "enabled": ["RemovePodsHavingTooManyRestarts"]},
+                    "filter": {"disabled": None, "enabled": ["DefaultEvictor"]},
+                    "preEvictionFilter": {"disabled": None, "enabled": None}}}]}
+    (p,) = policy_from_mapping(doc, "x").profiles
+    assert p.plugin_args["RemovePodsHavingTooManyRestarts"].namespaces == Namespaces(exclude=("kube-system",))
+    assert p.plugin_args["LowNodeUtilization"].evictable_namespaces == Namespaces(exclude=("kube-system",))
+    assert next(iter(p.plugin_args)) == "DefaultEvictor"
+
+
 def test_disabled_lists_and_unused_points_are_accepted() -> None:
     doc = v2({"name": "p", "plugins": {"balance": {"enabled": ["RemoveDuplicates"], "disabled": ["*"]},
                                        "presort": {"enabled": []}, "sort": {"disabled": ["x"]}}})
@@ -241,7 +264,7 @@ V2_INVALID = [
      'targetThresholds are required')),
     (v2(profile("p", balance=["HighNodeUtilization"])), 'profile "p": plugins.balance.enabled[0]: HighNodeUtilization needs'),
     (v2(profile("p", deschedule=["RemovePodsViolatingNodeAffinity"])),
-     'profile "p": plugins.deschedule.enabled[0]: RemovePodsViolatingNodeAffinity needs a pluginConfig entry: its args nodeAffinityType'),
+     'profile "p": plugins.deschedule.enabled[0]: RemovePodsViolatingNodeAffinity needs a pluginConfig entry: its arg nodeAffinityType is required'),
     (v2(profile("p", deschedule=["RemovePodsHavingTooManyRestarts"])),
      'profile "p": plugins.deschedule.enabled[0]: RemovePodsHavingTooManyRestarts needs a pluginConfig entry'),
     (v2(profile("p", deschedule=["PodLifeTime"])), 'profile "p": plugins.deschedule.enabled[0]: PodLifeTime needs a pluginConfig'),
@@ -294,8 +317,8 @@ def test_many_errors_reported_at_once_and_rendered() -> None:
         'LowNodeUtilization, HighNodeUtilization, RemovePodsViolatingInterPodAntiAffinity, RemovePodsViolatingNodeAffinity, '
         'RemovePodsViolatingNodeTaints, RemovePodsViolatingTopologySpreadConstraint, RemovePodsHavingTooManyRestarts, '
         'PodLifeTime, RemoveFailedPods)'),
-        ('profile "other": plugins.deschedule.enabled[0]: PodLifeTime needs a pluginConfig entry: its args '
-        'maxPodLifeTimeSeconds|states|conditions|exitCodes are required'),
+        ('profile "other": plugins.deschedule.enabled[0]: PodLifeTime needs a pluginConfig entry: at least one of its '
+        'args maxPodLifeTimeSeconds, states, conditions, exitCodes is required'),
         ('surprise: unknown field (the DeschedulerPolicy fields are: apiVersion, kind, nodeSelector, maxNoOfPodsToEvictPerNode, '
         'maxNoOfPodsToEvictPerNamespace, maxNoOfPodsToEvictTotal, gracePeriodSeconds, evictionFailureEventNotification, '
         'metricsCollector, metricsProviders, kdesched, profiles)'),
@@ -333,6 +356,15 @@ def test_v1alpha1_pod_life_time_phases_appended_and_node_fit_forced_false() -> N
     assert isinstance(args, PodLifeTimeArgs)
     assert args.states == ("Running", "Pending") and args.max_pod_life_time_seconds == 86400
     assert args.namespaces == Namespaces(include=("apps",)) and args.label_selector is not None
+
+
+def test_v1alpha1_early_pod_life_time_form() -> None:
+    p = only_profile(v1({"PodLifeTime": {"enabled": True, "params": {"maxPodLifeTimeSeconds": 180}}}))
+    assert p.plugin_args["PodLifeTime"] == PodLifeTimeArgs(max_pod_life_time_seconds=180)
+    errs = errors_of(v1({"PodLifeTime": {"enabled": True, "params": {
+        "maxPodLifeTimeSeconds": 180, "podLifeTime": {"maxPodLifeTimeSeconds": 60}}}}))
+    assert errs == [("strategies.PodLifeTime.params.maxPodLifeTimeSeconds: is also set in podLifeTime; "
+                    "keep only podLifeTime.maxPodLifeTimeSeconds")]
 
 
 def test_v1alpha1_node_taints_drops_included_taints() -> None:
