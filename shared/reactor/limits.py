@@ -91,6 +91,16 @@ class RateLimiter:
             bucket = table[key] = TokenBucket(s.rate_per_second, s.burst, self.clock)
         return bucket
 
+    def clone(self) -> "RateLimiter":
+        """A copy with the same tokens: a dry run consumes from it, so it reports what a live run
+        would be allowed, without spending the real budget."""
+        with self._lock:
+            other = RateLimiter(self.settings, self.clock)
+            other._global = _copy_bucket(self._global)
+            other._nodes = {k: b for k, v in self._nodes.items() if (b := _copy_bucket(v)) is not None}
+            other._namespaces = {k: b for k, v in self._namespaces.items() if (b := _copy_bucket(v)) is not None}
+            return other
+
     def admit(self, node: str, namespace: str, *, consume: bool = True) -> str | None:
         """None if one eviction from ``node`` in ``namespace`` is within every bucket (taking a token
         from each when ``consume``), else the reason naming the exhausted bucket."""
@@ -108,6 +118,14 @@ class RateLimiter:
                     if bucket is not None:
                         bucket.take()
             return None
+
+
+def _copy_bucket(bucket: TokenBucket | None) -> TokenBucket | None:
+    if bucket is None:
+        return None
+    copy = TokenBucket(bucket.rate, bucket.burst, bucket.clock)
+    copy._tokens, copy._at = bucket._tokens, bucket._at
+    return copy
 
 
 def owner_uid(pod: Pod) -> str:

@@ -196,7 +196,8 @@ class Reactor:
                 if waiting:
                     return self._reply(trigger, empty_report(self._dry(), waiting), (), 1, [trigger])
             served = self.balance_events.submit(trigger)
-            m.COALESCED.labels("rebalance").inc(0 if served.coalesced <= 1 else 1)
+            if served.coalesced > 1:
+                m.COALESCED.labels("rebalance").inc()
             return self._reply_from(trigger, served.result, served.coalesced)
         if trigger.type in (TAINTS_CHANGED, LABELS_CHANGED):
             kind = "taints" if trigger.type == TAINTS_CHANGED else "affinity"
@@ -328,9 +329,11 @@ class Reactor:
             m.REACTOR_RUNS.labels(label).inc()
             started = time.perf_counter()
             now = self.wall_clock()
-            gate, refusals = make_gate(history, self.limiter, now=now,
+            # a dry run spends a copy of the buckets: it reports what a live run would be allowed
+            limiter = self.limiter.clone() if dry_run else self.limiter
+            gate, refusals = make_gate(history, limiter, now=now,
                                        workload_seconds=self.settings.cooldown_workload_seconds,
-                                       node_seconds=self.settings.cooldown_node_seconds, consume=not dry_run)
+                                       node_seconds=self.settings.cooldown_node_seconds, consume=True)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, timezone.utc), strategies=strategies,
                             nodes=nodes, gate=gate)
             for why in refusals:

@@ -238,3 +238,10 @@ def test_lease_guard_saves_history_and_keeps_it_across_renew_and_release(fake_ap
     # the next holder sees it
     with LeaseGuard(kube, "ops", "kd", "other", duration_seconds=60, wait_seconds=0) as guard:
         assert guard.history.owners == {owner_uid(p): 100}
+
+
+def test_dry_run_clone_spends_a_copy() -> None:
+    rl = RateLimiter(RateLimitSettings(BucketSettings(1, 2), None, None), FakeClock())
+    dry = rl.clone()
+    assert dry.admit("n", "a") is None and dry.admit("n", "a") is None and dry.admit("n", "a") is not None
+    assert rl.admit("n", "a") is None and rl.admit("n", "a") is None  # the real budget is untouched
