@@ -179,7 +179,7 @@ def _dispatch(doc: Any, source: str, errors: list[str]) -> Policy | None:
     if api_version not in (V1ALPHA2, V1ALPHA1):
         from kdesched.policy import presets
 
-        if (api_version, kind) in presets.DOCUMENT_KINDS:
+        if isinstance(kind, str) and (api_version, kind) in presets.DOCUMENT_KINDS:
             v2doc = presets.document_to_v1alpha2(doc, errors)
             return None if v2doc is None else _v1alpha2(v2doc, errors, {}, source, api_version=api_version)
         errors.append(f"apiVersion: unsupported {show(api_version)} (expected {V1ALPHA2} or {V1ALPHA1})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdesched.policy import args as a
-from kdesched.policy.types import PREFERRED_AFFINITY, REQUIRED_AFFINITY
+from kdesched.policy.types import REQUIRED_AFFINITY
 
 Parser = Callable[[Any, str], tuple[Any, list[str]]]
 
@@ -75,9 +75,6 @@ PLUGINS: Mapping[str, PluginInfo] = {
               {"minPodLifetimeSeconds": 3600, "reasons": ["NodeAffinity"], "excludeOwnerKinds": ["Job"]}),
     )
 }
-
-# Both affinity kinds, for help texts.
-NODE_AFFINITY_TYPES = (REQUIRED_AFFINITY, PREFERRED_AFFINITY)
 
 
 def plugin_where(profile: str, plugin: str) -> str:

@@ -585,8 +585,17 @@ DECKHOUSE_DOCS = st.dictionaries(
                                            "metadata": {"name": "descheduler"}, "spec": {"settings": values}}]))
 
 
+HEADERS = st.fixed_dictionaries({
+    "apiVersion": st.sampled_from(["descheduler/v1alpha2", "descheduler/v1alpha1", "v1", "kdesched.dev/v1alpha1",
+                                   "operator.openshift.io/v1", "deckhouse.io/v1alpha1", "x/y"]) | JSON_LEAF,
+    "kind": st.sampled_from(["DeschedulerPolicy", "ConfigMap", "Profiles", "KubeDescheduler", "ModuleConfig"]) | JSON_LEAF,
+}, optional={"data": st.dictionaries(st.sampled_from(["policy.yaml", "other"]), JSON_LEAF | st.sampled_from(
+    ["apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\n", "kind: ConfigMap\n", "[", ""]), max_size=2) | JSON_LEAF,
+    "spec": JSON_LEAF, "metadata": JSON_LEAF, "profiles": JSON_LEAF, "strategies": JSON_LEAF})
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(V2_DOCS, V1_DOCS, PRESET_DOCS, DECKHOUSE_DOCS, JSON_LEAF))
+@given(st.one_of(V2_DOCS, V1_DOCS, PRESET_DOCS, DECKHOUSE_DOCS, HEADERS, JSON_LEAF))
 def test_fuzzed_documents_only_ever_raise_policy_error(doc: Any) -> None:
     try:
         policy_from_mapping(doc, "fuzz")
