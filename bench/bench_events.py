@@ -1,0 +1,103 @@
+"""API cost of one event: a node-scoped run (``taints.changed`` on one node) versus a full run.
+
+Why: the point of event-driven descheduling at scale is that one node's change must not cost a
+cluster-wide LIST (users.md §5, upstream #671). This serves a synthetic 500-node cluster (30 pods
+per node, bench/generate.py) from the in-repo fake API server (tests/fakeapi.py, real HTTP on
+127.0.0.1) and counts the API requests and bytes the reactor reads for each kind of run, through
+the real ``kubernetes`` client. Runs are dry-runs, so every scenario sees the same cluster.
+
+Run: ``python bench/bench_events.py [--nodes 500] [--pods-per-node 30] [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.generate import generate  # noqa: E402
+from kdesched.kube.client import KubeClient  # noqa: E402
+from kdesched.kube.snapshot import load_live_snapshot  # noqa: E402
+from kdesched.policy.defaults import default_policy  # noqa: E402
+from kdesched.reactor import events as ev  # noqa: E402
+from kdesched.reactor.runner import Reactor, Trigger  # noqa: E402
+from kdesched.reactor.settings import parse_settings  # noqa: E402
+from tests.fakeapi import FakeApiServer  # noqa: E402
+
+
+def measure(client: KubeClient, fn: Callable[[], Any], repeat: int) -> tuple[int, int, float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        client.reset_stats()
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    stats = client.stats
+    return stats.requests, stats.bytes_read, statistics.median(times), result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--pods-per-node", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    cluster = generate(args.nodes, args.pods_per_node, seed=1)
+    items = cluster["items"]
+    fake = FakeApiServer().start()
+    try:
+        fake.add(*items)
+        client = KubeClient.for_host(fake.url, request_timeout=120)
+        policy = default_policy()
+        block = {"settleSeconds": 0, "leaseWaitSeconds": 30, "dryRun": True}
+        settings = parse_settings(block, policy=policy, env={})
+        reactor = Reactor(policy, settings, client, identity="bench")
+        nodes = [o for o in items if o.get("kind") == "Node"]
+        tainted = next(n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("taints"))
+        pods = sum(1 for o in items if o.get("kind") == "Pod")
+
+        def node_event(etype: str, data: dict[str, Any]) -> Callable[[], Any]:
+            return lambda: reactor.node_event(Trigger(etype, "bench", "/bench"), data)
+
+        scenarios: list[tuple[str, Callable[[], Any]]] = [
+            ("taints.changed, one tainted node (node-scoped)", node_event(ev.TAINTS_CHANGED, {"node": tainted})),
+            ("labels.changed, one node, non-topology key", node_event(
+                ev.LABELS_CHANGED, {"node": tainted, "before": {"team": "a"}, "after": {"team": "b"}})),
+            ("node.ready (rebalance: LowNodeUtilization + RemoveDuplicates)", node_event(ev.NODE_READY, {"node": tainted})),
+            ("sweep / full run (whole default policy)", lambda: reactor.run_requested(Trigger(ev.PING, "b", "/b"), None)),
+            ("naive: full snapshot LIST (what a per-event full run reads)", lambda: load_live_snapshot(client)),
+        ]
+        rows = []
+        for name, fn in scenarios:
+            requests, nbytes, seconds, result = measure(client, fn, args.repeat)
+            planned = len(result.get("evictions", [])) if isinstance(result, dict) else "-"
+            rows.append((name, requests, nbytes, seconds, planned))
+    finally:
+        fake.stop()
+
+    print(f"cluster: {args.nodes} nodes, {pods} pods (bench/generate.py seed 1), fake API on 127.0.0.1")
+    print(f"event node: {tainted}")
+    print(f"python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs; median of "
+          f"{args.repeat}; dry-run")
+    header = f"{'scenario':<66} {'requests':>8} {'KiB read':>10} {'seconds':>8} {'evictions':>9}"
+    print(header)
+    print("-" * len(header))
+    full_bytes = rows[-1][2] or 1
+    for name, requests, nbytes, seconds, planned in rows:
+        print(f"{name:<66} {requests:>8} {nbytes / 1024:>10.1f} {seconds:>8.3f} {planned!s:>9}")
+    print(f"\nnode-scoped taints.changed reads {rows[0][2] / full_bytes:.1%} of the bytes of a full snapshot")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
