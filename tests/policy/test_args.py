@@ -305,22 +305,30 @@ def test_low_node_utilization_full() -> None:
         "thresholds": {"cpu": 30, "memory": 12.5}, "targetThresholds": {"cpu": 10, "memory": 10},
         "useDeviationThresholds": True, "numberOfNodes": 3,
         "evictableNamespaces": {"exclude": ["kube-system"]}, "evictionLimits": {"node": 2},
-        "metricsUtilization": {"source": "KubernetesMetrics"},
+        "metricsUtilization": {},
     })
     assert errors == []  # threshold > target is fine with deviation thresholds
     assert args == LowNodeUtilizationArgs(
         thresholds={"cpu": 30, "memory": 12.5}, target_thresholds={"cpu": 10, "memory": 10},
         use_deviation_thresholds=True, number_of_nodes=3, evictable_namespaces=Namespaces(exclude=("kube-system",)),
-        eviction_limits_node=2, metrics_utilization=MetricsUtilization(source="KubernetesMetrics"))
+        eviction_limits_node=2, metrics_utilization=MetricsUtilization())
 
 
-def test_low_node_utilization_prometheus() -> None:
+@pytest.mark.parametrize("metrics", [
+    {"source": "Prometheus", "prometheus": {"query": "instance:node_cpu:rate:sum"}},
+    {"source": "KubernetesMetrics"},
+    {"metricsServer": True},
+], ids=["prometheus", "kubernetes-metrics", "metrics-server"])
+def test_low_node_utilization_metrics_sources_are_refused_at_load(metrics: dict) -> None:
+    # deliberate difference: kdesched balances on requests, and says so before any run
+    thresholds = ({"MetricResource": 0}, {"MetricResource": 10}) if metrics.get("source") == "Prometheus" \
+        else ({"cpu": 20}, {"cpu": 50})
     args, errors = parse("LowNodeUtilization", {
-        "thresholds": {"MetricResource": 0}, "targetThresholds": {"MetricResource": 10}, "useDeviationThresholds": True,
-        "metricsUtilization": {"source": "Prometheus", "prometheus": {"query": "instance:node_cpu:rate:sum"}},
+        "thresholds": thresholds[0], "targetThresholds": thresholds[1], "useDeviationThresholds": True,
+        "metricsUtilization": metrics,
     })
-    assert errors == []
-    assert args.metrics_utilization == MetricsUtilization(source="Prometheus", prometheus_query="instance:node_cpu:rate:sum")
+    assert args is None
+    assert len(errors) == 1 and "metricsUtilization." in errors[0] and "not supported by kdesched" in errors[0]
 
 
 def test_empty_prometheus_block_without_source_is_accepted() -> None:

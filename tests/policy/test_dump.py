@@ -60,7 +60,7 @@ profiles:
       numberOfNodes: 1
       evictableNamespaces: {exclude: [kube-system]}
       evictionLimits: {node: 3}
-      metricsUtilization: {source: KubernetesMetrics}
+      metricsUtilization: {}
   - name: RemovePodsViolatingTopologySpreadConstraint
     args: {constraints: [ScheduleAnyway], topologyBalanceNodeFit: false, labelSelector: {matchLabels: {a: b}}}
   - name: RemovePodsViolatingNodeTaints
@@ -93,10 +93,9 @@ profiles:
     args: {thresholds: {cpu: 20}, evictionModes: [OnlyThresholdingResources], evictableNamespaces: {exclude: [x]}}
   - name: LowNodeUtilization
     args:
-      thresholds: {MetricResource: 0}
-      targetThresholds: {MetricResource: 10}
+      thresholds: {cpu: 0}
+      targetThresholds: {cpu: 10}
       useDeviationThresholds: true
-      metricsUtilization: {source: Prometheus, prometheus: {query: "instance:node_cpu:rate:sum"}}
   plugins:
     balance: {enabled: [HighNodeUtilization]}
 """
@@ -216,7 +215,7 @@ VALID_ARGS = {
                               "targetThresholds": {k: v[1] for k, v in pairs.items()}, **extra},
         _PAIRS, _opt(useDeviationThresholds=st.booleans(), numberOfNodes=st.integers(0, 3), evictableNamespaces=_EXCLUDE,
                      evictionLimits=st.builds(lambda n: {"node": n}, st.integers(0, 5)),
-                     metricsUtilization=st.sampled_from([{}, {"source": "KubernetesMetrics"}, {"metricsServer": True}]))),
+                     metricsUtilization=st.just({}))),
     "HighNodeUtilization": st.builds(lambda pairs, extra: {"thresholds": {k: v[0] for k, v in pairs.items()}, **extra},
                                      _PAIRS, _opt(numberOfNodes=st.integers(0, 3), evictableNamespaces=_EXCLUDE,
                                                   evictionModes=st.just(["OnlyThresholdingResources"]))),
