@@ -23,14 +23,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.generate import generate  # noqa: E402
-from kdesched.kube.client import KubeClient  # noqa: E402
-from kdesched.kube.snapshot import load_live_snapshot  # noqa: E402
-from kdesched.policy.defaults import default_policy  # noqa: E402
-from kdesched.reactor import events as ev  # noqa: E402
-from kdesched.reactor.runner import Reactor, Trigger  # noqa: E402
-from kdesched.reactor.settings import parse_settings  # noqa: E402
-from tests.fakeapi import FakeApiServer  # noqa: E402
+from kdesched.kube.client import KubeClient
+from kdesched.kube.snapshot import load_live_snapshot
+from kdesched.policy.defaults import default_policy
+from kdesched.reactor import events as ev
+from kdesched.reactor.runner import Reactor, Trigger
+from kdesched.reactor.settings import parse_settings
+
+from bench.generate import generate
+from tests.fakeapi import FakeApiServer
 
 
 def measure(client: KubeClient, fn: Callable[[], Any], repeat: int) -> tuple[int, int, float, Any]:

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
-
 from kdesched.functions.common import (
     Ack,
     HttpError,
@@ -59,7 +58,7 @@ class ClassifierFunction:
             try:
                 nodes = self.client.list_raw("Node").items
                 count = self.classifier.seed(nodes)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.error("seeding the node cache failed (will retry on the next event): %s", exc)
                 return False
             m.CLASSIFIER_NODES.set(count)
@@ -88,7 +87,7 @@ class ClassifierFunction:
                                          f"{' nor '.join(BROKER_ENV)} is set")
                 try:
                     self.post(self.broker_url, NAME, replies[1:])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                     raise HttpError(503, f"could not post events to the broker: {exc}") from None
             self.classifier.observe(action, incoming.data)  # commit
             m.CLASSIFIER_NODES.set(len(self.classifier))

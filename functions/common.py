@@ -36,17 +36,23 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event, to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 from flask import Flask, Response, request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from kdesched.engine import PlanError
 from kdesched.evictor.metrics import REGISTRY
-from kdesched.kube.errors import ApiError, ConfigError, Forbidden, Gone, ServerError, TooManyRequests, Unavailable
+from kdesched.kube.errors import (
+    ApiError,
+    ConfigError,
+    Forbidden,
+    Gone,
+    ServerError,
+    TooManyRequests,
+    Unavailable,
+)
 from kdesched.model.errors import ModelError
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -55,6 +61,7 @@ from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.events import RUN_COMPLETED
 from kdesched.reactor.runner import Reactor, RequestError, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger("kdesched.functions")
 
@@ -152,8 +159,8 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
     if accepted is not None and attrs["type"] not in accepted:
         raise _bad(f"this function does not accept type {attrs['type']!r} (accepts: {', '.join(accepted)})", "type")
     try:
-        event = from_http_event(HTTPMessage(dict(lower), body or b""))
-    except Exception as exc:  # the SDK's validation errors: bad time, bad extension names...
+        event = cast(CloudEvent, from_http_event(HTTPMessage(dict(lower), body or b"")))
+    except Exception as exc:  # noqa: BLE001 - the SDK's validation errors: bad time, bad extension names...
         raise _bad(f"invalid CloudEvent: {exc}", "event") from None
     # data: JSON only
     if mode == "structured":
@@ -175,7 +182,7 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
             data = _parse_json(body)
     ext = {k: v for k, v in event.get_attributes().items()
            if k not in (*REQUIRED, "datacontenttype", "dataschema", "subject", "time")}
-    return Incoming(event, mode, attrs["type"], attrs["id"], attrs["source"], data, ext)
+    return Incoming(event, mode, str(attrs["type"]), str(attrs["id"]), str(attrs["source"]), data, ext)
 
 
 def _parse_json(body: bytes) -> Any:
@@ -191,7 +198,7 @@ def _parse_json(body: bytes) -> Any:
 def make_event(function: str, reply: Reply) -> CloudEvent:
     attrs: dict[str, Any] = {"type": reply.type, "source": f"/kdesched/{function}",
                              "id": reply.id or str(uuid.uuid4()), "specversion": "1.0",
-                             "datacontenttype": "application/json", "time": datetime.now(timezone.utc)}
+                             "datacontenttype": "application/json", "time": datetime.now(UTC)}
     if reply.subject:
         attrs["subject"] = reply.subject
     return CloudEvent(attributes=attrs, data=reply.data)
@@ -210,7 +217,7 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
         for attempt in range(1, attempts + 1):
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the configured sink
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
                     if 200 <= resp.status < 300:
                         m.EMITTED.labels(reply.type).inc()
                         break
@@ -262,7 +269,7 @@ def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
         for key in ("function", "ce_type", "ce_id", "node", "status"):
             if hasattr(record, key):
@@ -345,7 +352,7 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
         ce_type = "-"
         try:
             with inflight:
-                incoming = decode(request.headers, request.get_data(cache=False), accepted)
+                incoming = decode(dict(request.headers), request.get_data(cache=False), accepted)
                 ce_type = incoming.type
                 result = handler(incoming)
                 if isinstance(result, Ack):

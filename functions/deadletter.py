@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 from flask import Flask
-
 from kdesched.functions.common import Ack, Incoming, Result, create_function_app, decode_knative_error
 from kdesched.reactor.events import RUN_COMPLETED
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-
 from kdesched.functions.common import Incoming, Result, load_runtime, reactor_app, run_completed
 from kdesched.reactor.runner import Reactor
 

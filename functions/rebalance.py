@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-
 from kdesched.functions.common import load_runtime, node_event_handler, reactor_app
 
 NAME = "rebalance"

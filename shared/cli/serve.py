@@ -157,9 +157,8 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
 
 
 def cmd_function(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
-
     from kdesched.kube.errors import ConfigError
+    from werkzeug.serving import make_server
 
     if not args.name:
         raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTION_MODULES)}")

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
@@ -121,7 +121,7 @@ class Coalescer(Generic[Req, Res]):
                 batch.result = self.run(list(batch.requests))
             finally:
                 self.run_lock.release()
-        except BaseException as exc:  # every joined request must learn what happened
+        except BaseException as exc:  # noqa: BLE001 - every joined request must learn what happened
             batch.error = exc
         finally:
             with self._lock:
@@ -229,7 +229,7 @@ class LeaseGuard:
         self._renewer: threading.Thread | None = None
         self._done = threading.Event()
 
-    def __enter__(self) -> "LeaseGuard":
+    def __enter__(self) -> Self:
         deadline = time.monotonic() + self.wait_seconds
         while not self.lock.try_acquire():
             if self.stop.is_set():
@@ -255,7 +255,7 @@ class LeaseGuard:
                     self.lost = True
                     log.error("Lease %s/%s lost while running", self.namespace, self.name)
                     return
-            except Exception as exc:  # keep trying until the lease would expire
+            except Exception as exc:  # noqa: BLE001 - keep trying until the lease would expire
                 log.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, exc)
 
     def save_history(self, history: EvictionHistory) -> bool:
@@ -281,5 +281,5 @@ class LeaseGuard:
             self._renewer.join(timeout=5)
         try:
             self.lock.release()
-        except Exception as err:  # it expires by itself
+        except Exception as err:  # noqa: BLE001 - it expires by itself
             log.warning("releasing Lease %s/%s failed (it will expire): %s", self.namespace, self.name, err)

@@ -91,7 +91,7 @@ class RateLimiter:
             bucket = table[key] = TokenBucket(s.rate_per_second, s.burst, self.clock)
         return bucket
 
-    def clone(self) -> "RateLimiter":
+    def clone(self) -> RateLimiter:
         """A copy with the same tokens: a dry run consumes from it, so it reports what a live run
         would be allowed, without spending the real budget."""
         with self._lock:
@@ -168,7 +168,7 @@ class EvictionHistory:
             n += 1
         return n
 
-    def merge(self, other: "EvictionHistory") -> None:
+    def merge(self, other: EvictionHistory) -> None:
         for mine, theirs in ((self.owners, other.owners), (self.nodes, other.nodes)):
             for k, t in theirs.items():
                 if t > mine.get(k, float("-inf")):
@@ -183,7 +183,7 @@ class EvictionHistory:
                 for k, _ in sorted(table.items(), key=lambda kv: kv[1])[: len(table) - max_entries]:
                     del table[k]
 
-    def copy(self) -> "EvictionHistory":
+    def copy(self) -> EvictionHistory:
         return EvictionHistory(dict(self.owners), dict(self.nodes))
 
     def __bool__(self) -> bool:
@@ -195,7 +195,7 @@ class EvictionHistory:
                            "n": {k: int(t) for k, t in sorted(self.nodes.items())}}, separators=(",", ":"))
 
     @classmethod
-    def from_annotation(cls, text: str | None) -> "EvictionHistory":
+    def from_annotation(cls, text: str | None) -> EvictionHistory:
         """Parse the annotation; a missing or garbled one is an empty history (it is only a hint)."""
         if not text:
             return cls()

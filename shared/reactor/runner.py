@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.engine import RunReport, execute_plan, plan_run
@@ -334,7 +334,7 @@ class Reactor:
             gate, refusals = make_gate(history, limiter, now=now,
                                        workload_seconds=self.settings.cooldown_workload_seconds,
                                        node_seconds=self.settings.cooldown_node_seconds, consume=True)
-            plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, timezone.utc), strategies=strategies,
+            plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
                             nodes=nodes, gate=gate)
             for why in refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
@@ -377,7 +377,7 @@ class Reactor:
                                     del table[k]
         except (LockBusy, ShuttingDown):
             pass  # the next run that holds the Lease writes it
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
             log.warning("could not write the eviction history to the Lease yet: %s", exc)
         finally:
             self.balance_lock.release()

@@ -136,7 +136,7 @@ class ReactorServer:
             return True
         try:
             return self.leader_lock.try_acquire()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
             log.warning("leader election failed: %s", exc)
             return False
 
@@ -157,7 +157,7 @@ class ReactorServer:
                 if not self.leader_lock.renew():
                     log.error("lost the leader Lease: stopping")
                     self.stop.set()  # a clean exit; the Deployment restarts us as a follower
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("renewing the leader Lease failed: %s", exc)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ class ReactorServer:
         if self.is_leader.is_set() and self.leader_election:
             try:
                 self.leader_lock.release()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("releasing the leader Lease failed (it will expire): %s", exc)
         self.is_leader.clear()
         m.LEADER.set(0)

@@ -89,7 +89,7 @@ class ReactorSettings:
     broker_url: str = ""
 
     @classmethod
-    def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> "ReactorSettings":
+    def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> ReactorSettings:
         """Parse and validate ``policy.kdesched`` (+ env); raises PolicyError naming every bad field."""
         return parse_settings(policy.kdesched, policy=policy, env=os.environ if env is None else env,
                               source=policy.source)

@@ -89,7 +89,7 @@ class NodeWatcher:
             except Gone:
                 log.info("watch expired (410 Gone): re-listing nodes")
                 self.resource_version = None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("node watch failed, retrying in %.1fs: %s", backoff, exc)
                 self.stop.wait(backoff)
                 backoff = min(self.backoff_max, backoff * 2)

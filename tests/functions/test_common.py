@@ -7,11 +7,18 @@ import json
 from typing import Any
 
 import pytest
-
-from kdesched.functions.common import Ack, HttpError, Incoming, Reply, create_function_app, decode_knative_error
+from kdesched.functions.common import (
+    Ack,
+    HttpError,
+    Incoming,
+    Reply,
+    create_function_app,
+    decode_knative_error,
+)
 from kdesched.kube.errors import Forbidden, Unavailable
 from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.runner import RequestError
+
 from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode
 
 T = "dev.kdesched.run.requested"
@@ -55,7 +62,7 @@ NEGATIVE = [
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("kw,field", NEGATIVE, ids=[f"{list(k)[0]}-{f}" for k, f in NEGATIVE])
+@pytest.mark.parametrize("kw,field", NEGATIVE, ids=[f"{next(iter(k))}-{f}" for k, f in NEGATIVE])
 def test_missing_or_invalid_attribute_is_400_naming_it(mode: str, kw: dict[str, Any], field: str) -> None:
     resp = post(app_with(echo), *ce_request(T, {"a": 1}, mode, **kw))
     assert resp.status_code == 400

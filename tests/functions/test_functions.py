@@ -6,12 +6,12 @@ import logging
 from typing import Any
 
 import pytest
-
 from kdesched.functions import affinity, classifier, deadletter, manual, rebalance, taints
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
+
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode

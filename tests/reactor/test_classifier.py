@@ -7,9 +7,9 @@ import copy
 from typing import Any
 
 import pytest
-
 from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+
 from tests.builders import node_obj
 
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}

@@ -6,11 +6,17 @@ import threading
 from typing import Any
 
 import pytest
-
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
-from kdesched.reactor.coordination import Coalescer, LeaseGuard, LockBusy, NodeLocks, ShuttingDown, read_history
+from kdesched.reactor.coordination import (
+    Coalescer,
+    LeaseGuard,
+    LockBusy,
+    NodeLocks,
+    ShuttingDown,
+    read_history,
+)
 from kdesched.reactor.limits import (
     HISTORY_ANNOTATION,
     EvictionHistory,
@@ -21,6 +27,7 @@ from kdesched.reactor.limits import (
 )
 from kdesched.reactor.settings import BucketSettings, RateLimitSettings
 from kdesched.strategies.framework import PlannedEviction
+
 from tests.builders import pod
 from tests.fakeapi import FakeApiServer
 
@@ -216,9 +223,9 @@ def test_node_locks_are_per_node() -> None:
 def test_lease_held_by_another_holder_is_busy(fake_api: FakeApiServer, kube: KubeClient) -> None:
     other = LeaseLock(kube, "kdesched", "kdesched", "someone-else", 60)
     assert other.try_acquire()
-    with pytest.raises(LockBusy) as err:
-        with LeaseGuard(kube, "kdesched", "kdesched", "me", duration_seconds=60, wait_seconds=0.05, poll_seconds=0.01):
-            pass
+    guard = LeaseGuard(kube, "kdesched", "kdesched", "me", duration_seconds=60, wait_seconds=0.05, poll_seconds=0.01)
+    with pytest.raises(LockBusy) as err, guard:
+        pass
     assert "someone-else" in str(err.value)
 
 

@@ -8,13 +8,13 @@ import threading
 from typing import Any
 
 import pytest
-
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor import events as ev
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.runner import Reactor, RequestError, Trigger, parse_run_request
 from kdesched.reactor.settings import parse_settings
+
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
@@ -116,7 +116,7 @@ def test_twenty_parallel_ready_deliveries_one_or_two_runs_no_double_eviction(fak
         barrier.wait()
         try:
             results.append(r.node_event(Trigger(ev.NODE_READY, f"e{i}"), {"node": "n2"}))
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # noqa: BLE001 - pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=deliver, args=(i,)) for i in range(20)]

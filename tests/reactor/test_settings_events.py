@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.policy.errors import PolicyError
 from kdesched.reactor import events as ev
 from kdesched.reactor.settings import BucketSettings, ReactorSettings, parse_settings
+
 from tests.builders import pod_obj, snapshot
 from tests.reactor.policies import LNU, default_like_policy, make_policy
 
