@@ -136,13 +136,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     strategies = nodes = None
     trigger = "simulate"
     if args.event:
-        from kdesched.reactor.events import scope_for_event
+        from kdesched.reactor.events import event_policy, scope_for_event
 
         etype, node = parse_event(args.event)
         try:
             scope = scope_for_event(_reactor_settings(policy), policy, etype, node, snapshot=snapshot)
         except ValueError as exc:
             raise InputError(f"--event: {exc}") from None
+        # the event map may name strategies no profile enables: run them as the function would
+        policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
     try:

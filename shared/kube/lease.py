@@ -150,8 +150,13 @@ class LeaseLock:
 
     def _write(self, lease: dict[str, Any], spec: dict[str, Any]) -> bool:
         meta = lease.get("metadata") or {}
-        body = {"metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": meta.get("resourceVersion")}, "spec": spec}
+        body: dict[str, Any] = {"metadata": {"name": self.name, "namespace": self.namespace,
+                                             "resourceVersion": meta.get("resourceVersion")}, "spec": spec}
+        # A replace drops whatever the body leaves out: keep what others store on the Lease (the
+        # reactor's eviction history lives in an annotation).
+        for key in ("annotations", "labels"):
+            if meta.get(key):
+                body["metadata"][key] = dict(meta[key])
         try:
             update_lease(self.client, body)
         except Conflict:

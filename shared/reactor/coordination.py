@@ -177,28 +177,6 @@ def default_identity() -> str:
     return f"{base}-{uuid.uuid4().hex[:8]}"
 
 
-class HistoryLeaseLock(LeaseLock):
-    """A LeaseLock whose writes keep the Lease's annotations (the eviction history lives there).
-
-    ``LeaseLock`` replaces the Lease with only name, namespace and resourceVersion in its metadata,
-    which on a real API server drops annotations; this subclass carries them over."""
-
-    def _write(self, lease: dict[str, Any], spec: dict[str, Any]) -> bool:
-        meta = lease.get("metadata") or {}
-        body: dict[str, Any] = {"metadata": {"name": self.name, "namespace": self.namespace,
-                                             "resourceVersion": meta.get("resourceVersion")}, "spec": spec}
-        if meta.get("annotations"):
-            body["metadata"]["annotations"] = dict(meta["annotations"])
-        if meta.get("labels"):
-            body["metadata"]["labels"] = dict(meta["labels"])
-        try:
-            self.client.replace_raw("Lease", body)
-        except Conflict:
-            log.debug("%r: lost the race (resourceVersion changed)", self)
-            return False
-        return True
-
-
 def read_history(client: KubeClient, namespace: str, name: str) -> EvictionHistory:
     """The eviction history as the Lease holds it (empty if there is no Lease yet)."""
     lease = get_lease(client, namespace, name)
@@ -217,7 +195,7 @@ class LeaseGuard:
     def __init__(self, client: KubeClient, namespace: str, name: str, identity: str, *, duration_seconds: int,
                  wait_seconds: float, stop: threading.Event | None = None, poll_seconds: float = 0.2) -> None:
         self.client = client
-        self.lock = HistoryLeaseLock(client, namespace, name, identity, duration_seconds)
+        self.lock = LeaseLock(client, namespace, name, identity, duration_seconds)
         self.namespace = namespace
         self.name = name
         self.identity = identity

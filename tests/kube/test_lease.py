@@ -107,3 +107,18 @@ def test_bad_arguments() -> None:
         LeaseLock(None, "ns", "n", "", 10)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lease_duration_seconds"):
         LeaseLock(None, "ns", "n", "me", 0)  # type: ignore[arg-type]
+
+
+def test_writes_keep_annotations_and_labels(fake_api: FakeApiServer, kube: KubeClient, clock: Clock) -> None:
+    """Acquire, renew and release replace the Lease; what others keep on it must survive."""
+    a = lock(kube, clock, "a")
+    assert a.try_acquire()
+    lease = get_lease(kube, "kdesched", "balance")
+    assert lease is not None
+    lease["metadata"]["annotations"] = {"kdesched.dev/history": '{"owners": {}}'}
+    lease["metadata"]["labels"] = {"app": "kdesched"}
+    kube.replace_raw("Lease", lease)
+    assert a.renew() and a.release() and a.try_acquire()
+    meta = get_lease(kube, "kdesched", "balance")["metadata"]
+    assert meta["annotations"] == {"kdesched.dev/history": '{"owners": {}}'}
+    assert meta["labels"] == {"app": "kdesched"}
