@@ -76,13 +76,108 @@ def iter_objects(docs: list[Any], name: str) -> Iterator[tuple[str, Mapping[str,
             yield where, doc
 
 
+_WS = " \t\n\r"
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any]]] | None:
+    """Stream the items of a top-level JSON object that has an ``items`` array (a ``v1 List`` or
+    a typed list), one at a time; None if ``text`` is not such an object.
+
+    Why: ``json.loads`` of a 150,000-pod file builds every dict at once (several GB). Streaming
+    hands each item to the record builder and lets it be freed before the next is decoded, so the
+    peak is the file's text plus the records. Items without a ``kind`` (typed lists such as
+    ``PodList``, whose ``kind`` comes after ``items`` in kubectl's output) are held until the list's
+    kind is known.
+    """
+    decoder = json.JSONDecoder()
+
+    def bad(exc: json.JSONDecodeError) -> ModelError:
+        return ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+
+    def expect(pos: int, char: str) -> int:
+        pos = _skip(text, pos)
+        if pos >= len(text) or text[pos] != char:
+            raise json.JSONDecodeError(f"Expecting '{char}'", text, min(pos, len(text)))
+        return _skip(text, pos + 1)
+
+    pos = _skip(text, 0)
+    if pos >= len(text) or text[pos] != "{":
+        return None
+    head: dict[str, Any] = {}
+    try:
+        pos = _skip(text, pos + 1)
+        while True:
+            if pos >= len(text) or text[pos] == "}":
+                return None  # no items array: an ordinary object, parsed the ordinary way
+            key, pos = decoder.raw_decode(text, pos)
+            pos = expect(pos, ":")
+            if key == "items" and pos < len(text) and text[pos] == "[":
+                break
+            head[key], pos = decoder.raw_decode(text, pos)
+            pos = _skip(text, pos)
+            if pos < len(text) and text[pos] == ",":
+                pos = _skip(text, pos + 1)
+    except json.JSONDecodeError:
+        return None  # let the ordinary parser report the error with its position
+
+    def items() -> Iterator[tuple[str, Mapping[str, Any]]]:
+        pending: list[tuple[str, dict[str, Any]]] = []
+        at = _skip(text, pos + 1)
+        i = 0
+        try:
+            while at < len(text) and text[at] != "]":
+                item, at = decoder.raw_decode(text, at)
+                where = f"{name} items[{i}]"
+                i += 1
+                if isinstance(item, dict) and "kind" not in item:
+                    pending.append((where, item))
+                else:
+                    yield where, item
+                at = _skip(text, at)
+                if at < len(text) and text[at] == ",":
+                    at = _skip(text, at + 1)
+                elif at < len(text) and text[at] != "]":
+                    raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+            at = expect(at, "]")
+            while at < len(text) and text[at] != "}":  # the keys after items (kind, metadata)
+                at = expect(at, ",") if text[at] == "," else at
+                key, at = decoder.raw_decode(text, at)
+                at = expect(at, ":")
+                head[key], at = decoder.raw_decode(text, at)
+                at = _skip(text, at)
+            end = expect(at, "}")
+            if end != len(text):
+                raise json.JSONDecodeError("Extra data", text, end)
+        except json.JSONDecodeError as exc:
+            raise bad(exc) from None
+        kind = head.get("kind")
+        item_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
+        for where, item in pending:
+            if item_kind:
+                item["kind"] = item_kind
+            yield where, item
+
+    return items()
+
+
 def load_snapshot(path: str) -> Snapshot:
     """Load a snapshot file; raises :class:`ModelError` (naming file and field) on bad input."""
     text, name = read_text(path)
-    docs = parse_documents(text, name)
-    if not docs:
-        raise ModelError(name, "contains no objects")
-    snap = Snapshot.from_objects(iter_objects(docs, name))
+    streamed = iter_json_list(text, name)
+    if streamed is not None:
+        snap = Snapshot.from_objects(streamed)
+    else:
+        docs = parse_documents(text, name)
+        if not docs:
+            raise ModelError(name, "contains no objects")
+        snap = Snapshot.from_objects(iter_objects(docs, name))
+    del text
     if not snap.nodes:
         raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
     return snap
