@@ -30,10 +30,8 @@ from kdesched.model.records import ContainerStatus, Node, Pod
 from kdesched.policy.types import RemoveFailedPodsArgs, namespace_allowed
 from kdesched.strategies.framework import (
     Handle,
-    NamespaceLimitReached,
-    NodeLimitReached,
     StrategySpec,
-    TotalLimitReached,
+    evict_node_pods,
 )
 from kdesched.strategies.pod_lifetime import human_duration
 
@@ -119,16 +117,8 @@ def run(args: RemoveFailedPodsArgs, handle: Handle, nodes: Sequence[Node]) -> No
     for node in nodes:
         candidates = [(p, r) for p in handle.state.all_pods_on_node(node.name) if (r := why(p)) is not None]
         handle.logger.debug("node %s: %d failed pod(s) to remove", node.name, len(candidates))
-        for pod, reason in candidates:
-            try:
-                handle.evict(pod, reason)
-            except NodeLimitReached:
-                break
-            except NamespaceLimitReached:
-                continue
-            except TotalLimitReached:
-                return
-
+        if not evict_node_pods(handle, candidates):
+            return
 
 SPEC = StrategySpec(
     name=NAME,

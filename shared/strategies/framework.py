@@ -183,6 +183,25 @@ class StrategySpec:
     summary: str = ""
 
 
+def evict_node_pods(handle: Handle, candidates: Iterable[tuple[Pod, str]],
+                    on_evicted: Callable[[Pod], None] | None = None) -> bool:
+    """Evict one node's ``(pod, reason)`` candidates in order, with upstream's limit handling for
+    Deschedule plugins: a node limit ends this node, a namespace limit skips the pod, the total
+    limit ends the strategy. ``candidates`` may be a generator, so checks that read plan-aware state
+    (NodeFit) see the evictions planned before them. Returns False when the strategy must stop."""
+    for pod, reason in candidates:
+        try:
+            if handle.evict(pod, reason) and on_evicted is not None:
+                on_evicted(pod)
+        except NodeLimitReached:
+            return True
+        except NamespaceLimitReached as exc:
+            handle.logger.debug("%s", exc)
+        except TotalLimitReached:
+            return False
+    return True
+
+
 def by_node_order(pods: Iterable[Pod], nodes: Sequence[Node]) -> dict[str, list[Pod]]:
     """Group pods by node, keeping the order of ``nodes``."""
     out: dict[str, list[Pod]] = {n.name: [] for n in nodes}

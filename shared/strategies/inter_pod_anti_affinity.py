@@ -24,7 +24,7 @@ checking a pod is then a dictionary lookup, not a scan of every pod (150,000 pod
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kdesched.model.records import Node, Pod, PodAffinityTerm
@@ -33,10 +33,8 @@ from kdesched.model.selectors import LabelSelector
 from kdesched.policy.types import RemovePodsViolatingInterPodAntiAffinityArgs, namespace_allowed
 from kdesched.strategies.framework import (
     Handle,
-    NamespaceLimitReached,
-    NodeLimitReached,
     StrategySpec,
-    TotalLimitReached,
+    evict_node_pods,
 )
 
 NAME = "RemovePodsViolatingInterPodAntiAffinity"
@@ -173,25 +171,21 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
         if not pods:
             continue
         handle.logger.debug("processing node %s (%d pod(s) with required anti-affinity)", node.name, len(pods))
-        for pod in sort_by_priority_low_to_high(pods):
-            term = violated_term(pod, node, index)
-            if term is None or not handle.filter(pod) or not handle.pre_eviction_filter(pod):
-                continue
-            where = (f"node {node.name}" if term.topology_key not in node.labels
-                     else f"{term.topology_key}={node.labels[term.topology_key]}")
-            reason = (f"pod's required anti-affinity ({term.label_selector}) matches another pod "
-                      f"in {where}")
-            try:
-                if handle.evict(pod, reason):
-                    index.remove(pod, node)
-            except NodeLimitReached:
-                break
-            except NamespaceLimitReached as exc:
-                handle.logger.debug("%s", exc)
-                continue
-            except TotalLimitReached:
-                return
+        if not evict_node_pods(handle, _violators(handle, node, pods, index),
+                               on_evicted=lambda pod, node=node: index.remove(pod, node)):
+            return
 
+
+def _violators(handle: Handle, node: Node, pods: list[Pod], index: "_Index") -> Iterator[tuple[Pod, str]]:
+    """The node's pods (lowest priority first) whose own required anti-affinity is violated now;
+    lazy, so a pod whose only conflict was just planned away is no longer a violator."""
+    for pod in sort_by_priority_low_to_high(pods):
+        term = violated_term(pod, node, index)
+        if term is None or not handle.filter(pod) or not handle.pre_eviction_filter(pod):
+            continue
+        where = (f"node {node.name}" if term.topology_key not in node.labels
+                 else f"{term.topology_key}={node.labels[term.topology_key]}")
+        yield pod, f"pod's required anti-affinity ({term.label_selector}) matches another pod in {where}"
 
 SPEC = StrategySpec(
     name=NAME,

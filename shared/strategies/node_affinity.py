@@ -24,7 +24,7 @@ Pods are the node's non-terminal pods passing Filter, PreEvictionFilter, ``names
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kdesched.model.records import Node, Pod
 from kdesched.model.scheduling import matches_node_selector, preferred_affinity_weight
@@ -37,10 +37,8 @@ from kdesched.policy.types import (
 from kdesched.strategies.framework import (
     ClusterState,
     Handle,
-    NamespaceLimitReached,
-    NodeLimitReached,
     StrategySpec,
-    TotalLimitReached,
+    evict_node_pods,
 )
 from kdesched.strategies.nodefit import node_fit_failure, pod_fits_any_node
 
@@ -84,8 +82,6 @@ _CHECKS = {REQUIRED_AFFINITY: required_violation, PREFERRED_AFFINITY: preferred_
 
 
 def run(args: RemovePodsViolatingNodeAffinityArgs, handle: Handle, nodes: Sequence[Node]) -> None:
-    state = handle.state
-    selector = args.label_selector
     for affinity_type in args.node_affinity_type:
         check = _CHECKS.get(affinity_type)
         if check is None:
@@ -93,26 +89,25 @@ def run(args: RemovePodsViolatingNodeAffinityArgs, handle: Handle, nodes: Sequen
             continue
         for node in nodes:
             handle.logger.debug("processing node %s (%s)", node.name, affinity_type)
-            for pod in state.pods_on_node(node.name):
-                if not namespace_allowed(args.namespaces, pod.namespace):
-                    continue
-                if selector is not None and not selector.matches(pod.labels):
-                    continue
-                if pod.affinity is None:
-                    continue
-                reason = check(pod, node, state)
-                if reason is None or not handle.filter(pod) or not handle.pre_eviction_filter(pod):
-                    continue
-                try:
-                    handle.evict(pod, reason)
-                except NodeLimitReached:
-                    break
-                except NamespaceLimitReached as exc:
-                    handle.logger.debug("%s", exc)
-                    continue
-                except TotalLimitReached:
-                    return
+            if not evict_node_pods(handle, _candidates(args, handle, node, check)):
+                return
 
+
+def _candidates(args: RemovePodsViolatingNodeAffinityArgs, handle: Handle, node: Node,
+                check: Callable[[Pod, Node, ClusterState], str | None]) -> Iterator[tuple[Pod, str]]:
+    selector = args.label_selector
+    state = handle.state
+    for pod in state.pods_on_node(node.name):
+        if not namespace_allowed(args.namespaces, pod.namespace):
+            continue
+        if selector is not None and not selector.matches(pod.labels):
+            continue
+        if pod.affinity is None:
+            continue
+        reason = check(pod, node, state)
+        if reason is None or not handle.filter(pod) or not handle.pre_eviction_filter(pod):
+            continue
+        yield pod, reason
 
 SPEC = StrategySpec(
     name=NAME,

@@ -16,16 +16,14 @@ A node limit moves on to the next node, a namespace limit to the next pod, the t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from kdesched.model.records import Node, Taint, Toleration
+from kdesched.model.records import Node, Pod, Taint, Toleration
 from kdesched.policy.types import RemovePodsViolatingNodeTaintsArgs, namespace_allowed
 from kdesched.strategies.framework import (
     Handle,
-    NamespaceLimitReached,
-    NodeLimitReached,
     StrategySpec,
-    TotalLimitReached,
+    evict_node_pods,
 )
 
 NAME = "RemovePodsViolatingNodeTaints"
@@ -63,33 +61,30 @@ def untolerated_taint(tolerations: tuple[Toleration, ...], taints: Sequence[Tain
 
 def run(args: RemovePodsViolatingNodeTaintsArgs, handle: Handle, nodes: Sequence[Node]) -> None:
     considered = taint_filter(args)
-    selector = args.label_selector
     for node in nodes:
         taints = [t for t in node.taints if considered(t)]
         if not taints:
             handle.logger.debug("node %s has no taint this strategy enforces", node.name)
             continue
         handle.logger.debug("processing node %s (enforced taints: %s)", node.name, ", ".join(map(str, taints)))
-        for pod in handle.state.pods_on_node(node.name):
-            if not namespace_allowed(args.namespaces, pod.namespace):
-                continue
-            if selector is not None and not selector.matches(pod.labels):
-                continue
-            taint = untolerated_taint(pod.tolerations, taints, lambda _t: True)
-            if taint is None:
-                continue
-            if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
-                continue
-            try:
-                handle.evict(pod, f"pod does not tolerate taint {taint} of node {node.name}")
-            except NodeLimitReached:
-                break
-            except NamespaceLimitReached as exc:
-                handle.logger.debug("%s", exc)
-                continue
-            except TotalLimitReached:
-                return
+        if not evict_node_pods(handle, _candidates(args, handle, node, taints)):
+            return
 
+
+def _candidates(args: RemovePodsViolatingNodeTaintsArgs, handle: Handle, node: Node,
+                taints: list[Taint]) -> Iterator[tuple[Pod, str]]:
+    selector = args.label_selector
+    for pod in handle.state.pods_on_node(node.name):
+        if not namespace_allowed(args.namespaces, pod.namespace):
+            continue
+        if selector is not None and not selector.matches(pod.labels):
+            continue
+        taint = untolerated_taint(pod.tolerations, taints, lambda _t: True)
+        if taint is None:
+            continue
+        if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
+            continue
+        yield pod, f"pod does not tolerate taint {taint} of node {node.name}"
 
 SPEC = StrategySpec(
     name=NAME,

@@ -20,10 +20,8 @@ from kdesched.model.records import ContainerStatus, Node, Pod
 from kdesched.policy.types import RemovePodsHavingTooManyRestartsArgs, namespace_allowed
 from kdesched.strategies.framework import (
     Handle,
-    NamespaceLimitReached,
-    NodeLimitReached,
     StrategySpec,
-    TotalLimitReached,
+    evict_node_pods,
 )
 
 NAME = "RemovePodsHavingTooManyRestarts"
@@ -73,17 +71,10 @@ def run(args: RemovePodsHavingTooManyRestartsArgs, handle: Handle, nodes: Sequen
         handle.logger.debug("node %s: %d pod(s) with at least %d restarts", node.name, len(candidates), threshold)
         # stable: equal restart counts keep the node's pod order
         candidates.sort(key=lambda item: -item[0])
-        for restarts, pod in candidates:
-            try:
-                handle.evict(pod, f"{restarts} container restarts on node {node.name}, "
-                                  f"threshold podRestartThreshold={threshold}")
-            except NodeLimitReached:
-                break
-            except NamespaceLimitReached:
-                continue
-            except TotalLimitReached:
-                return
-
+        reasons = ((pod, f"{restarts} container restarts on node {node.name}, "
+                         f"threshold podRestartThreshold={threshold}") for restarts, pod in candidates)
+        if not evict_node_pods(handle, reasons):
+            return
 
 SPEC = StrategySpec(
     name=NAME,
