@@ -23,7 +23,10 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def read_text(path: str) -> tuple[str, str]:
     """The text of ``path`` (``-`` = stdin) and the name to use in messages."""
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        try:
+            return sys.stdin.read(), "<stdin>"
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelError("<stdin>", f"cannot read: {exc}") from None
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8"), str(p)
@@ -38,22 +41,34 @@ def read_text(path: str) -> tuple[str, str]:
 def parse_documents(text: str, name: str) -> list[Any]:
     """Parse JSON (one value) or YAML (one or more documents); empty documents are dropped."""
     stripped = text.lstrip()
+    json_error: ModelError | None = None
     if stripped.startswith(("{", "[")):
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
+            json_error = ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
             if stripped.startswith("["):
-                raise ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+                raise json_error from None
             # JSON is a subset of YAML; a "{"-started flow mapping may still be valid YAML.
+        except RecursionError:
+            raise ModelError(name, "invalid JSON: nested too deeply") from None
         else:
             return doc if isinstance(doc, list) else [doc]
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
+        if json_error is not None:  # it was meant as JSON: say where the JSON broke
+            raise json_error from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ModelError(name, f"invalid YAML{where}: {problem}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors raise plain errors for well-formed scalars they cannot build,
+        # e.g. the timestamp 2024-13-45 ("month must be in 1..12").
+        raise ModelError(name, f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ModelError(name, "invalid YAML: nested too deeply") from None
 
 
 def iter_objects(docs: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -113,8 +128,8 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
     try:
         pos = _skip(text, pos + 1)
         while True:
-            if pos >= len(text) or text[pos] == "}":
-                return None  # no items array: an ordinary object, parsed the ordinary way
+            if pos >= len(text) or text[pos] != '"':
+                return None  # "{}", or not JSON: the ordinary parser decides and reports
             key, pos = decoder.raw_decode(text, pos)
             pos = expect(pos, ":")
             if key == "items" and pos < len(text) and text[pos] == "[":
@@ -123,7 +138,9 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
             pos = _skip(text, pos)
             if pos < len(text) and text[pos] == ",":
                 pos = _skip(text, pos + 1)
-    except json.JSONDecodeError:
+            elif pos >= len(text) or text[pos] != "}":
+                return None  # a missing delimiter: the ordinary parser reports it
+    except (json.JSONDecodeError, RecursionError):
         return None  # let the ordinary parser report the error with its position
 
     def items() -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -142,11 +159,15 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
                 at = _skip(text, at)
                 if at < len(text) and text[at] == ",":
                     at = _skip(text, at + 1)
+                    if at < len(text) and text[at] == "]":  # "[a,]" is not JSON
+                        raise json.JSONDecodeError("Expecting value", text, at)
                 elif at < len(text) and text[at] != "]":
                     raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
             at = expect(at, "]")
             while at < len(text) and text[at] != "}":  # the keys after items (kind, metadata)
-                at = expect(at, ",") if text[at] == "," else at
+                at = expect(at, ",")
+                if at >= len(text) or text[at] != '"':
+                    raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
                 key, at = decoder.raw_decode(text, at)
                 at = expect(at, ":")
                 head[key], at = decoder.raw_decode(text, at)
@@ -156,6 +177,8 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
                 raise json.JSONDecodeError("Extra data", text, end)
         except json.JSONDecodeError as exc:
             raise bad(exc) from None
+        except RecursionError:
+            raise ModelError(name, "invalid JSON: nested too deeply") from None
         kind = head.get("kind")
         item_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
         for where, item in pending:

@@ -27,6 +27,10 @@ _DECIMAL = {
 # <signedNumber><suffix>; the number may be "5", "5.", ".5" or "5.5".
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 _CACHE: dict[str, Fraction] = {}
+# Exponents past this are typos, not quantities; refusing them keeps "1e999999999" from building a
+# billion-digit integer.
+_MAX_EXPONENT = 1000
+_NANO = 10**9
 
 
 class QuantityError(ValueError):
@@ -42,23 +46,33 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a quantity")
-        return Fraction(str(value))
+        value = repr(value)  # "1.5", "1e-10": parsed (and rounded) like the string form
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    # Quantity.UnmarshalJSON trims surrounding whitespace before ParseQuantity; inner spaces fail.
     cached = _CACHE.get(value)
     if cached is not None:
         return cached
-    match = _QUANTITY.match(value.strip())
+    match = _QUANTITY.fullmatch(value.strip())
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 1.5, 2Gi, 1e3)")
     number, exponent, suffix = match.groups()
-    result = Fraction(number)
+    try:  # int() refuses more than 4,300 digits: such a string is no quantity either
+        result = Fraction(number)
+        power = 0 if exponent is None else int(exponent[1:])
+    except ValueError:
+        raise QuantityError(f"{value[:40]!r}... is out of range") from None
     if exponent is not None:
-        result *= Fraction(10) ** int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            raise QuantityError(f"{value!r} is out of range (exponent beyond +/-{_MAX_EXPONENT})")
+        result *= Fraction(10) ** power
     elif suffix in _BINARY:
         result *= _BINARY[suffix]
     else:
         result *= _DECIMAL[suffix or ""]
+    if (result * _NANO).denominator != 1:
+        # ParseQuantity rounds a non-zero amount up (away from zero) to nano precision: "0.1n" is 1n.
+        result = Fraction(ceil_int(result * _NANO), _NANO)
     if len(_CACHE) < 4096:
         _CACHE[value] = result
     return result

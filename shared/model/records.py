@@ -18,6 +18,7 @@ from kdesched.model.selectors import (
     NODE_OPERATORS,
     LabelSelector,
     Requirement,
+    parse_int64,
     requirement_from_api,
 )
 
@@ -63,6 +64,25 @@ def _list(raw: Any, where: str) -> list[Any]:
     if not isinstance(raw, list):
         raise ModelError(where, "must be a list")
     return raw
+
+
+def _int(raw: Any, where: str, default: int | None = None) -> int | None:
+    """An integer field (int32/int64 in the API): ``default`` when absent, else an int or a
+    :class:`ModelError` naming ``where`` (a bool, "3" or 3.5 is not an integer to the API)."""
+    if raw is None:
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ModelError(where, f"must be an integer, got {raw!r}")
+    return raw
+
+
+def _name(meta: Mapping[str, Any]) -> str:
+    name = meta.get("name")
+    if name is None or name == "":
+        raise ModelError("metadata.name", "is required")
+    if not isinstance(name, str):
+        raise ModelError("metadata.name", f"is required: a non-empty string, got {name!r}")
+    return name
 
 
 def _obj(raw: Any, where: str) -> Mapping[str, Any]:
@@ -130,7 +150,7 @@ class Toleration:
         raw = _obj(raw, where)
         op = raw.get("operator") or "Equal"
         if op not in ("Equal", "Exists", "Lt", "Gt"):
-            raise ModelError(f"{where}.operator", f"must be Equal or Exists, got {op!r}")
+            raise ModelError(f"{where}.operator", f"must be Equal or Exists (or alpha Lt, Gt), got {op!r}")
         return cls(str(raw.get("key") or ""), op, str(raw.get("value") or ""), str(raw.get("effect") or ""))
 
     def tolerates(self, taint: Taint) -> bool:
@@ -144,9 +164,8 @@ class Toleration:
         if self.operator == "Equal":
             return self.value == taint.value
         if self.operator in ("Lt", "Gt"):  # alpha numeric tolerations (KEP-5471)
-            try:
-                have, want = int(taint.value), int(self.value)
-            except ValueError:
+            have, want = parse_int64(taint.value), parse_int64(self.value)
+            if have is None or want is None:
                 return False
             return have < want if self.operator == "Lt" else have > want
         return False
@@ -184,11 +203,16 @@ class NodeSelectorTerm:
             requirement_from_api(x, f"{where}.matchExpressions[{i}]", NODE_OPERATORS)
             for i, x in enumerate(_list(raw.get("matchExpressions"), f"{where}.matchExpressions"))
         )
-        fields = tuple(
-            requirement_from_api(x, f"{where}.matchFields[{i}]", ("In", "NotIn"))
-            for i, x in enumerate(_list(raw.get("matchFields"), f"{where}.matchFields"))
-        )
-        return cls(exprs, fields)
+        fields = []
+        for i, x in enumerate(_list(raw.get("matchFields"), f"{where}.matchFields")):
+            req = requirement_from_api(x, f"{where}.matchFields[{i}]", ("In", "NotIn"))
+            # ValidateNodeFieldSelectorRequirement: the one supported field, exactly one value
+            if req.key != "metadata.name":
+                raise ModelError(f"{where}.matchFields[{i}].key", f"must be metadata.name, got {req.key!r}")
+            if len(req.values) != 1:
+                raise ModelError(f"{where}.matchFields[{i}].values", "must hold exactly one value for a field selector")
+            fields.append(req)
+        return cls(exprs, tuple(fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +284,7 @@ class Affinity:
             )
         wp = f"{where}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
         preferred = tuple(
-            PreferredTerm(int(_obj(p, f"{wp}[{i}]").get("weight") or 0),
+            PreferredTerm(_int(_obj(p, f"{wp}[{i}]").get("weight"), f"{wp}[{i}].weight", 0) or 0,
                           NodeSelectorTerm.from_api(_obj(p, f"{wp}[{i}]").get("preference"), f"{wp}[{i}].preference"))
             for i, p in enumerate(_list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), wp))
         )
@@ -272,7 +296,7 @@ class Affinity:
                         for i, t in enumerate(_list(b.get("requiredDuringSchedulingIgnoredDuringExecution"), wr)))
             wpp = f"{where}.{block}.preferredDuringSchedulingIgnoredDuringExecution"
             pref = tuple(
-                WeightedPodAffinityTerm(int(_obj(t, f"{wpp}[{i}]").get("weight") or 0),
+                WeightedPodAffinityTerm(_int(_obj(t, f"{wpp}[{i}]").get("weight"), f"{wpp}[{i}].weight", 0) or 0,
                                         PodAffinityTerm.from_api(_obj(t, f"{wpp}[{i}]").get("podAffinityTerm"),
                                                                  f"{wpp}[{i}].podAffinityTerm"))
                 for i, t in enumerate(_list(b.get("preferredDuringSchedulingIgnoredDuringExecution"), wpp))
@@ -299,16 +323,13 @@ class TopologySpreadConstraint:
     def from_api(cls, raw: Any, where: str) -> "TopologySpreadConstraint":
         raw = _obj(raw, where)
         sel = raw.get("labelSelector")
-        try:
-            max_skew = int(raw.get("maxSkew", 1))
-        except (TypeError, ValueError):
-            raise ModelError(f"{where}.maxSkew", f"must be an integer, got {raw.get('maxSkew')!r}") from None
+        max_skew = _int(raw.get("maxSkew"), f"{where}.maxSkew", 1)
         return cls(
-            max_skew,
+            max_skew if max_skew is not None else 1,
             str(raw.get("topologyKey") or ""),
             str(raw.get("whenUnsatisfiable") or "DoNotSchedule"),
             None if sel is None else LabelSelector.from_api(sel, f"{where}.labelSelector"),
-            raw.get("minDomains"),
+            _int(raw.get("minDomains"), f"{where}.minDomains"),
             raw.get("nodeAffinityPolicy"),
             raw.get("nodeTaintsPolicy"),
             tuple(str(k) for k in _list(raw.get("matchLabelKeys"), f"{where}.matchLabelKeys")),
@@ -357,12 +378,12 @@ class ContainerStatus:
         last = _obj(_obj(raw.get("lastState"), f"{where}.lastState").get("terminated"), f"{where}.lastState.terminated")
         return cls(
             str(raw.get("name") or ""),
-            int(raw.get("restartCount") or 0),
+            _int(raw.get("restartCount"), f"{where}.restartCount", 0) or 0,
             str(waiting.get("reason") or ""),
             str(term.get("reason") or ""),
-            None if term.get("exitCode") is None else int(term["exitCode"]),
+            _int(term.get("exitCode"), f"{where}.state.terminated.exitCode"),
             str(last.get("reason") or ""),
-            None if last.get("exitCode") is None else int(last["exitCode"]),
+            _int(last.get("exitCode"), f"{where}.lastState.terminated.exitCode"),
             bool(raw.get("ready")),
         )
 
@@ -431,9 +452,7 @@ class Pod:
         if not isinstance(raw, Mapping):
             raise ModelError("", "a Pod must be an object")
         meta = _obj(raw.get("metadata"), "metadata")
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        name = _name(meta)
         namespace = str(meta.get("namespace") or "default")
         spec = _obj(raw.get("spec"), "spec")
         status = _obj(raw.get("status"), "status")
@@ -508,37 +527,43 @@ class Pod:
         )
 
 
+def _container_resources(c: Any, where: str) -> tuple[dict[str, int], dict[str, int]]:
+    """A container's requests (defaulted from its limits, as ``SetDefaults_Pod`` does: a resource
+    with a limit and no request requests its limit) and its limits."""
+    res = _obj(_obj(c, where).get("resources"), f"{where}.resources")
+    req = parse_resources(res.get("requests"), f"{where}.resources.requests")
+    lim = parse_resources(res.get("limits"), f"{where}.resources.limits")
+    for name, value in lim.items():
+        req.setdefault(name, value)
+    return req, lim
+
+
 def _pod_requests(spec: Mapping[str, Any], containers: list[Any],
                   init_containers: list[Any]) -> tuple[dict[str, int], frozenset[str], str]:
     """Kubernetes' effective pod request (``resourcehelper.PodRequests``), the names any
-    container requests, and the QoS class computed from requests and limits.
+    container requests, and the QoS class (``qos.ComputePodQOS``).
 
     Regular containers are summed; restartable init containers (sidecars) run beside them and
     are added too; each ordinary init container needs its own request plus the sidecars started
     before it; the pod needs the max of the two; then the RuntimeClass overhead is added. A
-    pod-level ``spec.resources.requests`` (PodLevelResources) overrides cpu and memory.
+    pod-level ``spec.resources.requests`` (PodLevelResources) overrides cpu and memory. Requests
+    default to limits first, as the API server does before it stores a pod.
     """
     total: dict[str, int] = {}
     names: set[str] = set()
-    guaranteed = True
-    any_set = False
+    per_container: list[tuple[dict[str, int], dict[str, int]]] = []
     for i, c in enumerate(containers):
-        res = _obj(_obj(c, f"spec.containers[{i}]").get("resources"), f"spec.containers[{i}].resources")
-        req = parse_resources(res.get("requests"), f"spec.containers[{i}].resources.requests")
-        lim = parse_resources(res.get("limits"), f"spec.containers[{i}].resources.limits")
+        req, lim = _container_resources(c, f"spec.containers[{i}]")
+        per_container.append((req, lim))
         add_resources(total, req)
         names.update(req)
-        any_set, guaranteed = _qos_step(req, lim, any_set, guaranteed)
     sidecars: dict[str, int] = {}
     init_max: dict[str, int] = {}
     for i, c in enumerate(init_containers):
-        c = _obj(c, f"spec.initContainers[{i}]")
-        res = _obj(c.get("resources"), f"spec.initContainers[{i}].resources")
-        req = parse_resources(res.get("requests"), f"spec.initContainers[{i}].resources.requests")
-        lim = parse_resources(res.get("limits"), f"spec.initContainers[{i}].resources.limits")
+        req, lim = _container_resources(c, f"spec.initContainers[{i}]")
+        per_container.append((req, lim))
         names.update(req)
-        any_set, guaranteed = _qos_step(req, lim, any_set, guaranteed)
-        if c.get("restartPolicy") == "Always":
+        if _obj(c, f"spec.initContainers[{i}]").get("restartPolicy") == "Always":
             add_resources(total, req)
             add_resources(sidecars, req)
             max_resources(init_max, sidecars)
@@ -547,24 +572,49 @@ def _pod_requests(spec: Mapping[str, Any], containers: list[Any],
             add_resources(step, sidecars)
             max_resources(init_max, step)
     max_resources(total, init_max)
-    pod_level = parse_resources(_obj(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests")
-    for name in ("cpu", "memory"):
-        if name in pod_level:
-            total[name] = pod_level[name]
+    pod_res = _obj(spec.get("resources"), "spec.resources")
+    pod_req = parse_resources(pod_res.get("requests"), "spec.resources.requests")
+    pod_lim = parse_resources(pod_res.get("limits"), "spec.resources.limits")
+    for name in _POD_LEVEL:
+        # defaultPodRequests: a pod-level limit without a pod-level request defaults it to the
+        # containers' aggregate request, or to the limit where no container requests it.
+        if name not in pod_req and name in pod_lim:
+            pod_req[name] = total.get(name) or pod_lim[name]
+    for name in _POD_LEVEL:
+        if name in pod_req:
+            total[name] = pod_req[name]
             names.add(name)
     add_resources(total, parse_resources(spec.get("overhead"), "spec.overhead"))
-    qos = "BestEffort" if not any_set else ("Guaranteed" if guaranteed else "Burstable")
+    if pod_req or pod_lim:
+        qos = _qos([({k: v for k, v in pod_req.items() if k in _POD_LEVEL}, pod_lim)])
+    else:
+        qos = _qos(per_container)
     return {k: v for k, v in total.items() if v}, frozenset(names), qos
 
 
-def _qos_step(req: Mapping[str, int], lim: Mapping[str, int], any_set: bool, guaranteed: bool) -> tuple[bool, bool]:
-    for name in ("cpu", "memory"):
-        r, lv = req.get(name, 0), lim.get(name, 0)
-        if r or lv:
-            any_set = True
-        if not lv or (r and r != lv):
+_POD_LEVEL = ("cpu", "memory")
+
+
+def _qos(parts: list[tuple[dict[str, int], dict[str, int]]]) -> str:
+    """``ComputePodQOS`` over (requests, limits) of every container (or the pod level): cpu and
+    memory only, positive amounts only; Guaranteed needs a cpu and a memory limit on every part
+    and the summed requests equal to the summed limits."""
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    guaranteed = True
+    for req, lim in parts:
+        for name in _POD_LEVEL:
+            if req.get(name, 0) > 0:
+                requests[name] = requests.get(name, 0) + req[name]
+            if lim.get(name, 0) > 0:
+                limits[name] = limits.get(name, 0) + lim[name]
+        if not all(lim.get(name, 0) > 0 for name in _POD_LEVEL):
             guaranteed = False
-    return any_set, guaranteed
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
 
 
 # --- nodes and the rest ---------------------------------------------------------------------------
@@ -590,9 +640,7 @@ class Node:
         if not isinstance(raw, Mapping):
             raise ModelError("", "a Node must be an object")
         meta = _obj(raw.get("metadata"), "metadata")
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        name = _name(meta)
         spec = _obj(raw.get("spec"), "spec")
         status = _obj(raw.get("status"), "status")
         ready = True
@@ -625,10 +673,9 @@ class PodDisruptionBudget:
 
     @classmethod
     def from_api(cls, raw: Any) -> "PodDisruptionBudget":
-        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        raw = _obj(raw, "")
+        meta = _obj(raw.get("metadata"), "metadata")
+        name = _name(meta)
         spec = _obj(raw.get("spec"), "spec")
         status = _obj(raw.get("status"), "status")
         sel = spec.get("selector")
@@ -636,8 +683,8 @@ class PodDisruptionBudget:
         return cls(
             str(meta.get("namespace") or "default"), name,
             None if sel is None else LabelSelector.from_api(sel, "spec.selector"),
-            None if allowed is None else int(allowed),
-            None if status.get("expectedPods") is None else int(status["expectedPods"]),
+            _int(allowed, "status.disruptionsAllowed"),
+            _int(status.get("expectedPods"), "status.expectedPods"),
         )
 
     def selects(self, pod: Pod) -> bool:
@@ -652,9 +699,7 @@ class PriorityClass:
     @classmethod
     def from_api(cls, raw: Any) -> "PriorityClass":
         raw = _obj(raw, "")
-        name = _obj(raw.get("metadata"), "metadata").get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        name = _name(_obj(raw.get("metadata"), "metadata"))
         value = raw.get("value")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelError("value", f"must be an integer, got {value!r}")
@@ -668,10 +713,9 @@ class Namespace:
 
     @classmethod
     def from_api(cls, raw: Any) -> "Namespace":
-        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        raw = _obj(raw, "")
+        meta = _obj(raw.get("metadata"), "metadata")
+        name = _name(meta)
         return cls(name, _map(meta.get("labels"), "metadata.labels"))
 
 
@@ -683,9 +727,8 @@ class PersistentVolumeClaim:
 
     @classmethod
     def from_api(cls, raw: Any) -> "PersistentVolumeClaim":
-        meta = _obj(_obj(raw, "").get("metadata"), "metadata")
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("metadata.name", "is required")
+        raw = _obj(raw, "")
+        meta = _obj(raw.get("metadata"), "metadata")
+        name = _name(meta)
         spec = _obj(raw.get("spec"), "spec")
         return cls(str(meta.get("namespace") or "default"), name, str(spec.get("storageClassName") or ""))

@@ -15,6 +15,17 @@ from typing import Any
 from kdesched.model.errors import ModelError
 
 LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+# strconv.ParseInt(s, 10, 64): an optional sign and ASCII digits, nothing else (Python's int()
+# would also take "1_0" and " 7 ", which are valid label values but not integers to Kubernetes).
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int64(text: str) -> int | None:
+    """``text`` as Go's ``strconv.ParseInt(text, 10, 64)`` reads it, or None."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
@@ -39,9 +50,8 @@ class Requirement:
         if op in ("Gt", "Lt"):
             if self.key not in labels or len(self.values) != 1:
                 return False
-            try:
-                have, want = int(labels[self.key]), int(self.values[0])
-            except ValueError:
+            have, want = parse_int64(labels[self.key]), parse_int64(self.values[0])
+            if have is None or want is None:
                 return False
             return have > want if op == "Gt" else have < want
         return False
@@ -87,11 +97,18 @@ class LabelSelector:
         unknown = set(raw) - {"matchLabels", "matchExpressions"}
         if unknown:
             raise ModelError(where, f"unknown field(s) {', '.join(sorted(unknown))}")
-        labels = raw.get("matchLabels") or {}
+        labels = raw.get("matchLabels")
+        if labels is None:
+            labels = {}
         if not isinstance(labels, Mapping):
             raise ModelError(f"{where}.matchLabels", "must be a map of label to value")
+        raw_exprs = raw.get("matchExpressions")
+        if raw_exprs is None:
+            raw_exprs = []
+        if not isinstance(raw_exprs, list):
+            raise ModelError(f"{where}.matchExpressions", "must be a list of requirements")
         exprs = []
-        for i, item in enumerate(raw.get("matchExpressions") or ()):
+        for i, item in enumerate(raw_exprs):
             exprs.append(requirement_from_api(item, f"{where}.matchExpressions[{i}]", LABEL_OPERATORS))
         return cls(tuple(sorted((str(k), str(v)) for k, v in labels.items())), tuple(exprs))
 
@@ -115,8 +132,8 @@ class LabelSelector:
                 parts.append(r.key)
             elif r.operator == "DoesNotExist":
                 parts.append(f"!{r.key}")
-            else:
-                parts.append(f"{r.key} {r.operator} {','.join(r.values)}")
+            else:  # Gt / Lt, as apimachinery prints them (and parse_selector reads them back)
+                parts.append(f"{r.key}{'>' if r.operator == 'Gt' else '<'}{','.join(r.values)}")
         return ",".join(parts)
 
 
@@ -129,9 +146,14 @@ def requirement_from_api(raw: Any, where: str, operators: tuple[str, ...]) -> Re
     op = raw.get("operator")
     if op not in operators:
         raise ModelError(f"{where}.operator", f"must be one of {', '.join(operators)}, got {op!r}")
-    values = raw.get("values") or ()
+    values = raw.get("values")
+    if values is None:
+        values = ()
     if not isinstance(values, (list, tuple)):
         raise ModelError(f"{where}.values", "must be a list of strings")
+    for j, v in enumerate(values):
+        if not isinstance(v, (str, int)) or isinstance(v, bool):
+            raise ModelError(f"{where}.values[{j}]", f"must be a string, got {v!r}")
     values = tuple(str(v) for v in values)
     if op in ("In", "NotIn") and not values:
         raise ModelError(f"{where}.values", f"must be non-empty for operator {op}")
@@ -140,82 +162,119 @@ def requirement_from_api(raw: Any, where: str, operators: tuple[str, ...]) -> Re
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise ModelError(f"{where}.values", f"must hold exactly one integer for operator {op}")
-        try:
-            int(values[0])
-        except ValueError:
-            raise ModelError(f"{where}.values", f"must hold an integer for operator {op}, got {values[0]!r}") from None
+        if parse_int64(values[0]) is None:
+            raise ModelError(f"{where}.values", f"must hold an integer for operator {op}, got {values[0]!r}")
     return Requirement(key, op, values)
 
 
-_TOKEN = re.compile(r"\s*(?:(?P<op>==|!=|=|,|\(|\)|!|>|<)|(?P<word>[A-Za-z0-9_./-]+))")
+# apimachinery's lexer: the special symbols, and identifiers running up to whitespace or a symbol.
+_TOKEN = re.compile(r"\s*(?:(?P<op>==|!=|=|,|\(|\)|!|>|<)|(?P<word>[^\s=!(),<>]+))")
+_NAME = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+_LABEL_KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
+_LABEL_VALUE = re.compile(rf"{_NAME}?")
 
 
 def parse_selector(text: str, where: str = "selector") -> LabelSelector:
     """Parse the string form used by ``kubectl -l`` and the policy's ``nodeSelector``.
 
     Supports ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``,
-    ``k>1`` and ``k<1``. The empty string selects everything.
+    ``k>1`` and ``k<1``, as apimachinery's ``labels.Parse`` reads them: ``k=`` and ``k in ()``
+    mean the empty value, keys and values must be valid label keys and values, and a trailing
+    comma is an error. The empty string selects everything.
     """
+    text = text or ""
     tokens: list[tuple[str, str]] = []
     pos = 0
-    text = text or ""
     while pos < len(text):
         if text[pos:].strip() == "":
             break
         m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
+        if m is None:
             raise ModelError(where, f"cannot parse selector {text!r} at position {pos}")
         tokens.append(("op", m.group("op")) if m.group("op") else ("word", m.group("word")))
         pos = m.end()
+
+    def fail(why: str) -> ModelError:
+        return ModelError(where, f"cannot parse selector {text!r}: {why}")
+
+    def at(j: int) -> tuple[str, str]:
+        return tokens[j] if j < len(tokens) else ("end", "")
+
+    def key_at(j: int) -> str:
+        kind, tok = at(j)
+        if kind != "word" or tok in ("in", "notin"):
+            raise fail(f"found {tok or 'end of string'!r}, expected a label key")
+        if not _LABEL_KEY.fullmatch(tok):
+            raise fail(f"{tok!r} is not a valid label key")
+        return tok
+
+    def value(tok: str) -> str:
+        if not _LABEL_VALUE.fullmatch(tok):
+            raise fail(f"{tok!r} is not a valid label value")
+        return tok
+
     reqs: list[Requirement] = []
     i = 0
-
-    def expect_word(j: int) -> str:
-        if j >= len(tokens) or tokens[j][0] != "word":
-            raise ModelError(where, f"cannot parse selector {text!r}: expected a label key or value")
-        return tokens[j][1]
-
     while i < len(tokens):
-        kind, tok = tokens[i]
-        if kind == "op" and tok == "!":
-            reqs.append(Requirement(expect_word(i + 1), "DoesNotExist"))
+        if at(i) == ("op", "!"):
+            reqs.append(Requirement(key_at(i + 1), "DoesNotExist"))
             i += 2
         else:
-            key = expect_word(i)
+            key = key_at(i)
             i += 1
-            if i >= len(tokens) or tokens[i] == ("op", ","):
+            kind, tok = at(i)
+            if kind in ("end",) or (kind, tok) == ("op", ","):
                 reqs.append(Requirement(key, "Exists"))
-            elif tokens[i][0] == "op" and tokens[i][1] in ("=", "==", "!=", ">", "<"):
-                op = tokens[i][1]
-                value = tokens[i + 1][1] if i + 1 < len(tokens) and tokens[i + 1][0] == "word" else ""
-                i += 2 if value else 1
-                if op in (">", "<"):
-                    try:
-                        int(value)
-                    except ValueError:
-                        raise ModelError(where, f"cannot parse selector {text!r}: {key}{op} needs an integer") from None
-                    reqs.append(Requirement(key, "Gt" if op == ">" else "Lt", (value,)))
-                else:
-                    reqs.append(Requirement(key, "NotIn" if op == "!=" else "In", (value,)))
-            elif tokens[i] in (("word", "in"), ("word", "notin")):
-                op = "In" if tokens[i][1] == "in" else "NotIn"
+            elif kind == "op" and tok in ("=", "==", "!=", ">", "<"):
                 i += 1
-                if i >= len(tokens) or tokens[i] != ("op", "("):
-                    raise ModelError(where, f"cannot parse selector {text!r}: expected '(' after {op.lower()}")
+                nkind, ntok = at(i)
+                if nkind == "word":
+                    val = value(ntok)
+                    i += 1
+                elif nkind == "end" or (nkind, ntok) == ("op", ","):
+                    val = ""
+                else:
+                    raise fail(f"found {ntok!r}, expected a value after {key}{tok}")
+                if tok in (">", "<"):
+                    if parse_int64(val) is None:
+                        raise fail(f"{key}{tok} needs an integer, got {val!r}")
+                    reqs.append(Requirement(key, "Gt" if tok == ">" else "Lt", (val,)))
+                else:
+                    reqs.append(Requirement(key, "NotIn" if tok == "!=" else "In", (val,)))
+            elif (kind, tok) in (("word", "in"), ("word", "notin")):
+                op = "In" if tok == "in" else "NotIn"
+                i += 1
+                if at(i) != ("op", "("):
+                    raise fail(f"expected '(' after {tok}")
                 i += 1
                 values: list[str] = []
-                while i < len(tokens) and tokens[i] != ("op", ")"):
-                    if tokens[i] != ("op", ","):
-                        values.append(expect_word(i))
+                expect_value = True  # at the start and after each comma: a value or an empty one
+                while True:
+                    vkind, vtok = at(i)
+                    if vkind == "word" and expect_value:
+                        values.append(value(vtok))
+                        expect_value = False
+                    elif (vkind, vtok) == ("op", ","):
+                        if expect_value:
+                            values.append("")  # "(,a)" and "(a,,b)" hold the empty value
+                        expect_value = True
+                    elif (vkind, vtok) == ("op", ")"):
+                        if expect_value:
+                            values.append("")  # "()" and "(a,)" too
+                        i += 1
+                        break
+                    elif vkind == "end":
+                        raise fail("missing ')'")
+                    else:
+                        raise fail(f"found {vtok!r}, expected ',' or ')'")
                     i += 1
-                if i >= len(tokens):
-                    raise ModelError(where, f"cannot parse selector {text!r}: missing ')'")
-                i += 1
-                reqs.append(Requirement(key, op, tuple(values)))
+                reqs.append(Requirement(key, op, tuple(dict.fromkeys(values))))
             else:
-                raise ModelError(where, f"cannot parse selector {text!r} near {tokens[i][1]!r}")
+                raise fail(f"found {tok!r}, expected an operator (=, ==, !=, in, notin, >, <)")
         if i < len(tokens):
-            if tokens[i] != ("op", ","):
-                raise ModelError(where, f"cannot parse selector {text!r}: expected ',' near {tokens[i][1]!r}")
+            if at(i) != ("op", ","):
+                raise fail(f"found {at(i)[1]!r}, expected ',' or end of string")
             i += 1
+            if i >= len(tokens):
+                raise fail("expected a requirement after ','")
     return LabelSelector((), tuple(reqs))

@@ -21,6 +21,22 @@ from kdesched.model.records import (
     PriorityClass,
 )
 
+_CLUSTER_SCOPED = ("Node", "PriorityClass", "Namespace")
+
+
+def _object_name(kind: str, raw: Mapping[str, Any]) -> str:
+    """``name in namespace`` (or ``name`` for cluster-scoped kinds) for error messages; ``?``
+    where the object does not say. (Name first: callers and operators grep for "Pod NAME".)"""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    name = name if isinstance(name, str) and name else "?"
+    if kind in _CLUSTER_SCOPED:
+        return name
+    namespace = meta.get("namespace")
+    return f"{name} in {namespace if isinstance(namespace, str) and namespace else 'default'}"
+
+
 KINDS = ("Node", "Pod", "PodDisruptionBudget", "PriorityClass", "Namespace", "PersistentVolumeClaim")
 
 
@@ -104,11 +120,9 @@ class Snapshot:
             try:
                 buckets[kind].append(parser(raw))
             except ModelError as exc:
-                name = raw.get("metadata", {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
-                raise exc.within(f"{where} ({kind} {name or '?'})") from None
-            except (TypeError, ValueError, AttributeError) as exc:
-                name = raw.get("metadata", {}).get("name") if isinstance(raw.get("metadata"), Mapping) else None
-                raise ModelError(f"{where} ({kind} {name or '?'})", f"malformed object: {exc}") from None
+                raise exc.within(f"{where} ({kind} {_object_name(kind, raw)})") from None
+            except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
+                raise ModelError(f"{where} ({kind} {_object_name(kind, raw)})", f"malformed object: {exc}") from None
         all_notes = list(notes)
         for kind, count in sorted(skipped.items()):
             all_notes.append(f"skipped {count} object(s) of kind {kind}: not used by kdesched")
