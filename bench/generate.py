@@ -37,10 +37,10 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-GENERATED_AT = datetime(2026, 1, 15, 12, 0, 0, tzinfo=timezone.utc)
+GENERATED_AT = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 """Default clock of a generated cluster: ages are relative to it. Pass it as ``--now`` to
 ``kdesched simulate`` to replay the snapshot exactly as generated."""
 
@@ -159,7 +159,7 @@ class _Ids:
         self._pod_ip = 0
 
     def uid(self) -> str:
-        h = "%032x" % self.rng.getrandbits(128)
+        h = f"{self.rng.getrandbits(128):032x}"
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
 
     def suffix(self, length: int) -> str:
@@ -227,7 +227,7 @@ class _Generator:
         n = self.n_nodes
         pools: list[str] = []
         for pool, share, _ in NODE_POOLS[1:]:
-            pools += [pool] * int(round(share * n))
+            pools += [pool] * round(share * n)
         pools = pools[: n]
         pools += ["general"] * (n - len(pools))
         rng.shuffle(pools)
@@ -312,9 +312,9 @@ class _Generator:
                 "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
                 "nodeInfo": {"architecture": "amd64", "bootID": self.ids.uid(), "containerRuntimeVersion": "containerd://1.7.27",
                              "kernelVersion": "6.1.134-152.225.amzn2023.x86_64", "kubeProxyVersion": "v1.32.3",
-                             "kubeletVersion": "v1.32.3-eks-473151a", "machineID": "%032x" % node.index,
+                             "kubeletVersion": "v1.32.3-eks-473151a", "machineID": f"{node.index:032x}",
                              "operatingSystem": "linux", "osImage": "Amazon Linux 2023.7.20250512",
-                             "systemUUID": "ec2%029x" % node.index},
+                             "systemUUID": f"ec2{node.index:029x}"},
             },
         }
 
@@ -378,7 +378,7 @@ class _Generator:
         started = created
         if node is None:
             status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                     "message": "0/%d nodes are available: insufficient cpu." % self.n_nodes,
+                                     "message": f"0/{self.n_nodes} nodes are available: insufficient cpu.",
                                      "lastProbeTime": None, "lastTransitionTime": created}]
             status["qosClass"] = "Burstable"
             return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
@@ -401,15 +401,15 @@ class _Generator:
         if init_containers:
             status["initContainerStatuses"] = [
                 {"name": c["name"], "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
-                                                             "finishedAt": started, "containerID": "containerd://%064x" % rng.getrandbits(256)}},
+                                                             "finishedAt": started, "containerID": f"containerd://{rng.getrandbits(256):064x}"}},
                  "lastState": {}, "ready": True, "restartCount": 0, "image": c["image"],
-                 "imageID": c["image"] + "@sha256:%064x" % rng.getrandbits(256), "containerID": "containerd://%064x" % rng.getrandbits(256),
+                 "imageID": c["image"] + f"@sha256:{rng.getrandbits(256):064x}", "containerID": f"containerd://{rng.getrandbits(256):064x}",
                  "started": False}
                 for c in init_containers
             ]
         statuses = []
         for i, c in enumerate(containers):
-            cid = "containerd://%064x" % rng.getrandbits(256)
+            cid = f"containerd://{rng.getrandbits(256):064x}"
             if phase == "Running":
                 state: dict[str, Any] = {"running": {"startedAt": started}}
             else:
@@ -418,7 +418,7 @@ class _Generator:
                                         "startedAt": started, "finishedAt": started, "containerID": cid}}
             cs: dict[str, Any] = {"name": c["name"], "state": state, "lastState": {}, "ready": phase == "Running",
                                   "restartCount": restarts if i == 0 else 0, "image": c["image"],
-                                  "imageID": c["image"].split(":")[0] + "@sha256:%064x" % rng.getrandbits(256),
+                                  "imageID": c["image"].split(":")[0] + f"@sha256:{rng.getrandbits(256):064x}",
                                   "containerID": cid, "started": phase == "Running"}
             if restarts and i == 0:
                 cs["lastState"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": started,
@@ -479,22 +479,22 @@ class _Generator:
             ds_uid = self.ids.uid()
             ds_hash = str(rng.randrange(10**9, 10**10))
             image = f"registry.k8s.io/{ds_name}:v1.32.3"
-            owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds_name, "uid": ds_uid,
+            owner: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds_name, "uid": ds_uid,
                      "controller": True, "blockOwnerDeletion": True}
             cpu_m = int(cpu[:-1])
             mem_mi = int(mem[:-2])
             vols = [{"name": "varlog", "hostPath": {"path": "/var/log", "type": ""}}] if host_path else None
-            for node in nodes:
-                node.take(cpu_m, mem_mi)
+            for ds_node in nodes:
+                ds_node.take(cpu_m, mem_mi)
                 aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}}}
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [ds_node.name]}]}]}}}
                 self.items_pods.append(self.pod_obj(
                     name=f"{ds_name}-{self.ids.suffix(5)}", namespace=ns, owner=owner,
                     labels={"app.kubernetes.io/name": ds_name, "controller-revision-hash": ds_hash, "pod-template-generation": "3"},
                     containers=[self.container(ds_name, image, cpu, mem,
                                                mounts=[{"name": "varlog", "mountPath": "/var/log"}] if host_path else None)],
-                    node=node, priority_class=prio, tolerations=self._ds_tolerations, affinity=aff, volumes=vols,
-                    created=self.times_old[node.index % 512] if not node.new else _ts(self.now - timedelta(minutes=11)),
+                    node=ds_node, priority_class=prio, tolerations=self._ds_tolerations, affinity=aff, volumes=vols,
+                    created=self.times_old[ds_node.index % 512] if not ds_node.new else _ts(self.now - timedelta(minutes=11)),
                 ))
         # placement groups (only Ready, not new-and-empty... new nodes get nothing but DaemonSets)
         eligible = [n for n in nodes if n.ready and not n.new]
@@ -545,7 +545,10 @@ class _Generator:
             owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": self.ids.uid(),
                      "controller": True, "blockOwnerDeletion": True}
             r = rng.random()
-            group, selector, affinity, tolerations, kind = any_group, None, None, None, "plain"
+            selector: dict[str, str] | None = None
+            affinity: dict[str, Any] | None = None
+            tolerations: list[dict[str, Any]] | None = None
+            group, kind = any_group, "plain"
             if ns in ("monitoring", "logging", "ingress-nginx", "cert-manager") and r < 0.4:
                 group, selector, kind = groups["infra"], {"node-role.kubernetes.io/infra": ""}, "selector"
             elif r < 0.04:
@@ -818,7 +821,7 @@ def dumps(cluster: dict[str, Any], fmt: str = "json") -> str:
 
         base: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
-        class _PlainDumper(base):  # type: ignore[misc, valid-type]
+        class _PlainDumper(base):
             def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects must not become anchors
                 return True
 
@@ -840,8 +843,8 @@ def write(cluster: dict[str, Any], path: str, fmt: str = "json") -> int:
 
 
 def _parse_now(text: str) -> datetime:
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    value = datetime.fromisoformat(text)  # Python 3.11 accepts a trailing Z
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
-from bench.generate import GPU_TAINT_KEY, ZONE_LABEL, ZONES, dumps, generate, main
 from kdesched.model.files import iter_objects, load_snapshot, parse_documents
 from kdesched.model.snapshot import Snapshot
+
+from bench.generate import GPU_TAINT_KEY, ZONE_LABEL, ZONES, dumps, generate, main
 
 
 def _kinds(cluster: dict[str, Any]) -> Counter[str]:
@@ -195,3 +195,55 @@ def test_streaming_loader_gives_kind_to_items_of_a_typed_list(tmp_path: Any) -> 
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps({"kind": "NodeList", "apiVersion": "v1", "items": nodes, "metadata": {"x": 12345}}))
     assert [o["kind"] for _, o in iter_json_list_items(str(path), chunk=16)] == ["Node"] * 3
+
+
+def test_pdb_index_prototype_finds_the_same_budgets_in_the_same_order() -> None:
+    """Every pod of a generated cluster (plus budgets with expressions only, empty selectors and
+    overlapping label pairs) gets exactly the PDBs the namespace scan finds."""
+    from bench.bench_simulate import indexed_pdbs_for
+
+    cluster = generate(60, 20, seed=11)
+    ns = "payments"
+    extra = [
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": n, "namespace": ns},
+         "spec": {"maxUnavailable": 1, **({"selector": sel} if sel is not None else {})},
+         "status": {"disruptionsAllowed": 1}}
+        for n, sel in (("everything", {}), ("none", None),
+                       ("expr", {"matchExpressions": [{"key": "app", "operator": "Exists"}]}),
+                       ("two-labels", {"matchLabels": {"app.kubernetes.io/part-of": ns, "version": "v3"}}))
+    ]
+    cluster["items"] = extra + cluster["items"]
+    snap = _snapshot(cluster)
+    lookup = indexed_pdbs_for()
+    matched = 0
+    for pod in snap.pods:
+        expected = snap.pdbs_for(pod)
+        assert lookup(snap, pod) == expected, pod.key
+        matched += len(expected)
+    assert matched > len(snap.pods) // 20  # the comparison saw plenty of selected pods
+
+
+def test_fast_pod_parser_prototype_builds_identical_records_and_keeps_the_errors() -> None:
+    import dataclasses
+
+    from kdesched.model.errors import ModelError
+    from kdesched.model.records import Pod
+
+    from bench.bench_simulate import fast_pod_parser
+
+    fast = fast_pod_parser()
+    raws = [o for o in generate(30, 15, seed=12)["items"] if o["kind"] == "Pod"]
+    raws.append({"metadata": {"name": "odd", "labels": {"n": 5, "none": None}, "annotations": None},
+                 "spec": {"containers": [{"resources": {"requests": {"cpu": 0.5}}}],
+                          "initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"memory": "1Gi"}}}]}})
+    names = [f.name for f in dataclasses.fields(Pod)]
+    for raw in raws:
+        a, b = Pod.from_api(raw), fast(Pod, raw)
+        assert [getattr(a, n) for n in names] == [getattr(b, n) for n in names], raw["metadata"]["name"]
+    bad = {"metadata": {"name": "bad"}, "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}
+    with pytest.raises(ModelError) as slow_error:
+        Pod.from_api(bad)
+    with pytest.raises(ModelError) as fast_error:
+        fast(Pod, bad)
+    assert str(fast_error.value) == str(slow_error.value)
+    assert "spec.containers[0].resources.requests.cpu" in str(fast_error.value)
