@@ -65,7 +65,7 @@ class Snapshot:
         namespaces: Iterable[Namespace] = (),
         pvcs: Iterable[PersistentVolumeClaim] = (),
         notes: Iterable[str] = (),
-    ) -> "Snapshot":
+    ) -> Snapshot:
         node_map: dict[str, Node] = {}
         for n in nodes:
             node_map[n.name] = n
@@ -95,7 +95,7 @@ class Snapshot:
         )
 
     @classmethod
-    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]], notes: Iterable[str] = ()) -> "Snapshot":
+    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]], notes: Iterable[str] = ()) -> Snapshot:
         """Build from ``(where, raw object)`` pairs of any supported kind.
 
         Unknown kinds are skipped with a note; a malformed object raises :class:`ModelError`
@@ -117,6 +117,7 @@ class Snapshot:
                 label = kind if isinstance(kind, str) and kind else "(no kind)"
                 skipped[label] = skipped.get(label, 0) + 1
                 continue
+            assert isinstance(kind, str)  # a parser was found for it
             try:
                 buckets[kind].append(parser(raw))
             except ModelError as exc:

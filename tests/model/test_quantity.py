@@ -5,7 +5,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-
 from kdesched.model.quantity import QuantityError, format_resource, parse_quantity, to_resource_int
 
 F = Fraction
@@ -30,7 +29,7 @@ F = Fraction
         (3, F(3)), (0.25, F(1, 4)), (1e-10, F(1, 10**9)),
     ],
 )
-def test_parse_quantity(text: str | int | float, expected: Fraction) -> None:
+def test_parse_quantity(text: str | float, expected: Fraction) -> None:
     assert parse_quantity(text) == expected
 
 

@@ -4,11 +4,10 @@ ComputePodQOS does, and a ModelError naming the field for every malformed object
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-
 from kdesched.model.errors import ModelError
 from kdesched.model.records import (
     Namespace,
@@ -20,6 +19,7 @@ from kdesched.model.records import (
     Taint,
     Toleration,
 )
+
 from tests.builders import node_obj, pdb_obj, pod_obj
 
 GI = 2**30
@@ -153,7 +153,7 @@ def test_pod_fields() -> None:
     assert (ics.terminated_reason, ics.terminated_exit_code, ics.ready) == ("Completed", 0, False)
     (cond,) = pod.conditions
     assert (cond.type, cond.status, cond.reason) == ("Ready", "False", "ContainersNotReady")
-    assert cond.last_transition_time == datetime(2026, 11, 1, 11, tzinfo=timezone.utc)
+    assert cond.last_transition_time == datetime(2026, 11, 1, 11, tzinfo=UTC)
     assert pod.status_reason == "Evicted" and pod.terminating and not pod.terminal
     assert pod.has_resource_claims and pod.scheduler_name == "custom" and pod.images == ("nginx:1.27",)
     assert pod.start_time is not None and pod.start_time.tzinfo is not None
@@ -171,10 +171,10 @@ def test_pod_defaults() -> None:
 @pytest.mark.parametrize(
     ("time", "expected"),
     [
-        ("2024-01-02T03:04:05Z", datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)),
-        ("2024-01-02T05:04:05+02:00", datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)),
-        ("2024-01-02T03:04:05.123456Z", datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)),
-        (datetime(2024, 1, 2, 3, 4, 5), datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)),  # YAML timestamps
+        ("2024-01-02T03:04:05Z", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2024-01-02T05:04:05+02:00", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2024-01-02T03:04:05.123456Z", datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)),
+        (datetime(2024, 1, 2, 3, 4, 5), datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),  # YAML timestamps
         ("", None),
     ],
 )
@@ -238,20 +238,20 @@ BASE["status"] = {"containerStatuses": [{"name": "c"}]}
         ("spec.affinity", "x", "spec.affinity"),
         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
          [{"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["a"]}]}],
-         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-         ".matchExpressions[0].values"),
+         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+         ".matchExpressions[0].values")),
         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
          [{"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["a"]}]}],
-         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-         ".matchFields[0].key"),
+         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+         ".matchFields[0].key")),
         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
          [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}],
-         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-         ".matchFields[0].values"),
+         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+         ".matchFields[0].values")),
         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
          [{"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}],
-         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-         ".matchFields[0].operator"),
+         ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+         ".matchFields[0].operator")),
         ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
          [{"weight": "heavy", "preference": {}}],
          "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
@@ -260,8 +260,8 @@ BASE["status"] = {"containerStatuses": [{"name": "c"}]}
          "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
         ("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
          [{"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}],
-         "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector"
-         ".matchExpressions[0].operator"),
+         ("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector"
+         ".matchExpressions[0].operator")),
         ("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
          [{"namespaces": "a"}], "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces"),
         ("status", 1, "status"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.model.records import Taint, Toleration
 from kdesched.model.scheduling import (
     has_required_node_affinity,
@@ -18,6 +17,7 @@ from kdesched.model.scheduling import (
     sort_by_priority_low_to_high,
     tolerates_all,
 )
+
 from tests.builders import node, pod
 
 NS, PNS, NE = "NoSchedule", "PreferNoSchedule", "NoExecute"

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.model.errors import ModelError
-from kdesched.model.selectors import NODE_OPERATORS, LabelSelector, Requirement, parse_selector, requirement_from_api
+from kdesched.model.selectors import (
+    NODE_OPERATORS,
+    LabelSelector,
+    Requirement,
+    parse_selector,
+    requirement_from_api,
+)
 
 LABELS = {"app": "web", "tier": "front", "rank": "7", "empty": ""}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kdesched.model.errors import ModelError
 from kdesched.model.snapshot import Snapshot
+
 from tests.builders import node_obj, owner, pdb_obj, pod_obj, snapshot
 
 
