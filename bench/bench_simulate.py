@@ -260,11 +260,11 @@ def fast_pod_parser() -> Any:
     ``Mapping`` ABC. Here the happy path checks with ``type(x) is dict`` and builds no location
     strings; anything unexpected (a wrong type, a bad quantity, a bad time) falls back to the
     original parser, which then raises its precise error, so error messages do not change.
-    Quantities are memoized per (resource, text). Returns the function to install as
-    ``Pod.from_api``; records are field-for-field equal to the original parser's.
+    Requests and QoS come from the library's ``_pod_requests`` as they are (combine with
+    ``quantity-cache`` for the quantities). Returns the function to install as ``Pod.from_api``;
+    records are field-for-field equal to the original parser's.
     """
     from kdesched.model import records
-    from kdesched.model.quantity import to_resource_int
     from kdesched.model.records import (
         EMPTY,
         KEPT_ANNOTATION_PREFIXES,
@@ -280,7 +280,7 @@ def fast_pod_parser() -> Any:
     )
 
     slow = Pod.from_api.__func__
-    quantities: dict[tuple[str, Any], int] = {}
+    pod_requests = records._pod_requests
 
     class Slow(Exception):
         pass
@@ -309,82 +309,18 @@ def fast_pod_parser() -> Any:
                 return {str(k): "" if v is None else str(v) for k, v in x.items()}
         return dict(x)
 
-    def res(x: Any) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, value in d(x).items():
-            key = (name, value)
-            v = quantities.get(key)
-            if v is None:
-                v = to_resource_int(str(name), value)
-                if len(quantities) < 65536:
-                    quantities[key] = v
-            out[name] = v
-        return out
-
-    def qos_step(req: Any, lim: Any, any_set: bool, guaranteed: bool) -> tuple[bool, bool]:
-        for name in ("cpu", "memory"):
-            r, lv = req.get(name, 0), lim.get(name, 0)
-            if r or lv:
-                any_set = True
-            if not lv or (r and r != lv):
-                guaranteed = False
-        return any_set, guaranteed
-
-    def add(into: dict[str, int], other: Any) -> None:
-        for k, v in other.items():
-            into[k] = into.get(k, 0) + v
-
-    def maxr(into: dict[str, int], other: Any) -> None:
-        for k, v in other.items():
-            if v > into.get(k, 0):
-                into[k] = v
-
-    def requests(spec: Any, containers: Any, inits: Any) -> tuple[dict[str, int], frozenset[str], str]:
-        total: dict[str, int] = {}
-        names: set[str] = set()
-        guaranteed, any_set = True, False
-        for c in containers:
-            r = d(d(c).get("resources"))
-            req, lim = res(r.get("requests")), res(r.get("limits"))
-            add(total, req)
-            names.update(req)
-            any_set, guaranteed = qos_step(req, lim, any_set, guaranteed)
-        sidecars: dict[str, int] = {}
-        init_max: dict[str, int] = {}
-        for c in inits:
-            c = d(c)
-            r = d(c.get("resources"))
-            req, lim = res(r.get("requests")), res(r.get("limits"))
-            names.update(req)
-            any_set, guaranteed = qos_step(req, lim, any_set, guaranteed)
-            if c.get("restartPolicy") == "Always":
-                add(total, req)
-                add(sidecars, req)
-                maxr(init_max, sidecars)
-            else:
-                step = dict(req)
-                add(step, sidecars)
-                maxr(init_max, step)
-        maxr(total, init_max)
-        pod_level = res(d(spec.get("resources")).get("requests"))
-        for name in ("cpu", "memory"):
-            if name in pod_level:
-                total[name] = pod_level[name]
-                names.add(name)
-        add(total, res(spec.get("overhead")))
-        qos = "BestEffort" if not any_set else ("Guaranteed" if guaranteed else "Burstable")
-        return {k: v for k, v in total.items() if v}, frozenset(names), qos
-
     def cstatus(raw: Any) -> Any:
         raw = d(raw)
         state = d(raw.get("state"))
         waiting, term = d(state.get("waiting")), d(state.get("terminated"))
         last = d(d(raw.get("lastState")).get("terminated"))
-        code, last_code = term.get("exitCode"), last.get("exitCode")
-        return ContainerStatus(str(raw.get("name") or ""), int(raw.get("restartCount") or 0),
+        restarts, code, last_code = raw.get("restartCount"), term.get("exitCode"), last.get("exitCode")
+        for value in (restarts, code, last_code):
+            if value is not None and type(value) is not int:
+                raise Slow  # the original parser names the field
+        return ContainerStatus(str(raw.get("name") or ""), restarts or 0,
                                str(waiting.get("reason") or ""), str(term.get("reason") or ""),
-                               None if code is None else int(code), str(last.get("reason") or ""),
-                               None if last_code is None else int(last_code), bool(raw.get("ready")))
+                               code, str(last.get("reason") or ""), last_code, bool(raw.get("ready")))
 
     def fast(raw: Any) -> Any:
         meta = d(d(raw).get("metadata"))
@@ -405,7 +341,7 @@ def fast_pod_parser() -> Any:
             owners.append(OwnerRef(str(o.get("kind") or ""), str(o.get("name") or ""), str(o.get("uid") or ""),
                                    bool(o.get("controller"))))
         containers, inits = lst(spec.get("containers")), lst(spec.get("initContainers"))
-        reqs, names, qos = requests(spec, containers, inits)
+        reqs, names, qos = pod_requests(spec, containers, inits)  # the library's, unchanged
         priority = spec.get("priority")
         if priority is not None and type(priority) is not int:
             raise Slow
@@ -457,7 +393,6 @@ def fast_pod_parser() -> Any:
         except Exception:  # noqa: BLE001 - anything unusual: the original parser decides, with its precise error
             return slow(cls, raw)
 
-    del records  # only the names imported above are used
     return from_api
 
 

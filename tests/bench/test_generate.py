@@ -236,6 +236,9 @@ def test_fast_pod_parser_prototype_builds_identical_records_and_keeps_the_errors
     raws.append({"metadata": {"name": "odd", "labels": {"n": 5, "none": None}, "annotations": None},
                  "spec": {"containers": [{"resources": {"requests": {"cpu": 0.5}}}],
                           "initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"memory": "1Gi"}}}]}})
+    raws.append({"metadata": {"name": "limits-only"},  # requests default to limits; QoS Guaranteed
+                 "spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]},
+                 "status": {"containerStatuses": [{"name": "c", "restartCount": 4, "ready": True}]}})
     names = [f.name for f in dataclasses.fields(Pod)]
     for raw in raws:
         a, b = Pod.from_api(raw), fast(Pod, raw)
@@ -247,3 +250,9 @@ def test_fast_pod_parser_prototype_builds_identical_records_and_keeps_the_errors
         fast(Pod, bad)
     assert str(fast_error.value) == str(slow_error.value)
     assert "spec.containers[0].resources.requests.cpu" in str(fast_error.value)
+    restarts = {"metadata": {"name": "r"}, "status": {"containerStatuses": [{"name": "c", "restartCount": "4"}]}}
+    with pytest.raises(ModelError) as slow_error:
+        Pod.from_api(restarts)
+    with pytest.raises(ModelError) as fast_error:
+        fast(Pod, restarts)
+    assert str(fast_error.value) == str(slow_error.value)
