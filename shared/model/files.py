@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kdesched.model.errors import ModelError
+from kdesched.model.gcpause import paused_gc
 from kdesched.model.snapshot import Snapshot
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -191,6 +192,11 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
 
 def load_snapshot(path: str) -> Snapshot:
     """Load a snapshot file; raises :class:`ModelError` (naming file and field) on bad input."""
+    with paused_gc():
+        return _load_snapshot(path)
+
+
+def _load_snapshot(path: str) -> Snapshot:
     text, name = read_text(path)
     streamed = iter_json_list(text, name)
     if streamed is not None:

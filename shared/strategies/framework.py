@@ -75,6 +75,7 @@ class ClusterState:
         ]
         self._planned: set[int] = set()  # id(pod)
         self._usage: dict[str, dict[str, int]] = {}
+        self._live: dict[str, list[Pod]] = {}
         self._owner_counts: dict[str, int] = dict(snapshot.owner_pod_counts)
         self.planned: list[PlannedEviction] = []
 
@@ -83,9 +84,15 @@ class ClusterState:
         return id(pod) in self._planned
 
     def pods_on_node(self, node: str) -> list[Pod]:
-        """Non-terminal pods on ``node`` not yet planned for eviction (upstream's normal list)."""
-        planned = self._planned
-        return [p for p in self.snapshot.pods_by_node.get(node, ()) if not p.terminal and id(p) not in planned]
+        """Non-terminal pods on ``node`` not yet planned for eviction (upstream's normal list).
+
+        Cached per node and dropped when a pod of that node is planned; callers get a copy."""
+        cached = self._live.get(node)
+        if cached is None:
+            planned = self._planned
+            cached = [p for p in self.snapshot.pods_by_node.get(node, ()) if not p.terminal and id(p) not in planned]
+            self._live[node] = cached
+        return list(cached)
 
     def all_pods_on_node(self, node: str) -> list[Pod]:
         """Pods of every phase on ``node`` not yet planned (PodLifeTime, failed pods, restarts)."""
@@ -119,6 +126,7 @@ class ClusterState:
         if id(pod) in self._planned:
             return
         self._planned.add(id(pod))
+        self._live.pop(pod.node_name, None)
         self.planned.append(eviction)
         for ref in pod.owner_refs:
             self._owner_counts[ref.uid] = self._owner_counts.get(ref.uid, 0) - 1
