@@ -101,6 +101,17 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
         raise InputError(str(exc)) from None
 
 
+def freeze_heap() -> None:
+    """Move everything loaded so far out of the cyclic GC's reach (``gc.freeze``).
+
+    A one-shot command holds a snapshot of up to 150,000 cycle-free records for its whole life;
+    without this, the first full collection after loading re-scans all of them (~4.5 s at 150,000
+    pods, bench/README.md). Reference counting still frees them as usual."""
+    import gc
+
+    gc.freeze()
+
+
 def parse_event(text: str) -> tuple[str, str]:
     if ":" not in text:
         raise InputError(f"--event {text!r}: expected TYPE:NODE, e.g. dev.kdesched.node.ready:node-1")
@@ -132,6 +143,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         snapshot = load_snapshot(args.cluster)
     except ModelError as exc:
         raise InputError(str(exc)) from None
+    freeze_heap()
     policy = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
     strategies = nodes = None
     trigger = "simulate"
@@ -151,7 +163,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes)
     except PlanError as exc:
         raise InputError(str(exc)) from None
-    report = execute_plan(plan, RecordingExecutor(), dry_run=True, trigger=trigger, started=started)
+    report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
+                          started=started)
     write_report(report, args.output, sys.stdout)
     return EXIT_RUNTIME if plan.errors else EXIT_OK
 
@@ -175,6 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ApiError, Unavailable) as exc:
         log.error("cannot read the cluster: %s", exc)
         return EXIT_RUNTIME
+    freeze_heap()
     try:
         plan = plan_run(policy, snapshot)
     except PlanError as exc:

@@ -83,7 +83,10 @@ def _label(e: PlannedEviction) -> str:
 class RecordingExecutor:
     """Dry run: log and count what would be evicted, call nothing. ``outcomes`` keeps every result."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_metrics: bool = True) -> None:
+        # ``kdesched simulate`` exposes no /metrics: it turns them off (a 150,000-pod simulation
+        # would otherwise spend seconds creating label children nobody scrapes).
+        self.record_metrics = record_metrics
         self.outcomes: list[EvictionOutcome] = []
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
@@ -91,7 +94,9 @@ class RecordingExecutor:
         out = []
         for e in evictions:
             log.info("would evict %s (%s, %s) [dry run]", _label(e), e.strategy, e.reason)
-            record_eviction("dry-run", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace, node=e.node)
+            if self.record_metrics:
+                record_eviction("dry-run", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace,
+                                node=e.node)
             out.append(EvictionOutcome(e, "dry-run", "dry run: not evicted", 0))
         self.outcomes.extend(out)
         return out

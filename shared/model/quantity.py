@@ -83,10 +83,25 @@ def ceil_int(value: Fraction) -> int:
     return math.ceil(value) if value >= 0 else -math.ceil(-value)
 
 
+_INT_CACHE: dict[tuple[bool, str], int] = {}
+
+
 def to_resource_int(resource: str, value: str | int | float) -> int:
-    """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise."""
+    """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise.
+
+    A cluster repeats a few hundred request strings across 150,000 pods, so string results are
+    memoized (bounded) to skip the exact-fraction arithmetic."""
+    is_cpu = resource == "cpu"
+    if isinstance(value, str):
+        key = (is_cpu, value)
+        hit = _INT_CACHE.get(key)
+        if hit is not None:
+            return hit
     q = parse_quantity(value)
-    return ceil_int(q * 1000) if resource == "cpu" else ceil_int(q)
+    result = ceil_int(q * 1000) if is_cpu else ceil_int(q)
+    if isinstance(value, str) and len(_INT_CACHE) < 8192:
+        _INT_CACHE[(is_cpu, value)] = result
+    return result
 
 
 def format_resource(resource: str, value: int) -> str:

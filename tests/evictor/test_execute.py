@@ -265,3 +265,20 @@ def test_run_and_strategy_metrics() -> None:
                   {"strategy": "T-LowNodeUtilization", "profile": "default"}) == 1
     from importlib.metadata import version
     assert REGISTRY.get_sample_value("kdesched_build_info", {"version": version("kdesched")}) == 1
+
+
+def test_recording_executor_can_skip_metrics() -> None:
+    """simulate exposes no /metrics, so it records none (they cost seconds at 150,000 pods)."""
+    from kdesched.evictor.execute import RecordingExecutor
+    from kdesched.evictor.metrics import REGISTRY
+    from kdesched.strategies.framework import PlannedEviction
+    from tests.builders import pod
+
+    p = pod("quiet-pod", "node-quiet")
+    labels = {"result": "dry-run", "strategy": "S", "profile": "P", "namespace": "default", "node": "node-quiet"}
+    before = REGISTRY.get_sample_value("kdesched_pods_evicted_total", labels) or 0.0
+    out = RecordingExecutor(record_metrics=False).execute([PlannedEviction(p, "node-quiet", "S", "P", "r")])
+    assert [o.result for o in out] == ["dry-run"]
+    assert (REGISTRY.get_sample_value("kdesched_pods_evicted_total", labels) or 0.0) == before
+    RecordingExecutor().execute([PlannedEviction(p, "node-quiet", "S", "P", "r")])
+    assert REGISTRY.get_sample_value("kdesched_pods_evicted_total", labels) == before + 1
