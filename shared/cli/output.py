@@ -53,7 +53,9 @@ def write_table(report: RunReport, out: TextIO) -> None:
     for err in report.plan.errors:
         out.write(f"error: {err}\n")
     counts = report.counts()
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "0 evictions"
+    names = {"dry-run": "would be evicted (dry run)", "evicted": "evicted", "already-gone": "already gone",
+             "blocked": "blocked by a PodDisruptionBudget", "failed": "failed"}
+    summary = ", ".join(f"{v} {names.get(k, k)}" for k, v in sorted(counts.items())) or "nothing to evict"
     out.write(f"\n{len(report.plan.evictions)} eviction(s) planned on {len(report.plan.nodes)} node(s): {summary}.\n")
 
 
