@@ -129,27 +129,8 @@ def resolve_evictor_args(args: DefaultEvictorArgs, snapshot: Snapshot, profile: 
     return replace(args, priority_threshold=PriorityThreshold(value=pc.value, name=pt.name))
 
 
+@paused_gc()  # planning builds many short-lived lists and no cycles (kdesched.model.gcpause)
 def plan_run(
-    policy: Policy,
-    snapshot: Snapshot,
-    *,
-    now: datetime | None = None,
-    strategies: Collection[str] | None = None,
-    nodes: Collection[str] | None = None,
-    registry: Registry | None = None,
-    gate: Gate | None = None,
-) -> RunPlan:
-    """Decide a run. ``strategies`` limits which plugins run (None = all enabled in the policy);
-    ``nodes`` scopes Deschedule plugins to those nodes (Balance plugins always see every node);
-    ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets).
-
-    The cyclic GC is paused meanwhile: planning builds many short-lived lists and no cycles
-    (:mod:`kdesched.model.gcpause`)."""
-    with paused_gc():
-        return _plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, registry=registry, gate=gate)
-
-
-def _plan_run(
     policy: Policy,
     snapshot: Snapshot,
     *,
