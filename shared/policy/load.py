@@ -200,7 +200,8 @@ def _convert_v1alpha1(doc: Mapping[str, Any], errors: list[str]) -> tuple[dict[s
     return v1alpha1.convert(doc, errors)
 
 
-def _from_deckhouse(values: Mapping[str, Any], source: str, errors: list[str]) -> Policy | None:
+def _from_deckhouse(values: tuple[Mapping[str, Any], str], source: str, errors: list[str]) -> Policy | None:
+    """``values`` is ``(settings, field path prefix)`` as ``deckhouse.find_values`` returns it."""
     from kdesched.policy import deckhouse
 
     converted = deckhouse.to_v1alpha1(values, errors)

@@ -375,10 +375,10 @@ def merge_policies(a: Policy, b: Policy) -> Policy:
     if a.node_selector and b.node_selector and a.node_selector != b.node_selector:
         errors.append(f"nodeSelector: {show(a.node_selector)} ({a.source}) differs from {show(b.node_selector)} ({b.source})")
     providers: dict[str, MetricsProvider] = {p.source: p for p in a.metrics_providers}
-    for p in b.metrics_providers:
-        if p.source in providers and providers[p.source] != p:
-            errors.append(f"metricsProviders: two different {p.source} providers")
-        providers.setdefault(p.source, p)
+    for mp in b.metrics_providers:
+        if mp.source in providers and providers[mp.source] != mp:
+            errors.append(f"metricsProviders: two different {mp.source} providers")
+        providers.setdefault(mp.source, mp)
     if errors:
         raise PolicyError(errors, f"{a.source} + {b.source}")
 

@@ -24,6 +24,7 @@ checking a pod is then a dictionary lookup, not a scan of every pod (150,000 pod
 from __future__ import annotations
 
 from collections import Counter
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -172,8 +173,13 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
             continue
         handle.logger.debug("processing node %s (%d pod(s) with required anti-affinity)", node.name, len(pods))
         if not evict_node_pods(handle, _violators(handle, node, pods, index),
-                               on_evicted=lambda pod, node=node: index.remove(pod, node)):
+                               on_evicted=functools.partial(_forget, index, node)):
             return
+
+
+def _forget(index: "_Index", node: Node, pod: Pod) -> None:
+    """A planned pod's conflicts disappear: drop it from the index."""
+    index.remove(pod, node)
 
 
 def _violators(handle: Handle, node: Node, pods: list[Pod], index: "_Index") -> Iterator[tuple[Pod, str]]:
