@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor, Refusal
 from kdesched.policy.types import DefaultEvictorArgs
 from kdesched.strategies.framework import ClusterState, Handle, PlannedEviction, StrategySpec
+from kdesched.strategies.registry import Registry
+
 from tests.builders import NOW, snapshot
 
 
@@ -39,3 +43,16 @@ def run_strategy(spec: StrategySpec, args: Any, objects: list[dict[str, Any]], *
     run_nodes = state.nodes if nodes is None else [n for n in state.nodes if n.name in nodes]
     spec.run(args, handle, run_nodes)
     return Result(list(state.planned), list(counter.refusals), state)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SNAPSHOT_NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)  # when every bundled snapshot was taken
+
+
+def registry_of(*modules: ModuleType) -> Registry:
+    """A registry holding only these strategy modules: an example's outcome then provably comes
+    from its own strategies."""
+    reg = Registry()
+    for module in modules:
+        reg.register(module.SPEC)
+    return reg

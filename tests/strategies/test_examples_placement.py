@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from kdesched.engine import plan_run
@@ -16,16 +14,14 @@ from kdesched.policy.load import load_policy
 from kdesched.strategies import inter_pod_anti_affinity, node_affinity, node_taints, topology_spread
 from kdesched.strategies.registry import Registry
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
+from tests.harness import EXAMPLES, registry_of
+from tests.harness import SNAPSHOT_NOW as NOW
+
 OURS = ["node-taints", "node-affinity", "anti-affinity", "topology-spread"]
 
 
 def registry() -> Registry:
-    reg = Registry()
-    for module in (node_taints, node_affinity, inter_pod_anti_affinity, topology_spread):
-        reg.register(module.SPEC)
-    return reg
+    return registry_of(node_taints, node_affinity, inter_pod_anti_affinity, topology_spread)
 
 
 def key(e: dict[str, str]) -> tuple[str, str]:

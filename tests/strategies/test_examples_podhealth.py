@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from kdesched.engine import plan_run
@@ -14,16 +13,14 @@ from kdesched.policy.load import load_policy
 from kdesched.strategies import failed_pods, pod_lifetime, too_many_restarts
 from kdesched.strategies.registry import Registry
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # the time the snapshots were taken
+from tests.harness import EXAMPLES, registry_of
+from tests.harness import SNAPSHOT_NOW as NOW
+
 OURS = ["too-many-restarts", "pod-lifetime", "failed-pods"]
 
 
 def registry() -> Registry:
-    reg = Registry()
-    for module in (too_many_restarts, pod_lifetime, failed_pods):
-        reg.register(module.SPEC)
-    return reg
+    return registry_of(too_many_restarts, pod_lifetime, failed_pods)
 
 
 def key(e: dict[str, str]) -> tuple[str, str]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +16,14 @@ from kdesched.policy.types import Policy
 from kdesched.strategies import high_node_utilization, low_node_utilization, remove_duplicates
 from kdesched.strategies.registry import Registry
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # the time the snapshots were taken
+from tests.harness import EXAMPLES, registry_of
+from tests.harness import SNAPSHOT_NOW as NOW
+
 OURS = ["remove-duplicates", "low-node-utilization", "high-node-utilization"]
 
 
 def registry() -> Registry:
-    reg = Registry()
-    for module in (remove_duplicates, low_node_utilization, high_node_utilization):
-        reg.register(module.SPEC)
-    return reg
+    return registry_of(remove_duplicates, low_node_utilization, high_node_utilization)
 
 
 def plan(example: str, **changed_args: Any) -> RunPlan:
