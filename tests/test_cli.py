@@ -75,6 +75,11 @@ def test_bad_now_and_bad_event(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--now" in err
     code, _, err = run(capsys, "simulate", SEED, "--event", "no-colon")
     assert code == 2 and "TYPE:NODE" in err
+    code, out, err = run(capsys, "simulate", SEED, "--event", "dev.kdesched.node.ready:node-9")
+    assert code == 2 and out == ""
+    assert "node 'node-9' is not in" in err and "node-1, node-2, node-3" in err
+    code, _, err = run(capsys, "simulate", SEED, "--event", "dev.kdesched.node.bogus:node-1")
+    assert code == 2 and "unknown event type" in err
 
 
 def test_bad_policy_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

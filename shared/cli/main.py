@@ -151,6 +151,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from kdesched.reactor.events import event_policy, scope_for_event
 
         etype, node = parse_event(args.event)
+        if node not in snapshot.nodes:
+            known = ", ".join(sorted(snapshot.nodes)[:10]) + (", ..." if len(snapshot.nodes) > 10 else "")
+            raise InputError(f"--event {args.event}: node {node!r} is not in {args.cluster} (nodes: {known})")
         try:
             scope = scope_for_event(_reactor_settings(policy), policy, etype, node, snapshot=snapshot)
         except ValueError as exc:
