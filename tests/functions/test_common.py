@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from kdesched.functions.common import (
+from kdesched_functions.common import (
     Ack,
     HttpError,
     Incoming,

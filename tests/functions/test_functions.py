@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from kdesched.functions import affinity, classifier, deadletter, manual, rebalance, taints
+from kdesched_functions import FUNCTIONS
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.runner import Reactor
@@ -65,7 +65,7 @@ def node_change(fake: FakeApiServer, name: str, **kw: Any) -> dict[str, Any]:
 def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
     cluster(fake_api)
     posted = Posted()
-    app = classifier.create_app(client=kube, broker_url="http://broker.local/ns/b", post=posted)
+    app = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker.local/ns/b", post=posted)
     c = app.test_client()
     assert c.get("/readyz").status_code == 200
     unchanged = fake_api.get("Node", "n2")
@@ -90,7 +90,7 @@ def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: 
 
 def test_classifier_broker_failure_is_503_and_not_committed(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
-    c = classifier.create_app(client=kube, broker_url="http://broker", post=Posted(fail=True)).test_client()
+    c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker", post=Posted(fail=True)).test_client()
     changed = node_change(fake_api, "n2", spec={"taints": [TAINT]}, labels={"team": "c"})
     assert post(c, *ce_request(ev.APISERVER_UPDATE, changed)).status_code == 503
     fn = c.application.config["KDESCHED_CLASSIFIER"]
@@ -103,7 +103,7 @@ def test_classifier_broker_failure_is_503_and_not_committed(fake_api: FakeApiSer
 
 def test_classifier_without_broker_url_cannot_emit_two_events(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
-    c = classifier.create_app(client=kube, broker_url="").test_client()
+    c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="").test_client()
     changed = node_change(fake_api, "n2", spec={"taints": [TAINT]}, labels={"team": "c"})
     resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed))
     assert resp.status_code == 500 and "K_SINK" in resp.get_json()["error"]
@@ -112,7 +112,7 @@ def test_classifier_without_broker_url_cannot_emit_two_events(fake_api: FakeApiS
 def test_classifier_unseeded_is_503_until_the_list_works(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
     unreachable = KubeClient.for_host("http://127.0.0.1:9")
-    app = classifier.create_app(client=unreachable, broker_url="")
+    app = FUNCTIONS["classifier"].create_app(client=unreachable, broker_url="")
     c = app.test_client()
     fn = app.config["KDESCHED_CLASSIFIER"]
     assert not fn.classifier.seeded and c.get("/readyz").status_code == 503
@@ -126,13 +126,13 @@ def test_classifier_unseeded_is_503_until_the_list_works(fake_api: FakeApiServer
 @pytest.mark.parametrize("data,field", [({"kind": "Pod", "metadata": {"name": "x"}}, "data.kind"),
                                         ({"metadata": {}}, "data.metadata.name")])
 def test_classifier_bad_object_is_400(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str) -> None:
-    c = classifier.create_app(client=kube, broker_url="").test_client()
+    c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="").test_client()
     resp = post(c, *ce_request(ev.APISERVER_UPDATE, data))
     assert resp.status_code == 400 and resp.get_json()["field"] == field
 
 
 def test_classifier_rejects_other_types(fake_api: FakeApiServer, kube: KubeClient) -> None:
-    c = classifier.create_app(client=kube, broker_url="").test_client()
+    c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="").test_client()
     resp = post(c, *ce_request(ev.NODE_READY, {"node": "n1"}))
     assert resp.status_code == 400 and resp.get_json()["field"] == "type"
 
@@ -143,7 +143,7 @@ def test_classifier_rejects_other_types(fake_api: FakeApiServer, kube: KubeClien
 @pytest.mark.parametrize("mode", MODES)
 def test_taints_function_evicts_and_reports(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
     cluster(fake_api)
-    c = taints.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["taints"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1", "before": {"taints": []},
                                                    "after": {"taints": [TAINT]}}, mode, id="t1"))
     assert resp.status_code == 200 and reply_mode(resp) == mode
@@ -161,7 +161,7 @@ def test_taints_function_evicts_and_reports(fake_api: FakeApiServer, kube: KubeC
 def test_affinity_function_runs_node_affinity_only_without_topology_change(fake_api: FakeApiServer,
                                                                           kube: KubeClient) -> None:
     cluster(fake_api)
-    c = affinity.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["affinity"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.LABELS_CHANGED, {"node": "n2", "before": {"team": "a"}, "after": {"team": "b"}}))
     data = reply_event(resp).get_data()
     assert resp.status_code == 200 and data["strategies"] == ["RemovePodsViolatingNodeAffinity"]
@@ -175,7 +175,7 @@ def test_affinity_function_runs_node_affinity_only_without_topology_change(fake_
 @pytest.mark.parametrize("data,field", [({"node": "Bad Name"}, "data.node"), ({}, "data.node"), ("n1", "data"),
                                         ({"node": "n1", "before": []}, "data.before")])
 def test_node_functions_bad_data(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str) -> None:
-    c = taints.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["taints"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.TAINTS_CHANGED, data))
     assert resp.status_code == 400 and resp.get_json()["field"] == field
 
@@ -183,7 +183,7 @@ def test_node_functions_bad_data(fake_api: FakeApiServer, kube: KubeClient, data
 def test_rebalance_waits_for_ready_and_rejects_other_types(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
     fake_api.add(node_obj("fresh", ready=False))
-    c = rebalance.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["rebalance"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.NODE_ADDED, {"node": "fresh"}))
     data = reply_event(resp).get_data()
     assert resp.status_code == 200 and "waiting for node.ready" in data["notes"][0] and data["evictions"] == []
@@ -196,7 +196,7 @@ def test_rebalance_waits_for_ready_and_rejects_other_types(fake_api: FakeApiServ
 
 def test_rebalance_api_unreachable_is_503(kube: KubeClient, fake_api: FakeApiServer) -> None:
     r = make_reactor(KubeClient.for_host("http://127.0.0.1:9"))
-    c = rebalance.create_app(reactor=r).test_client()
+    c = FUNCTIONS["rebalance"].create_app(reactor=r).test_client()
     resp = post(c, *ce_request(ev.NODE_READY, {"node": "n3"}))
     assert resp.status_code == 503
 
@@ -207,7 +207,7 @@ def test_rebalance_api_unreachable_is_503(kube: KubeClient, fake_api: FakeApiSer
 @pytest.mark.parametrize("mode", MODES)
 def test_manual_dry_run_and_ping(fake_api: FakeApiServer, kube: KubeClient, mode: str) -> None:
     cluster(fake_api)
-    c = manual.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.RUN_REQUESTED, {"strategies": ["RemovePodsViolatingNodeTaints"], "dryRun": True},
                                mode))
     data = reply_event(resp).get_data()
@@ -226,7 +226,7 @@ def test_manual_dry_run_and_ping(fake_api: FakeApiServer, kube: KubeClient, mode
     ({"strategies": ["HighNodeUtilization"]}, "data.strategies", "HighNodeUtilization"),
 ])
 def test_manual_bad_requests(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str, needle: str) -> None:
-    c = manual.create_app(reactor=make_reactor(kube)).test_client()
+    c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.RUN_REQUESTED, data))
     assert resp.status_code == 400 and resp.get_json()["field"] == field and needle in resp.get_json()["error"]
 
@@ -235,7 +235,7 @@ def test_manual_bad_requests(fake_api: FakeApiServer, kube: KubeClient, data: An
 
 
 def test_deadletter_logs_decoded_errors_and_acks(caplog: pytest.LogCaptureFixture) -> None:
-    c = deadletter.create_app().test_client()
+    c = FUNCTIONS["deadletter"].create_app().test_client()
     with caplog.at_level(logging.INFO, logger="kdesched.functions.deadletter"):
         resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1"}, extensions={
             "knativeerrorcode": "500", "knativeerrordest": "http://taints", "knativeerrordata": "Ym9vbQ=="}))

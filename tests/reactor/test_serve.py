@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdesched.functions.manual import create_serve_app
+from kdesched_functions.manual import create_serve_app
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
 from kdesched.kube.lease import LeaseLock

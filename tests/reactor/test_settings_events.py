@@ -151,7 +151,9 @@ def test_needs_all_pods_and_kinds() -> None:
 
 
 def test_function_event_types_cover_every_semantic_event() -> None:
-    consumed = {t for f, types in ev.FUNCTION_EVENT_TYPES.items() if f != "deadletter" for t in types}
+    from kdesched_functions import FUNCTION_EVENT_TYPES
+
+    consumed = {t for f, types in FUNCTION_EVENT_TYPES.items() if f != "deadletter" for t in types}
     assert set(ev.NODE_EVENTS) | {ev.RUN_REQUESTED, ev.PING} | set(ev.APISERVER_EVENTS) <= consumed
 
 

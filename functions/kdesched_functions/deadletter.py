@@ -14,7 +14,8 @@ import logging
 from typing import Any
 
 from flask import Flask
-from kdesched.functions.common import Ack, Incoming, Result, create_function_app, decode_knative_error
+from kdesched_functions import Function
+from kdesched_functions.common import Ack, Incoming, Result, create_function_app, decode_knative_error
 from kdesched.reactor.events import RUN_COMPLETED
 
 NAME = "deadletter"
@@ -38,6 +39,6 @@ def handle(incoming: Incoming) -> Result:
     return Ack()
 
 
-def create_app(**_: Any) -> Flask:
+def create_app(function: Function, **_: Any) -> Flask:
     """The Flask app; it needs no policy or API access and accepts every event type."""
-    return create_function_app(NAME, handle, None, ready=lambda: (True, "ready"))
+    return create_function_app(function.name, handle, None, ready=lambda: (True, "ready"))

@@ -61,6 +61,7 @@ from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.events import RUN_COMPLETED
 from kdesched.reactor.runner import Reactor, RequestError, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from kdesched_functions import Function
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger("kdesched.functions")
@@ -402,11 +403,16 @@ def node_event_handler(reactor: Reactor) -> Handler:
     return handle
 
 
-def reactor_app(name: str, runtime: Runtime, handler: Handler) -> Flask:
-    from kdesched.reactor.events import FUNCTION_EVENT_TYPES
-
-    return create_function_app(name, handler, FUNCTION_EVENT_TYPES[name],
+def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> Flask:
+    return create_function_app(fn.name, handler, fn.accepts,
                                ready=lambda: (True, f"policy loaded ({runtime.policy.source or 'default policy'})"))
+
+
+def create_node_app(fn: Function, **inject: Any) -> Flask:
+    """rebalance, taints, affinity: one app each, differing only by the event types they accept
+    (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
+    runtime = load_runtime(**inject)
+    return reactor_app(fn, runtime, node_event_handler(runtime.get_reactor()))
 
 
 def run_completed(report: Mapping[str, Any], node: str = "") -> Reply:

@@ -19,9 +19,10 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
+from kdesched_functions import FUNCTIONS
+
 log = logging.getLogger("kdesched.cli.serve")
 
-FUNCTION_MODULES = ("classifier", "rebalance", "taints", "affinity", "manual", "deadletter")
 
 
 def _default_port() -> int:
@@ -82,8 +83,9 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
         description="Serve one function over HTTP (the container command on Knative). The policy comes from "
                     "--policy or $KDESCHED_POLICY (default policy otherwise); the cluster from the in-cluster "
                     "service account or $KUBECONFIG.")
-    p.add_argument("name", nargs="?", default=os.environ.get("KDESCHED_FUNCTION"), choices=FUNCTION_MODULES,
-                   metavar="NAME", help=f"one of {', '.join(FUNCTION_MODULES)} (default $KDESCHED_FUNCTION)")
+    p.add_argument("name", nargs="?", default=os.environ.get("KDESCHED_FUNCTION"), choices=list(FUNCTIONS),
+                   metavar="NAME", help="the function to serve (default $KDESCHED_FUNCTION): "
+                   + "; ".join(f"{f.name}: {f.summary}" for f in FUNCTIONS.values()))
     p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default $KDESCHED_POLICY)")
     p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
@@ -124,7 +126,7 @@ def _on_signals(stop: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from kdesched.functions.manual import create_serve_app
+    from kdesched_functions.manual import create_serve_app
     from kdesched.kube.client import KubeClient
     from kdesched.kube.errors import ConfigError
     from kdesched.reactor.serve import ReactorServer
@@ -145,15 +147,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def build_function_app(name: str, policy_path: str | None = None) -> Any:
     """The Flask app of function ``name`` (policy from ``policy_path`` or $KDESCHED_POLICY)."""
-    import importlib
-
-    if name not in FUNCTION_MODULES:
-        raise _input_error(f"unknown function {name!r} (known: {', '.join(FUNCTION_MODULES)})")
-    module = importlib.import_module(f"kdesched.functions.{name}")
-    if name in ("classifier", "deadletter"):
-        return module.create_app()
+    function = FUNCTIONS.get(name)
+    if function is None:
+        raise _input_error(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
+    if not function.needs_policy:
+        return function.create_app()
     policy, settings = _load(policy_path or os.environ.get("KDESCHED_POLICY"), [], False)
-    return module.create_app(policy=policy, settings=settings)
+    return function.create_app(policy=policy, settings=settings)
 
 
 def cmd_function(args: argparse.Namespace) -> int:
@@ -161,7 +161,7 @@ def cmd_function(args: argparse.Namespace) -> int:
     from werkzeug.serving import make_server
 
     if not args.name:
-        raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTION_MODULES)}")
+        raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTIONS)}")
     try:
         app = build_function_app(args.name, args.policy)
     except ConfigError as exc:

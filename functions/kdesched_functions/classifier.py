@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
-from kdesched.functions.common import (
+from kdesched_functions import Function
+from kdesched_functions.common import (
     Ack,
     HttpError,
     Incoming,
@@ -32,7 +33,6 @@ from kdesched.functions.common import (
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
 from kdesched.reactor.coordination import NodeLocks
-from kdesched.reactor.events import FUNCTION_EVENT_TYPES
 from kdesched.reactor.settings import BROKER_ENV
 
 NAME = "classifier"
@@ -99,7 +99,7 @@ class ClassifierFunction:
         return replies[0]
 
 
-def create_app(*, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
+def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
                **_: Any) -> Flask:
     """The Flask app; seeds the cache at start (a failure is retried on the next event)."""
     if client is None:
@@ -110,6 +110,6 @@ def create_app(*, client: Any = None, broker_url: str | None = None, post: Calla
         broker_url = next((os.environ[k] for k in BROKER_ENV if os.environ.get(k)), "")
     fn = ClassifierFunction(client, broker_url, post)
     fn.seed()
-    app = create_function_app(NAME, fn.handle, FUNCTION_EVENT_TYPES[NAME], ready=fn.ready)
+    app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
     app.config["KDESCHED_CLASSIFIER"] = fn
     return app

@@ -42,17 +42,6 @@ APISERVER_DELETE = "dev.knative.apiserver.resource.delete"
 NODE_EVENTS = (NODE_ADDED, NODE_READY, TAINTS_CHANGED, LABELS_CHANGED)
 APISERVER_EVENTS = (APISERVER_ADD, APISERVER_UPDATE, APISERVER_DELETE)
 
-FUNCTION_EVENT_TYPES: Mapping[str, tuple[str, ...]] = {
-    "classifier": APISERVER_EVENTS,
-    "rebalance": (NODE_ADDED, NODE_READY),
-    "taints": (TAINTS_CHANGED,),
-    "affinity": (LABELS_CHANGED,),
-    "manual": (RUN_REQUESTED, PING),
-    # the dead-letter sink receives whatever failed, and audits run.completed replies
-    "deadletter": (RUN_COMPLETED, *APISERVER_EVENTS, *NODE_EVENTS, RUN_REQUESTED, PING),
-}
-"""Function name -> the CloudEvent types it accepts (the Knative Triggers filter on these)."""
-
 DEFAULT_EVENT_STRATEGIES: Mapping[str, tuple[str, ...]] = {
     NODE_ADDED: ("LowNodeUtilization", "RemoveDuplicates"),
     NODE_READY: ("LowNodeUtilization", "RemoveDuplicates"),

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-from kdesched.functions.common import Incoming, Result, load_runtime, reactor_app, run_completed
+from kdesched_functions import FUNCTIONS, Function
+from kdesched_functions.common import Incoming, Result, create_function_app, load_runtime, reactor_app, run_completed
 from kdesched.reactor.runner import Reactor
 
 NAME = "manual"
@@ -24,17 +25,14 @@ def manual_handler(reactor: Reactor) -> Any:
     return handle
 
 
-def create_app(**inject: Any) -> Flask:
+def create_app(function: Function, **inject: Any) -> Flask:
     """The Flask app (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
     runtime = load_runtime(**inject)
-    return reactor_app(NAME, runtime, manual_handler(runtime.get_reactor()))
+    return reactor_app(function, runtime, manual_handler(runtime.get_reactor()))
 
 
 def create_serve_app(server: Any) -> Flask:
     """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
     the manual function's handling on ``POST /`` over the server's in-process reactor."""
-    from kdesched.functions.common import create_function_app
-    from kdesched.reactor.events import FUNCTION_EVENT_TYPES
-
-    return create_function_app("serve", manual_handler(server.reactor), FUNCTION_EVENT_TYPES[NAME],
+    return create_function_app("serve", manual_handler(server.reactor), FUNCTIONS[NAME].accepts,
                                ready=server.ready)
