@@ -22,6 +22,7 @@ rateLimits.perNamespace         30/min, burst 15   token bucket per namespace
 topologyKeys                    []         extra node label keys that count as topology labels
 sweepIntervalSeconds            900        ``kdesched serve`` periodic full run (0 disables)
 historyMaxEntries               1000       bound of the eviction history kept in the Lease
+safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
 events                          see events.DEFAULT_EVENT_STRATEGIES
 ==============================  =========  ==================================================
 """
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdesched.policy.errors import PolicyError
+from kdesched.policy.safety import SafetySettings, parse_safety
 from kdesched.policy.types import Policy
 
 LEASE_NAME_ENV = "KDESCHED_LEASE_NAME"
@@ -87,6 +89,7 @@ class ReactorSettings:
     history_max_entries: int = 1000
     dry_run: bool = False
     broker_url: str = ""
+    safety: SafetySettings = SafetySettings()  # kdesched.policy.safety: resolved per command
 
     @classmethod
     def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> ReactorSettings:
@@ -173,7 +176,7 @@ class _Reader:
 
 
 KNOWN_KEYS = ("events", "settleSeconds", "leaseWaitSeconds", "leaseDurationSeconds", "cooldown", "rateLimits",
-              "topologyKeys", "sweepIntervalSeconds", "historyMaxEntries", "dryRun")
+              "topologyKeys", "sweepIntervalSeconds", "historyMaxEntries", "dryRun", "safety")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -191,6 +194,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     sweep = r.number(block, "sweepIntervalSeconds", "kdesched", 900.0)
     history_max = r.integer(block, "historyMaxEntries", "kdesched", 1000, minimum=10)
     dry_run = r.boolean(block, "dryRun", "kdesched", False)
+    safety = parse_safety(block.get("safety"), errors)
 
     cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown", ("workloadSeconds", "nodeSeconds"))
     cd_workload = r.number(cooldown, "workloadSeconds", "kdesched.cooldown", 300.0)
@@ -236,5 +240,5 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         lease_duration_seconds=lease_duration, lease_name=lease_name, lease_namespace=lease_ns,
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        broker_url=broker,
+        broker_url=broker, safety=safety,
     )
