@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,42 +64,101 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
 
 
 def parse_now(text: str | None) -> datetime:
-    if not text:
+    """``--now``: an RFC 3339 time with its time zone (``Z`` or ``+02:00``); None = the real clock."""
+    if text is None:
         return datetime.now(timezone.utc)
     from kdesched.model.errors import ModelError
+    from kdesched.model.files import has_time_zone
     from kdesched.model.records import parse_time
 
+    example = "e.g. 2024-05-01T12:00:00Z"
+    if not text.strip():
+        raise InputError(f"--now: must be an RFC 3339 time, {example}; got an empty string")
     try:
         value = parse_time(text, "--now")
-    except ModelError as exc:
-        raise InputError(f"--now: {exc.message}") from None
+    except ModelError:
+        raise InputError(f"--now: must be an RFC 3339 time, {example}; got {text!r}") from None
+    if not has_time_zone(text):
+        raise InputError(f"--now: {text!r} has no time zone; RFC 3339 needs one, {example} or "
+                         f"2024-05-01T14:00:00+02:00")
     assert value is not None
     return value
 
 
-def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = ()) -> Any:
-    """The policy from ``--policy`` and/or ``--profile`` presets, or the default policy."""
+def simulation_clock(now_arg: str | None, taken_at: datetime | None) -> tuple[datetime, str]:
+    """The clock of ``simulate`` and where it came from: ``--now``, else the time the snapshot
+    recorded (``kdesched.dev/snapshot-time``), else the current time."""
+    from kdesched.model.files import SNAPSHOT_TIME
+
+    if now_arg is not None:
+        return parse_now(now_arg), "--now"
+    if taken_at is not None:
+        return taken_at, f"the snapshot's {SNAPSHOT_TIME} annotation"
+    return datetime.now(timezone.utc), "the current time (the snapshot records no time)"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A policy checked as a whole (plugins and ``kdesched:`` block), and what it means for this run."""
+
+    policy: Any  # kdesched.policy.types.Policy
+    settings: Any  # kdesched.reactor.settings.ReactorSettings (``dry_run`` already resolved)
+    dry_run: bool
+    dry_run_why: str
+    """Why the run is (or is not) a dry run, in the operator's words: ``--dry-run``, the policy's
+    ``kdesched.dryRun``, ``$KDESCHED_DRY_RUN`` (every one that applies), or why it is live."""
+
+
+def _dry_run_reasons(policy: Any, flag: bool, source: str) -> list[str]:
+    from kdesched.reactor.settings import DRY_RUN_ENV
+
+    reasons = ["--dry-run"] if flag else []
+    if policy.kdesched.get("dryRun") is True:
+        reasons.append(f"kdesched.dryRun: true in {source}")
+    if os.environ.get(DRY_RUN_ENV, "").lower() in ("1", "true", "yes", "on"):
+        reasons.append(f"${DRY_RUN_ENV}={os.environ[DRY_RUN_ENV]}")
+    return reasons
+
+
+def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = (), *,
+                    dry_run_flag: bool = False) -> LoadedPolicy:
+    """The policy from ``path`` and/or ``--profile`` presets (else the default policy), validated
+    as a whole before anything else happens: plugin errors and ``kdesched:`` errors are one report
+    (InputError -> exit 2). The policy's ``kdesched.dryRun`` (and ``$KDESCHED_DRY_RUN``) make the run
+    a dry run; ``--dry-run`` can only add dry-run, never remove it."""
     from kdesched.policy.errors import PolicyError
+    from kdesched.reactor.settings import ReactorSettings, block_problems
 
     try:
+        base = None
+        if path:
+            from kdesched.policy.load import load_policy
+
+            base = load_policy(path, check_block=block_problems)
         if profiles:
             from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
 
             preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
-            if path:
-                from kdesched.policy.load import load_policy
+            policy = merge_policies(base, preset) if base is not None else preset
+        elif base is not None:
+            policy = base
+        else:
+            from kdesched.policy.defaults import default_policy
 
-                return merge_policies(load_policy(path), preset)
-            return preset
-        if path:
-            from kdesched.policy.load import load_policy
-
-            return load_policy(path)
-        from kdesched.policy.defaults import default_policy
-
-        return default_policy()
+            policy = default_policy()
+        settings = ReactorSettings.from_policy(policy)
     except PolicyError as exc:
         raise InputError(str(exc)) from None
+    source = "<stdin>" if path == "-" else (path or "the default policy")
+    reasons = _dry_run_reasons(policy, dry_run_flag, source)
+    dry_run = bool(reasons) or settings.dry_run
+    if dry_run:
+        why = " and ".join(reasons) or "the policy's kdesched settings"
+    else:
+        why = f"live: no --dry-run flag and no kdesched.dryRun in {source}"
+    from dataclasses import replace
+
+    return LoadedPolicy(policy, replace(settings, dry_run=dry_run), dry_run, why)
 
 
 def freeze_heap() -> None:
@@ -121,13 +181,15 @@ def parse_event(text: str) -> tuple[str, str]:
     return etype, node
 
 
-def _reactor_settings(policy: Any) -> Any:
-    from kdesched.reactor.settings import ReactorSettings
-
-    return ReactorSettings.from_policy(policy)
-
-
 # --- commands --------------------------------------------------------------------------------------
+
+
+def _stdin_once(*uses: tuple[str, str | None]) -> None:
+    """Refuse ``-`` (standard input) in more than one place: stdin can be read only once."""
+    readers = [name for name, value in uses if value == "-"]
+    if len(readers) > 1:
+        raise InputError(f"{' and '.join(readers)} both say '-' (standard input), which can be read only once; "
+                         f"give at least one of them as a file")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -138,13 +200,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kdesched.model.files import load_snapshot
 
     started = time.perf_counter()
-    now = parse_now(args.now)
+    _stdin_once(("CLUSTER", args.cluster), ("--policy", args.policy))
+    if args.now is not None:
+        parse_now(args.now)  # bad input is refused before anything is read
     try:
         snapshot = load_snapshot(args.cluster)
     except ModelError as exc:
         raise InputError(str(exc)) from None
     freeze_heap()
-    policy = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
+    now, clock_from = simulation_clock(args.now, snapshot.taken_at)
+    loaded = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
+    policy = loaded.policy
+    log.info("kdesched simulate: dry run (simulate never evicts); clock %s from %s", now.isoformat(), clock_from)
     strategies = nodes = None
     trigger = "simulate"
     if args.event:
@@ -155,7 +222,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             known = ", ".join(sorted(snapshot.nodes)[:10]) + (", ..." if len(snapshot.nodes) > 10 else "")
             raise InputError(f"--event {args.event}: node {node!r} is not in {args.cluster} (nodes: {known})")
         try:
-            scope = scope_for_event(_reactor_settings(policy), policy, etype, node, snapshot=snapshot)
+            scope = scope_for_event(loaded.settings, policy, etype, node, snapshot=snapshot)
         except ValueError as exc:
             raise InputError(f"--event: {exc}") from None
         # the event map may name strategies no profile enables: run them as the function would
@@ -168,7 +235,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from None
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
                           started=started)
-    write_report(report, args.output, sys.stdout)
+    write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
+                 clock={"time": now.isoformat(), "from": clock_from})
     return EXIT_RUNTIME if plan.errors else EXIT_OK
 
 
@@ -181,7 +249,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kdesched.kube.snapshot import load_live_snapshot
 
     started = time.perf_counter()
-    policy = load_policy_arg(args.policy, args.profile)
+    loaded = load_policy_arg(args.policy, args.profile, dry_run_flag=args.dry_run)
+    policy = loaded.policy
+    log.info("kdesched run: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live run",
+             loaded.dry_run_why)
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context)
     except ConfigError as exc:
@@ -196,38 +267,66 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = plan_run(policy, snapshot)
     except PlanError as exc:
         raise InputError(str(exc)) from None
-    executor = RecordingExecutor() if args.dry_run else LiveExecutor(client)
-    report = execute_plan(plan, executor, dry_run=args.dry_run, trigger="run",
+    executor = RecordingExecutor() if loaded.dry_run else LiveExecutor(client)
+    report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
                           grace_period_seconds=policy.grace_period_seconds,
                           failure_events=policy.eviction_failure_event_notification, started=started)
-    write_report(report, args.output, sys.stdout)
+    write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
 
 
 def cmd_policy_validate(args: argparse.Namespace) -> int:
-    policy = load_policy_arg(args.file)
-    try:
-        _reactor_settings(policy)
-    except ModuleNotFoundError:
-        pass
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    policy = load_policy_arg(args.file).policy
     plugins = sum(len(p.deschedule) + len(p.balance) for p in policy.profiles)
-    print(f"{args.file}: valid {policy.api_version} policy, {len(policy.profiles)} profile(s), {plugins} strategy plugin(s)")
+    print(f"{args.file}: valid policy ({policy.api_version}), {len(policy.profiles)} profile(s), "
+          f"{plugins} strategy plugin(s)")
     return EXIT_OK
 
 
+def write_file_atomically(path: str, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename.
+    An unusable ``path`` (a directory, a missing folder, no permission) is an InputError naming it."""
+    import tempfile
+
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise InputError(f"{what} {path}: is a directory; give a file name, e.g. {os.path.join(path, 'policy.yaml')}")
+    if not os.path.isdir(folder):
+        raise InputError(f"{what} {path}: the folder {folder} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot write in {folder}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
+
+
 def cmd_policy_convert(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
     from kdesched.policy.dump import policy_to_v1alpha2
 
-    policy = load_policy_arg(args.file)
-    text = yaml.safe_dump(policy_to_v1alpha2(policy), sort_keys=False, default_flow_style=False)
+    _stdin_once(("FILE", args.file), ("--output-file", args.output_file))
+    policy = load_policy_arg(args.file).policy
+    doc = policy_to_v1alpha2(policy)
+    if args.output == "json":
+        text = json.dumps(doc, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     if args.output_file and args.output_file != "-":
-        with open(args.output_file, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_file_atomically(args.output_file, text, "--output-file")
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -330,7 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Convert a v1alpha1 (or any supported) policy to descheduler/v1alpha2 the "
                                           "way upstream v0.27-v0.30 did, and print it as YAML.")
     conv.add_argument("file", metavar="FILE", help="the policy file ('-' for stdin)")
-    conv.add_argument("-o", "--output-file", metavar="FILE", help="write here instead of stdout")
+    conv.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                      help="yaml (default) or json; -o means --output in every command")
+    conv.add_argument("--output-file", metavar="FILE",
+                      help="write the converted policy to FILE (whole or not at all) instead of stdout")
     conv.set_defaults(func=cmd_policy_convert)
     return parser
 

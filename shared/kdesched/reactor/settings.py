@@ -242,3 +242,15 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         broker_url=broker, safety=safety,
     )
+
+
+def block_problems(raw: Any, policy: Policy | None) -> list[str]:
+    """Every problem of a raw ``kdesched:`` block (+ env), one message each; [] when it is valid.
+
+    The :data:`kdesched.policy.load.BlockCheck` every command passes to the policy loader, so that
+    a policy's plugin errors and its ``kdesched:`` errors are reported together."""
+    try:
+        parse_settings(raw, policy=policy, env=os.environ)
+    except PolicyError as exc:
+        return list(exc.errors)
+    return []
