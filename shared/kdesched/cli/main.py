@@ -58,6 +58,9 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # urllib3 logs each transport retry as a WARNING in its own words ("Retrying (Retry(total=1...");
+    # kdesched reports the final failure itself, naming the server. Shown with -vv.
+    logging.getLogger("urllib3").setLevel(logging.DEBUG if verbosity > 1 else logging.ERROR)
 
 
 # --- shared helpers --------------------------------------------------------------------------------
@@ -155,7 +158,7 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
     if dry_run:
         why = " and ".join(reasons) or "the policy's kdesched settings"
     else:
-        why = f"live: no --dry-run flag and no kdesched.dryRun in {source}"
+        why = f"no --dry-run flag and no kdesched.dryRun in {source}"
     from dataclasses import replace
 
     return LoadedPolicy(policy, replace(settings, dry_run=dry_run), dry_run, why)
@@ -259,8 +262,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from None
     try:
         snapshot = load_live_snapshot(client)
-    except (ApiError, Unavailable) as exc:
-        log.error("cannot read the cluster: %s", exc)
+    except Unavailable as exc:
+        log.error("cannot reach the API server at %s: %s. Check that it is running and reachable from here, "
+                  "and the server address of the kubeconfig (%s)", client.host, exc.message,
+                  _kubeconfig_hint(args.kubeconfig, args.context))
+        return EXIT_RUNTIME
+    except ApiError as exc:
+        log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
         return EXIT_RUNTIME
     freeze_heap()
     try:
@@ -274,6 +282,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
+    from kdesched.kube.config import SERVICE_HOST_ENV, default_kubeconfig_path
+
+    if kubeconfig is None and context is None and os.environ.get(SERVICE_HOST_ENV):
+        return f"in-cluster: ${SERVICE_HOST_ENV}"
+    where = f"--kubeconfig {kubeconfig}" if kubeconfig else default_kubeconfig_path()
+    return where + (f", --context {context}" if context else ", current context")
 
 
 def cmd_policy_validate(args: argparse.Namespace) -> int:
@@ -356,6 +373,16 @@ exit codes: 0 ok, 1 runtime failure, 2 bad input (the message names the file and
 """
 
 
+SIMULATE_DESCRIPTION = """\
+Run the whole decision offline on a cluster snapshot and print what would be evicted.
+Nothing is contacted; the output is what `kdesched run` would do.
+
+Ages (PodLifeTime, minPodAge, failed pods) are measured against a clock: --now if given,
+else the time the snapshot recorded (annotation kdesched.dev/snapshot-time on its List, as
+the examples have), else the current time. The report says which one was used.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kdesched", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -378,9 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     output_help = "table (for people) or json (one object: dryRun, evictions, blocked, summary)"
 
     sim = sub.add_parser("simulate", parents=[common], help="decide on a cluster snapshot file, evict nothing",
-                         description="Run the whole decision offline on a cluster snapshot and print what would be "
-                                     "evicted. Nothing is contacted; the output is what `kdesched run` would do.",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         description=SIMULATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("cluster", metavar="CLUSTER",
                      help="snapshot file: YAML or JSON, a v1 List or several documents of Node, Pod, "
                           "PodDisruptionBudget, PriorityClass, Namespace, PersistentVolumeClaim objects, as written "
@@ -391,8 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only what this event would run, e.g. dev.kdesched.node.ready:node-1 "
                           "(types: dev.kdesched.node.added|ready|taints.changed|labels.changed)")
     sim.add_argument("--now", metavar="TIME",
-                     help="RFC 3339 time used as the clock for ages (PodLifeTime, minPodAge, failed pods), so a "
-                          "snapshot taken earlier simulates as it was then; default: now")
+                     help="RFC 3339 time with a time zone (e.g. 2024-05-01T12:00:00Z) used as the clock for ages "
+                          "(PodLifeTime, minPodAge, failed pods); default: the snapshot's kdesched.dev/snapshot-time "
+                          "annotation, else now")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
     sim.set_defaults(func=cmd_simulate)
 

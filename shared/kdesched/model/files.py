@@ -287,5 +287,9 @@ def _load_snapshot(path: str) -> Snapshot:
     if taken_at is not None:
         snap = replace(snap, taken_at=taken_at)
     if not snap.nodes:
+        policy_kinds = ("DeschedulerPolicy", "KubeDescheduler", "Profiles", "ModuleConfig")
+        if any(f"kind {kind}:" in note for note in snap.notes for kind in policy_kinds):
+            raise ModelError(name, "contains no Node objects: this looks like a policy (DeschedulerPolicy), not a "
+                                   "cluster snapshot; give it as --policy")
         raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
     return snap
