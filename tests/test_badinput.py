@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-
 from kdesched.cli.main import main
-from kdesched_functions import FUNCTIONS
 from kdesched.kube.client import KubeClient
+from kdesched_functions import FUNCTIONS
 
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import MODES, ce_request

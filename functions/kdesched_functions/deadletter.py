@@ -14,6 +14,8 @@ import logging
 from typing import Any
 
 from flask import Flask
+from kdesched.reactor.events import RUN_COMPLETED
+
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
@@ -23,7 +25,6 @@ from kdesched_functions.common import (
     create_function_app,
     decode_knative_error,
 )
-from kdesched.reactor.events import RUN_COMPLETED
 
 NAME = "deadletter"
 log = logging.getLogger("kdesched.functions.deadletter")

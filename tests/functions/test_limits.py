@@ -9,9 +9,9 @@ import logging
 from typing import Any
 
 import pytest
+from kdesched.kube.client import KubeClient
 from kdesched_functions import FUNCTIONS
 from kdesched_functions.common import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth_exceeds
-from kdesched.kube.client import KubeClient
 
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import MODES, ce_request, post

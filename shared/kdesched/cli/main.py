@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched import __version__
@@ -37,7 +37,7 @@ class _JsonFormatter(logging.Formatter):
         import json
 
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
         }
         for key in ("profile", "strategy", "node", "pod", "namespace", "trigger"):
@@ -69,7 +69,7 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
 def parse_now(text: str | None) -> datetime:
     """``--now``: an RFC 3339 time with its time zone (``Z`` or ``+02:00``); None = the real clock."""
     if text is None:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     from kdesched.model.errors import ModelError
     from kdesched.model.files import has_time_zone
     from kdesched.model.records import parse_time
@@ -97,7 +97,7 @@ def simulation_clock(now_arg: str | None, taken_at: datetime | None) -> tuple[da
         return parse_now(now_arg), "--now"
     if taken_at is not None:
         return taken_at, f"the snapshot's {SNAPSHOT_TIME} annotation"
-    return datetime.now(timezone.utc), "the current time (the snapshot records no time)"
+    return datetime.now(UTC), "the current time (the snapshot records no time)"
 
 
 @dataclass(frozen=True, slots=True)

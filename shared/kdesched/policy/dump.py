@@ -41,7 +41,6 @@ from kdesched.policy.types import (
     RemovePodsViolatingTopologySpreadConstraintArgs,
 )
 
-
 _LEGACY_FLAGS = tuple(flag for flag, _, _ in LEGACY_EVICTOR_FLAGS)
 
 
