@@ -134,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
                            identity=args.identity)
     _on_signals(server.shutdown)
-    log.info("kdesched serve: dryRun=%s settle=%gs sweep=%gs lease=%s/%s", settings.dry_run, settings.settle_seconds,
+    log.info("kdesched serve: settle=%gs sweep=%gs lease=%s/%s", settings.settle_seconds,
              server.sweep_interval, settings.lease_namespace, settings.lease_name)
     return server.run()
 
