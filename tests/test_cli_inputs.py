@@ -298,3 +298,19 @@ def test_console_script_exits_2_without_traceback_on_bad_stdin() -> None:
                           check=False)
     assert proc.returncode == 2
     assert b"Traceback" not in proc.stderr and b"not UTF-8 text" in proc.stderr
+
+
+def test_a_broken_profile_does_not_make_the_event_map_look_wrong(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    policy = write(tmp_path, "p.yaml", BAD_BLOCK_POLICY.replace(
+        '{settleSeconds: "x", notAKey: 1}', "{events: {dev.kdesched.node.ready: [LowNodeUtilization]}}"))
+    code, _, err = run(capsys, "policy", "validate", policy)
+    assert code == 2 and "thresholds.cpu" in err
+    assert "kdesched.events" not in err  # LowNodeUtilization is configured; only its threshold is wrong
+    fixed = write(tmp_path, "q.yaml", Path(policy).read_text().replace("cpu: 120", "cpu: 20"))
+    code, out, err = run(capsys, "policy", "validate", fixed)
+    assert code == 0, err
+    unconfigured = write(tmp_path, "r.yaml", Path(fixed).read_text().replace(
+        "node.ready: [LowNodeUtilization]", "node.ready: [HighNodeUtilization]"))
+    code, _, err = run(capsys, "policy", "validate", unconfigured)
+    assert code == 2 and "kdesched.events.dev.kdesched.node.ready: strategy HighNodeUtilization needs args" in err

@@ -363,8 +363,9 @@ def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None 
         path = os.environ.get(POLICY_ENV)
         if path:
             from kdesched.policy.load import load_policy
+            from kdesched.reactor.settings import block_problems
 
-            policy = load_policy(path)
+            policy = load_policy(path, check_block=block_problems)  # plugin and kdesched: errors together
         else:
             from kdesched.policy.defaults import default_policy
 

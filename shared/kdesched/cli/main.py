@@ -137,7 +137,9 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
         if path:
             from kdesched.policy.load import load_policy
 
-            base = load_policy(path, check_block=block_problems)
+            # with presets, the event map is checked against the merged policy below
+            base = load_policy(path, check_block=(lambda raw, _: block_problems(raw, None)) if profiles
+                               else block_problems)
         if profiles:
             from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
 

@@ -76,11 +76,14 @@ def profile_to_v1alpha2(profile: Profile) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name}
         dumped = args_to_v1alpha2(args)
         skip = _LEGACY_FLAGS if name == "DefaultEvictor" else ()
-        for key, value in profile.written_args.get(name, {}).items():
-            # kept as written: equal to the default (else the dumper wrote it); legacy evictor
-            # flags are either written above or deliberately replaced by podProtections
-            if key not in dumped and key not in skip and value is not None:
-                dumped[key] = _plain(value)
+        written = profile.written_args.get(name, {})
+        if written:
+            # a field written with its default value is kept as written (the dumper leaves it out);
+            # legacy evictor flags are either dumped already or deliberately replaced by
+            # podProtections. Written fields come first, in the file's order.
+            kept = {k: dumped[k] if k in dumped else _plain(v) for k, v in written.items()
+                    if k in dumped or (k not in skip and v is not None)}
+            dumped = {**kept, **{k: v for k, v in dumped.items() if k not in kept}}
         if dumped:
             entry["args"] = dumped
         configs.append(entry)
