@@ -265,8 +265,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         snapshot = load_live_snapshot(client)
     except Unavailable as exc:
-        log.error("cannot reach the API server at %s: %s. Check that it is running and reachable from here, "
-                  "and the server address of the kubeconfig (%s)", client.host, exc.message,
+        check = ("the kubeconfig's certificate-authority and server address" if "TLS" in exc.message
+                 else "that it is running and reachable from here, and the kubeconfig's server address")
+        log.error("cannot reach the API server at %s: %s. Check %s (%s)", client.host, exc.message, check,
                   _kubeconfig_hint(args.kubeconfig, args.context))
         return EXIT_RUNTIME
     except ApiError as exc:

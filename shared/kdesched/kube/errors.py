@@ -177,7 +177,7 @@ def transport_reason(exc: BaseException) -> str:
     name = type(cause).__name__
     text = str(cause)
     if "SSL" in name or "CERTIFICATE" in text.upper():
-        return f"TLS handshake failed ({trim(text, 200)}); check the kubeconfig's certificate-authority"
+        return f"TLS handshake failed ({trim(text, 200)})"
     if "Timeout" in name or "timed out" in text:
         return "timed out"
     found = _ERRNO.search(text)
