@@ -146,6 +146,8 @@ _BRACKETS = re.compile(rb"[\[\]{}]")
 def json_depth_exceeds(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether JSON text nests arrays/objects more than ``limit`` deep (strings ignored), checked
     without parsing it: a deep body must be refused before ``json.loads`` recurses into it."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # the usual case: too few to nest that deep
+        return False
     depth = 0
     for match in _BRACKETS.finditer(_JSON_STRING.sub(b'""', body)):
         if match.group() in (b"[", b"{"):
