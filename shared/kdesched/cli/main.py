@@ -16,9 +16,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdesched import __version__
+
+if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
+    from kdesched.policy.types import Policy
+    from kdesched.reactor.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.cli")
 
@@ -104,15 +108,15 @@ def simulation_clock(now_arg: str | None, taken_at: datetime | None) -> tuple[da
 class LoadedPolicy:
     """A policy checked as a whole (plugins and ``kdesched:`` block), and what it means for this run."""
 
-    policy: Any  # kdesched.policy.types.Policy
-    settings: Any  # kdesched.reactor.settings.ReactorSettings (``dry_run`` already resolved)
+    policy: Policy
+    settings: ReactorSettings  # ``dry_run`` already resolved
     dry_run: bool
     dry_run_why: str
     """Why the run is (or is not) a dry run, in the operator's words: ``--dry-run``, the policy's
     ``kdesched.dryRun``, ``$KDESCHED_DRY_RUN`` (every one that applies), or why it is live."""
 
 
-def _dry_run_reasons(policy: Any, flag: bool, source: str) -> list[str]:
+def _dry_run_reasons(policy: Policy, flag: bool, source: str) -> list[str]:
     from kdesched.reactor.settings import DRY_RUN_ENV
 
     reasons = ["--dry-run"] if flag else []
