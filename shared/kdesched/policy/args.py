@@ -615,9 +615,9 @@ def parse_low_node_utilization(raw: Any, where: str) -> tuple[LowNodeUtilization
         prometheus = source == PROMETHEUS
         metrics = MetricsUtilization(source=source, metrics_server=metrics_server, prometheus_query=query)
         if source or metrics_server:
-            # Deliberate difference (README): kdesched decides on requests only. Refusing here makes
-            # `policy validate` and every command exit 2 naming the field, instead of a run that
-            # silently balances on something other than what the operator configured.
+            # Deliberate difference (docs/differences.md): kdesched decides on requests only.
+            # Refusing here makes `policy validate` and every command exit 2 naming the field, instead
+            # of a run that silently balances on something other than what the operator configured.
             mu.error("source" if source else "metricsServer",
                      f"{source or 'metricsServer'} utilization is not supported by kdesched, which balances on "
                      "pod requests; remove metricsUtilization and use cpu/memory/pods thresholds")
