@@ -9,8 +9,12 @@ fails here). Anchors follow GitHub's slug rules, since that is where the pages a
 from __future__ import annotations
 
 import argparse
+import ast
+import io
 import re
 import shlex
+import subprocess
+import tokenize
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,3 +228,93 @@ def test_the_cli_check_sees_an_undocumented_option() -> None:
     serve = dict(commands(parser))["kdesched serve"]
     serve.add_argument("--no-such-documented-option", action="store_true")
     assert undocumented(parser) == ["kdesched serve: option --no-such-documented-option"]
+
+
+# --- everything a reader needs is in the repository or public ------------------------------------------
+
+# Names of files that exist only in the workspace this project was built in (its design brief and
+# reference kit), and local paths: a reader of the repository has neither. Cite the public source
+# instead (the upstream descheduler's issues by URL, Knative's docs by URL) or a page under docs/.
+OUTSIDE = re.compile(
+    r"\b(?:DESIGN|users|descheduler|knative|openshift-profiles|style-anchors)\.md\b"
+    r"|reference §|reference/[\w-]+\.md"
+    r"|(?:\.\./)+shared\b[\w./-]*"
+    r"|(?<![\w.])/(?:work|root)/")
+TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml"}
+
+
+def tracked_text_files() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60)
+        names = [n for n in out.stdout.decode().split("\0") if n]
+    except (OSError, subprocess.SubprocessError):  # not a git checkout (an sdist): walk the tree
+        names = [str(p.relative_to(REPO)) for p in REPO.rglob("*")
+                 if p.is_file() and not any(part.startswith(".") or part in ("venv", "build", "dist")
+                                            for part in p.relative_to(REPO).parts)]
+    return [REPO / n for n in sorted(names) if Path(n).suffix in TEXT_SUFFIXES and (REPO / n).is_file()]
+
+
+def python_prose(source: str) -> Iterator[tuple[int, str]]:
+    """Comments and docstrings of a Python file, with their first line numbers: the parts people read.
+
+    Code is left alone: a string in code may name a path the program looks for beside the
+    repository (the real control-plane tier's binaries), which is behaviour, not a citation."""
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None and node.body:
+                yield node.body[0].lineno, doc
+
+
+def inside(target: Path, root: Path) -> bool:
+    resolved = target.resolve()
+    return resolved.exists() and resolved.is_relative_to(root.resolve())
+
+
+def outside_references(path: Path, root: Path = REPO) -> list[str]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".py":
+        pieces = list(python_prose(text))
+    else:
+        pieces = list(enumerate(text.splitlines(), 1))
+    found = []
+    for number, piece in pieces:
+        for offset, line in enumerate(piece.splitlines()):
+            for m in OUTSIDE.finditer(line):
+                if m.group(0).startswith("../") and inside(path.parent / m.group(0), root):
+                    continue  # a relative link to a file of the repository itself, e.g. from docs/
+                where = f"{path.relative_to(root)}:{number + offset}"
+                found.append(f"{where}: {m.group(0)!r} in {line.strip()[:100]!r}")
+    return found
+
+
+def test_no_document_or_comment_points_outside_the_repository() -> None:
+    files = [p for p in tracked_text_files() if p != Path(__file__).resolve()]
+    assert any(p.name == "README.md" for p in files) and any(p.suffix == ".py" for p in files)
+    problems = [problem for path in files for problem in outside_references(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_outside_reference_check_reads_prose_not_code(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('"""Why: DESIGN.md says so."""\n'
+                      'K8S = "../shared/k8s"  # binaries beside the repository: code, allowed\n'
+                      'x = 1  # see /work/notes\n', encoding="utf-8")
+    doc = tmp_path / "page.md"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "shared").mkdir()
+    inner = tmp_path / "docs" / "inner.md"
+    inner.write_text("[in the repository](../shared) but not [beside it](../../shared/k8s)\n",
+                     encoding="utf-8")
+    found = [h.split(": ")[1].split(" in ")[0] for h in outside_references(inner, tmp_path)]
+    assert found == ["'../../shared/k8s'"]
+    doc.write_text("Run `. /root/venv/bin/activate`; see users.md and reference §3.\n"
+                   "[upstream](https://github.com/kubernetes-sigs/descheduler/blob/master/README.md)\n",
+                   encoding="utf-8")
+    hits = [h.split(": ", 1)[1]
+            for h in outside_references(module, tmp_path) + outside_references(doc, tmp_path)]
+    assert [h.split(" in ")[0] for h in hits] == ["'/work/'", "'DESIGN.md'", "'/root/'", "'users.md'",
+                                                   "'reference §'"]

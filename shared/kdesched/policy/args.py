@@ -6,7 +6,7 @@ must be rejected here too, with every problem reported at once. Each ``parse_*``
 returns ``(args, errors)``: ``args`` is ``None`` whenever ``errors`` is non-empty. Messages are
 ``<where>: <field path>: <problem>`` where ``where`` names profile and plugin.
 
-Defaults are upstream's (reference descheduler.md §1 and §3). Deliberate differences, all
+Defaults are upstream's (descheduler v0.36; docs/strategies.md). Deliberate differences, all
 stricter than upstream and each about a value upstream would silently ignore:
 
 * ``nodeAffinityType`` values other than the two affinity kinds are errors (upstream logs and
@@ -423,7 +423,7 @@ def _done(fields: Fields, errors: list[str], build: Callable[[], T]) -> tuple[T 
 # --------------------------------------------------------------------------- DefaultEvictor
 
 def parse_default_evictor(raw: Any, where: str) -> tuple[DefaultEvictorArgs | None, list[str]]:
-    """DefaultEvictor args (reference §1), with the effective protections computed.
+    """DefaultEvictor args (upstream v0.36), with the effective protections computed.
 
     ``priorityThreshold`` defaults to ``{value: 2000000000}`` as upstream's policy loader sets it;
     a ``name`` is kept for :func:`kdesched.policy.load.resolve_priority_thresholds`.
