@@ -138,6 +138,17 @@ def test_the_snapshot_time_in_a_json_list_is_read_too(tmp_path: Path, capsys: py
     assert code == 0 and json.loads(out)["clock"]["time"] == "2026-11-01T12:00:00+00:00"
 
 
+def test_an_unquoted_snapshot_time_in_yaml_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (EXAMPLES / "pod-lifetime" / "cluster.yaml").read_text()
+    unquoted = write(tmp_path, "c.yaml", text.replace("'2026-11-01T12:00:00Z'", "2026-11-01T12:00:00Z"))
+    code, out, _ = run(capsys, "simulate", unquoted, "--policy", str(EXAMPLES / "pod-lifetime" / "policy.yaml"),
+                       "-o", "json", "-q")
+    assert code == 0 and json.loads(out)["clock"]["time"] == "2026-11-01T12:00:00+00:00"
+    naive = write(tmp_path, "d.yaml", text.replace("'2026-11-01T12:00:00Z'", "2026-11-01T12:00:00"))
+    code, _, err = run(capsys, "simulate", naive)
+    assert code == 2 and "time zone" in err
+
+
 @pytest.mark.parametrize("value", ["yesterday", "2026-11-01T12:00:00", ""])
 def test_a_bad_snapshot_time_names_the_annotation(value: str, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -115,9 +115,12 @@ def _list_time(doc: Mapping[str, Any], where: str) -> datetime | None:
         return None
     field = f"{where}: metadata.annotations[{SNAPSHOT_TIME}]"
     value = annotations[SNAPSHOT_TIME]
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value  # written unquoted in YAML: PyYAML already read it as a time, zone included
     if not isinstance(value, str) or not has_time_zone(value):
+        shown = value.isoformat() if isinstance(value, datetime) else repr(value)
         raise ModelError(field, f"must be an RFC 3339 time with a time zone, e.g. 2024-05-01T12:00:00Z, "
-                                f"got {value!r}")
+                                f"got {shown}")
     return parse_time(value, field)
 
 
