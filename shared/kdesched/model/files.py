@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from kdesched.model.errors import ModelError
+from kdesched.model.fastload import load_json_list
 from kdesched.model.gcpause import paused_gc
 from kdesched.model.records import parse_time
 from kdesched.model.snapshot import Snapshot
@@ -274,6 +275,10 @@ def load_snapshot(path: str) -> Snapshot:
 
 
 def _load_snapshot(path: str) -> Snapshot:
+    fast = load_json_list(path, str(Path(path))) if path != "-" else None
+    if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload)
+        snap, list_fields = fast
+        return _finish(snap, snapshot_time([list_fields], str(Path(path))), str(Path(path)))
     text, name = read_text(path)
     head: dict[str, Any] = {}
     streamed = iter_json_list(text, name, head)
@@ -287,6 +292,10 @@ def _load_snapshot(path: str) -> Snapshot:
         taken_at = snapshot_time(docs, name)
         snap = Snapshot.from_objects(iter_objects(docs, name))
     del text
+    return _finish(snap, taken_at, name)
+
+
+def _finish(snap: Snapshot, taken_at: datetime | None, name: str) -> Snapshot:
     if taken_at is not None:
         snap = replace(snap, taken_at=taken_at)
     if not snap.nodes:

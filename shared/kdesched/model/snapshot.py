@@ -121,8 +121,10 @@ class Snapshot:
         )
 
     @classmethod
-    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]], notes: Iterable[str] = ()) -> Snapshot:
-        """Build from ``(where, raw object)`` pairs of any supported kind.
+    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any] | Pod]],
+                     notes: Iterable[str] = ()) -> Snapshot:
+        """Build from ``(where, raw object)`` pairs of any supported kind (or Pod records the
+        fast JSON path already built, kept in their place).
 
         Unknown kinds are skipped with a note; a malformed object raises :class:`ModelError`
         located at ``where`` and the bad field.
@@ -135,6 +137,9 @@ class Snapshot:
             "PersistentVolumeClaim": PersistentVolumeClaim.from_api,
         }
         for where, raw in objects:
+            if type(raw) is Pod:  # already built by the fast JSON path (kdesched.model.fastload)
+                buckets["Pod"].append(raw)
+                continue
             if not isinstance(raw, Mapping):
                 raise ModelError(where, f"expected a Kubernetes object, got {type(raw).__name__}")
             kind = raw.get("kind")

@@ -1,0 +1,511 @@
+"""The fast path for big JSON snapshot files: msgspec decodes only the fields kdesched reads.
+
+Why: at 150,000 pods the realistic snapshot is 580 MB of JSON, and decoding it with the standard
+library (every field into dicts, then the validating record parsers) was most of ``simulate``'s
+time. msgspec splits the ``items`` array without building anything, then decodes each Pod into
+typed structs that hold only the fields :meth:`Pod.from_api` reads (managedFields and status
+details are skipped by its C scanner): 5.5 us per pod against 8.4 for ``orjson`` (which builds
+every dict, and only of whole documents) and 19 for ``json`` (docs/benchmarks.md, "Decoding").
+
+The file is memory-mapped and the pages of items already turned into records are returned to the
+kernel as loading proceeds, so the peak is the records, not records plus the file.
+
+Exactness: this path only ever *accepts* what the ordinary loader (:mod:`kdesched.model.files`)
+accepts, with the same records in the same order. Anything unusual gives up and lets the ordinary
+loader run:
+
+- the whole file: not a JSON object with an ``items`` array, not valid UTF-8, not JSON to
+  msgspec (NaN, lone surrogates, nesting too deep...), stdin, unreadable: :func:`load_json_list`
+  returns None and the caller runs the exact slow path, which reports the error it always did;
+- one item: anything but a well-formed Pod (other kinds, a field of an unexpected type, a bad
+  quantity or time) is decoded by the standard library and parsed by the validating parser, so a
+  bad object fails with the same file / item / field message.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import mmap
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+from kdesched.model.records import (
+    EMPTY,
+    KEPT_ANNOTATION_PREFIXES,
+    Affinity,
+    ContainerStatus,
+    OwnerRef,
+    Pod,
+    PodCondition,
+    Toleration,
+    TopologySpreadConstraint,
+    Volume,
+    _pod_requests,
+    parse_time,
+)
+from kdesched.model.snapshot import Snapshot
+
+_UNSET: Any = msgspec.UNSET
+_NULL = msgspec.Raw(b"null")  # a field that is absent
+_Quantities = dict[str, str]  # the API server writes strings; a number takes the slow path
+
+
+class _Head(msgspec.Struct):
+    """The List: its items left undecoded (zero-copy views into the mapped file)."""
+
+    items: list[msgspec.Raw] | None = None
+    kind: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # a Raw cannot be in a union
+    metadata: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
+
+
+class _OwnerRef(msgspec.Struct, frozen=True):
+    kind: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    controller: bool | None = None
+
+
+class _Meta(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    ownerReferences: tuple[_OwnerRef, ...] | None = None
+    creationTimestamp: str | None = None
+    deletionTimestamp: str | None = None
+
+
+class _Resources(msgspec.Struct):
+    requests: _Quantities | None = None
+    limits: _Quantities | None = None
+
+
+class _Container(msgspec.Struct):
+    image: str | None = None
+    resources: _Resources | None = None
+    restartPolicy: str | None = None
+
+
+class _Toleration(msgspec.Struct, frozen=True):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class _Claim(msgspec.Struct):
+    claimName: str | None = None
+
+
+class _Spec(msgspec.Struct):
+    nodeName: str | None = None
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    priority: int | None = None
+    priorityClassName: str | None = None
+    tolerations: tuple[_Toleration, ...] | None = None
+    nodeSelector: dict[str, str] | None = None
+    affinity: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
+    topologySpreadConstraints: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
+    volumes: list[dict[str, msgspec.Raw]] | None = None  # sources left undecoded; key order kept
+    resources: _Resources | None = None
+    overhead: _Quantities | None = None
+    resourceClaims: Any = None
+    schedulerName: str | None = None
+
+
+class _Terminated(msgspec.Struct, frozen=True):
+    reason: str | None = None
+    exitCode: int | None = None
+
+
+class _Waiting(msgspec.Struct, frozen=True):
+    reason: str | None = None
+
+
+class _State(msgspec.Struct, frozen=True):
+    waiting: _Waiting | None = None
+    terminated: _Terminated | None = None
+
+
+class _LastState(msgspec.Struct, frozen=True):
+    terminated: _Terminated | None = None
+
+
+class _ContainerStatus(msgspec.Struct, frozen=True):
+    name: str | None = None
+    restartCount: int | None = None
+    state: _State | None = None
+    lastState: _LastState | None = None
+    ready: bool | None = None
+
+
+class _Condition(msgspec.Struct, frozen=True):
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    lastTransitionTime: str | None = None
+
+
+class _Status(msgspec.Struct):
+    phase: str | None = None
+    qosClass: str | None = None
+    reason: str | None = None
+    startTime: str | None = None
+    conditions: tuple[_Condition, ...] | None = None
+    containerStatuses: tuple[_ContainerStatus, ...] | None = None
+    initContainerStatuses: tuple[_ContainerStatus, ...] | None = None
+    ephemeralContainerStatuses: tuple[_ContainerStatus, ...] | None = None
+
+
+class _Item(msgspec.Struct):
+    """Any item, read as a Pod; ``kind`` UNSET (absent) differs from null, as in the slow path."""
+
+    kind: str | None | msgspec.UnsetType = msgspec.UNSET
+    metadata: _Meta | None = None
+    spec: _Spec | None = None
+    status: _Status | None = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+_ITEM = msgspec.json.Decoder(_Item)
+_CLAIM = msgspec.json.Decoder(_Claim | None)
+_NAME = msgspec.json.Decoder(str | None)
+_NO_META = _Meta()
+_NO_SPEC = _Spec()
+_NO_STATUS = _Status()
+_NO_RESOURCES = _Resources()
+_NO_STATE = _State()
+_NO_TERMINATED = _Terminated()
+_DROP_EVERY = 32 << 20  # give consumed pages back to the kernel every 32 MiB
+
+
+class _Slow(Exception):
+    """This item needs the validating parser."""
+
+
+def _str(value: str | None) -> str:
+    return value or ""
+
+
+def _strmap(raw: dict[str, str] | None) -> dict[str, str]:
+    return {} if raw is None else raw
+
+
+_TIMES: dict[str, Any] = {}
+_REQUESTS: dict[Any, tuple[dict[str, int], frozenset[str], str]] = {}
+_STATUSES: dict[Any, Any] = {}
+_TOLERATIONS: dict[Any, Any] = {}
+_CONDITIONS: dict[Any, Any] = {}
+_OWNERS: dict[Any, Any] = {}
+_AFFINITIES: dict[Any, Any] = {}
+_SPREADS: dict[Any, Any] = {}
+_CACHES: tuple[dict[Any, Any], ...] = (_TIMES, _REQUESTS, _STATUSES, _TOLERATIONS, _CONDITIONS, _OWNERS, _AFFINITIES, _SPREADS)
+_CACHE_MAX = 1 << 16
+
+
+def _time(value: str | None) -> Any:
+    """parse_time, memoized: a pod's conditions, start and creation often share one timestamp.
+    (A bad time raises ModelError; the caller then takes the slow path.)"""
+    if not value:
+        return None
+    hit = _TIMES.get(value)
+    if hit is None:
+        if len(_TIMES) >= _CACHE_MAX:
+            _TIMES.clear()
+        hit = _TIMES[value] = parse_time(value, "")
+    return hit
+
+
+def _res_key(res: _Resources | None) -> Any:
+    if res is None:
+        return None
+    return (tuple(res.requests.items()) if res.requests else None,
+            tuple(res.limits.items()) if res.limits else None)
+
+
+def _requests(spec: _Spec) -> tuple[dict[str, int], frozenset[str], str]:
+    """``_pod_requests`` of the library, memoized by the containers' resources: the replicas of a
+    workload repeat the same few strings (requests, limits, sidecars), so most pods are a hit."""
+    key = (tuple((_res_key(c.resources), c.restartPolicy) for c in spec.initContainers or ()),
+           tuple(_res_key(c.resources) for c in spec.containers or ()),
+           _res_key(spec.resources), tuple(spec.overhead.items()) if spec.overhead else None)
+    hit = _REQUESTS.get(key)
+    if hit is None:
+        containers = [_container_dict(c) for c in spec.containers or ()]
+        inits = [_container_dict(c) for c in spec.initContainers or ()]
+        pod_level = {"resources": _resources_dict(spec.resources), "overhead": spec.overhead}
+        if len(_REQUESTS) >= _CACHE_MAX:
+            _REQUESTS.clear()
+        hit = _REQUESTS[key] = _pod_requests(pod_level, containers, inits)
+    return dict(hit[0]), hit[1], hit[2]
+
+
+def _resources_dict(res: _Resources | None) -> Mapping[str, Any]:
+    if res is None:
+        return EMPTY
+    return {"requests": res.requests, "limits": res.limits}
+
+
+def _container_dict(c: _Container) -> Mapping[str, Any]:
+    return {"resources": _resources_dict(c.resources), "restartPolicy": c.restartPolicy}
+
+
+def _status(raw: _ContainerStatus) -> ContainerStatus:
+    state = raw.state or _NO_STATE
+    term = state.terminated or _NO_TERMINATED
+    last = (raw.lastState.terminated if raw.lastState is not None else None) or _NO_TERMINATED
+    return ContainerStatus(_str(raw.name), raw.restartCount or 0,
+                           _str(state.waiting.reason) if state.waiting is not None else "",
+                           _str(term.reason), term.exitCode, _str(last.reason), last.exitCode, bool(raw.ready))
+
+
+def _statuses(raw: tuple[_ContainerStatus, ...] | None) -> tuple[ContainerStatus, ...]:
+    if not raw:
+        return ()
+    return _interned(_STATUSES, raw, lambda: tuple(_status(c) for c in raw))
+
+
+def _interned(cache: dict[Any, Any], key: Any, build: Callable[[], Any]) -> Any:
+    """One immutable record (tuple) per distinct decoded value: replicas repeat the same
+    tolerations, owners and container states, and sharing them saves time and memory."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        hit = cache[key] = build()
+    return hit
+
+
+def _tolerations(raw: tuple[_Toleration, ...]) -> tuple[Toleration, ...]:
+    out = []
+    for t in raw:
+        op = t.operator or "Equal"
+        if op not in ("Equal", "Exists", "Lt", "Gt"):
+            raise _Slow
+        out.append(Toleration(t.key or "", op, t.value or "", t.effect or ""))
+    return tuple(out)
+
+
+def _conditions(raw: tuple[_Condition, ...]) -> tuple[PodCondition, ...]:
+    return tuple(PodCondition(c.type or "", c.status or "", c.reason or "", _time(c.lastTransitionTime))
+                 for c in raw)
+
+
+def _affinity(raw: msgspec.Raw) -> Affinity | None:
+    return Affinity.from_api(_json(raw), "spec.affinity")
+
+
+def _spread(raw: msgspec.Raw) -> tuple[TopologySpreadConstraint, ...]:
+    constraints = _json(raw)
+    if constraints is None:
+        return ()
+    if type(constraints) is not list:
+        raise _Slow
+    return tuple(TopologySpreadConstraint.from_api(c, f"spec.topologySpreadConstraints[{i}]")
+                 for i, c in enumerate(constraints))
+
+
+def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
+    return tuple(OwnerRef(o.kind or "", o.name or "", o.uid or "", bool(o.controller)) for o in raw)
+
+
+def _json(raw: msgspec.Raw) -> Any:
+    return json.loads(bytes(raw))
+
+
+def _pod(item: _Item) -> Pod:
+    """The record :meth:`Pod.from_api` builds from the same object (raises on anything it would
+    treat differently; the caller then runs that parser)."""
+    meta = item.metadata or _NO_META
+    name = meta.name
+    if not name:
+        raise _Slow
+    spec = item.spec or _NO_SPEC
+    status = item.status or _NO_STATUS
+    annotations = {k: v for k, v in meta.annotations.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)} \
+        if meta.annotations else {}
+    refs, tols, conds = meta.ownerReferences, spec.tolerations, status.conditions
+    owners = _interned(_OWNERS, refs, lambda: _owners(refs)) if refs else ()
+    requests, names, qos = _requests(spec)
+    volumes = []
+    for v in spec.volumes or ():
+        kind = next((k for k in v if k != "name"), "")
+        claim = ""
+        if kind == "persistentVolumeClaim":
+            source = _CLAIM.decode(v[kind])  # a claim that is not an object, or a name that is
+            claim = (source.claimName or "") if source is not None else ""  # not a string: slow path
+        vname = v.get("name")
+        volumes.append(Volume((_NAME.decode(vname) or "") if vname is not None else "", kind, claim))
+    tolerations = _interned(_TOLERATIONS, tols, lambda: _tolerations(tols)) if tols else ()
+    affinity = None
+    if spec.affinity is not _NULL:
+        affinity = _interned(_AFFINITIES, bytes(spec.affinity), lambda: _affinity(spec.affinity))
+    spread: tuple[TopologySpreadConstraint, ...] = ()
+    if spec.topologySpreadConstraints is not _NULL:
+        spread = _interned(_SPREADS, bytes(spec.topologySpreadConstraints),
+                           lambda: _spread(spec.topologySpreadConstraints))
+    return Pod(
+        namespace=meta.namespace or "default",
+        name=name,
+        uid=_str(meta.uid),
+        node_name=_str(spec.nodeName),
+        phase=status.phase or "Pending",
+        labels=_strmap(meta.labels),
+        annotations=annotations,
+        owner_refs=owners,
+        priority=spec.priority,
+        priority_class_name=_str(spec.priorityClassName),
+        qos_class=status.qosClass or qos,
+        requests=requests,
+        requested_resource_names=names,
+        tolerations=tolerations,
+        node_selector=_strmap(spec.nodeSelector),
+        affinity=affinity,
+        topology_spread_constraints=spread,
+        volumes=tuple(volumes),
+        images=tuple(_str(c.image) for c in spec.containers or ()),
+        container_statuses=_statuses(status.containerStatuses),
+        init_container_statuses=_statuses(status.initContainerStatuses),
+        ephemeral_container_statuses=_statuses(status.ephemeralContainerStatuses),
+        conditions=_interned(_CONDITIONS, conds, lambda: _conditions(conds)) if conds else (),
+        status_reason=_str(status.reason),
+        start_time=_time(status.startTime),
+        creation_time=_time(meta.creationTimestamp),
+        deletion_time=_time(meta.deletionTimestamp),
+        has_resource_claims=bool(spec.resourceClaims),
+        scheduler_name=spec.schedulerName or "default-scheduler",
+    )
+
+
+def _decode(raw: msgspec.Raw) -> _Item | None:
+    try:
+        return _ITEM.decode(raw)
+    except msgspec.MsgspecError:  # not shaped like a Pod (or not an object): the slow path decides
+        return None
+
+
+def _item(raw: msgspec.Raw, item: _Item | None, kind: str | None) -> Pod | Any:
+    """A Pod record when the fast path can build it, else the item as the standard library decodes
+    it (for :meth:`Snapshot.from_objects` to parse, or to report, exactly as the slow path does).
+    ``kind`` is the list's item kind for items that do not name one."""
+    if item is not None and (item.kind if item.kind is not _UNSET else kind) == "Pod":
+        try:
+            return _pod(item)
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001, S110 - anything unusual: the validating parser decides
+            pass
+    obj = _json(raw)
+    if kind is not None and type(obj) is dict and "kind" not in obj:
+        obj["kind"] = kind
+    return obj
+
+
+def _utf8(mm: mmap.mmap) -> bool:
+    """Whether the whole file is UTF-8 (msgspec does not check the bytes of fields it skips)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    step = 16 << 20
+    try:
+        for at in range(0, len(mm), step):
+            chunk = mm[at:at + step]
+            if not (chunk.isascii() and decoder.getstate()[0] == b""):
+                decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def load_json_list(path: str, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
+    """The snapshot of a JSON List file and the List's ``kind`` and ``metadata`` (for the
+    snapshot time), or None when the ordinary loader must read this file (see the module doc).
+    Raises :class:`ModelError` exactly as the ordinary loader would for a bad item; ``name`` is
+    the file's name in messages."""
+    if path == "-":
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a pipe or a device: opening it here could consume what the slow path reads
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty file, a directory, a pipe
+            return None
+    finally:
+        os.close(fd)
+    try:
+        return _load(mm, name)
+    finally:
+        for cache in _CACHES:  # what is shared lives on in the records; the rest is freed
+            cache.clear()
+        try:
+            mm.close()
+        except BufferError:  # a Raw view still alive (an exception's traceback): freed with it
+            pass
+
+
+def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
+    start = 0
+    while start < len(mm) and mm[start] in b" \t\n\r":
+        start += 1
+    if start >= len(mm) or mm[start] != ord("{") or not _utf8(mm):
+        return None
+    try:
+        head = _HEAD.decode(mm)
+        if head.items is None:
+            return None
+        head_fields = {"kind": _json(head.kind), "metadata": _json(head.metadata)}
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    list_kind = head_fields["kind"]
+    item_kind = list_kind[: -len("List")] if isinstance(list_kind, str) and list_kind.endswith("List") \
+        and list_kind != "List" else None
+    items = head.items
+    del head
+
+    def objects() -> Iterator[tuple[str, Any]]:
+        pending: list[tuple[str, msgspec.Raw]] = []
+        consumed, dropped = start, 0
+        for i in range(len(items)):
+            raw = items[i]
+            items[i] = _NULL  # the records are all that stays
+            where = f"{name} items[{i}]"
+            consumed += len(raw)
+            item = _decode(raw)
+            if item is not None and item.kind is _UNSET:
+                pending.append((where, raw))  # typed lists: held until the list's kind is known
+            elif item is None and _kind_missing(raw):
+                pending.append((where, raw))
+            else:
+                yield where, _item(raw, item, None)
+            if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
+                dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
+                mm.madvise(_MADV_DONTNEED, 0, dropped)
+        for where, raw in pending:
+            yield where, _item(raw, _decode(raw), item_kind)
+
+    try:
+        snap = Snapshot.from_objects(objects())
+    except RecursionError:
+        return None  # nested too deeply for the standard library: the slow path says so
+    return snap, head_fields
+
+
+_MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
+
+
+def _kind_missing(raw: msgspec.Raw) -> bool:
+    """An object item without a ``kind`` key, as :func:`kdesched.model.files.iter_json_list`
+    holds them (only asked for items the Pod structs could not read)."""
+    obj = _json(raw)
+    return type(obj) is dict and "kind" not in obj
