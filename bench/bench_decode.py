@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
-
 from kdesched.model import fastload
 
 _CHILD = """
@@ -108,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nload_snapshot({args.file}), fresh interpreters, best of {args.rounds} (fast/ordinary interleaved):")
     runs: dict[str, list[dict[str, Any]]] = {"fast": [], "ordinary": []}
     for _ in range(args.rounds):
-        for mode in runs:
-            runs[mode].append(loader(args.file, mode))
+        for mode, results in runs.items():
+            results.append(loader(args.file, mode))
     for mode, results in runs.items():
         cpu = min(r["cpu_s"] for r in results)
         wall = min(r["wall_s"] for r in results)

@@ -224,3 +224,7 @@ def test_pipes_are_left_to_the_ordinary_reader(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert fastload.load_json_list(str(fifo), str(fifo)) is None  # returns at once: never opened
+
+
+def test_the_fast_path_passes_pod_fields_in_their_order() -> None:
+    assert fastload._POD_FIELDS == tuple(f.name for f in dataclasses.fields(Pod))
