@@ -20,6 +20,10 @@ loader run:
 - one item: anything but a well-formed Pod (other kinds, a field of an unexpected type, a bad
   quantity or time) is decoded by the standard library and parsed by the validating parser, so a
   bad object fails with the same file / item / field message.
+
+One difference, for input no tool writes: a List object with *two* ``items`` keys (RFC 8259 says
+names SHOULD be unique) is read with the last one here, the first one by the streaming reader of
+:mod:`kdesched.model.files` (and the last one by its whole-document reader).
 """
 
 from __future__ import annotations
