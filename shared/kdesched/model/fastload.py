@@ -8,7 +8,9 @@ details are skipped by its C scanner): 5.5 us per pod against 8.4 for ``orjson``
 every dict, and only of whole documents) and 19 for ``json`` (docs/benchmarks.md, "Decoding").
 
 The file is memory-mapped and the pages of items already turned into records are returned to the
-kernel as loading proceeds, so the peak is the records, not records plus the file.
+kernel as loading proceeds, so the records do not sit next to a second copy of the file. (A
+mapped file must not be truncated while it is read: write a new snapshot next to the old one and
+rename it, as ``kubectl ... > new && mv new cluster.json`` does.)
 
 Exactness: this path only ever *accepts* what the ordinary loader (:mod:`kdesched.model.files`)
 accepts, with the same records in the same order. Anything unusual gives up and lets the ordinary
@@ -92,7 +94,7 @@ class _Resources(msgspec.Struct):
 
 class _Container(msgspec.Struct):
     image: str | None = None
-    resources: _Resources | None = None
+    resources: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # its bytes key the cache
     restartPolicy: str | None = None
 
 
@@ -118,8 +120,8 @@ class _Spec(msgspec.Struct):
     affinity: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
     topologySpreadConstraints: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
     volumes: list[dict[str, msgspec.Raw]] | None = None  # sources left undecoded; key order kept
-    resources: _Resources | None = None
-    overhead: _Quantities | None = None
+    resources: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
+    overhead: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)
     resourceClaims: Any = None
     schedulerName: str | None = None
 
@@ -181,10 +183,11 @@ _HEAD = msgspec.json.Decoder(_Head)
 _ITEM = msgspec.json.Decoder(_Item)
 _CLAIM = msgspec.json.Decoder(_Claim | None)
 _NAME = msgspec.json.Decoder(str | None)
+_RESOURCES = msgspec.json.Decoder(_Resources | None)
+_QUANTITIES = msgspec.json.Decoder(_Quantities | None)
 _NO_META = _Meta()
 _NO_SPEC = _Spec()
 _NO_STATUS = _Status()
-_NO_RESOURCES = _Resources()
 _NO_STATE = _State()
 _NO_TERMINATED = _Terminated()
 _DROP_EVERY = 32 << 20  # give consumed pages back to the kernel every 32 MiB
@@ -233,31 +236,25 @@ def _time(value: str | None) -> Any:
     return hit
 
 
-def _res_key(res: _Resources | None) -> Any:
-    if res is None:
-        return None
-    return (tuple(res.requests.items()) if res.requests else None,
-            tuple(res.limits.items()) if res.limits else None)
-
-
 def _requests(spec: _Spec) -> tuple[dict[str, int], frozenset[str], str]:
-    """``_pod_requests`` of the library, memoized by the containers' resources: the replicas of a
-    workload repeat the same few strings (requests, limits, sidecars), so most pods are a hit."""
-    key = (tuple((_res_key(c.resources), c.restartPolicy) for c in spec.initContainers or ()),
-           tuple(_res_key(c.resources) for c in spec.containers or ()),
-           _res_key(spec.resources), tuple(spec.overhead.items()) if spec.overhead else None)
+    """``_pod_requests`` of the library, memoized by the bytes of the containers' resources: the
+    replicas of a workload repeat the same text, so most pods are a hit and decode nothing."""
+    key = (tuple((bytes(c.resources), c.restartPolicy) for c in spec.initContainers or ()),
+           tuple(bytes(c.resources) for c in spec.containers or ()),
+           bytes(spec.resources), bytes(spec.overhead))
     hit = _REQUESTS.get(key)
     if hit is None:
         containers = [_container_dict(c) for c in spec.containers or ()]
         inits = [_container_dict(c) for c in spec.initContainers or ()]
-        pod_level = {"resources": _resources_dict(spec.resources), "overhead": spec.overhead}
+        pod_level = {"resources": _resources_dict(spec.resources), "overhead": _QUANTITIES.decode(spec.overhead)}
         if len(_REQUESTS) >= _CACHE_MAX:
             _REQUESTS.clear()
         hit = _REQUESTS[key] = _pod_requests(pod_level, containers, inits)
     return dict(hit[0]), hit[1], hit[2]
 
 
-def _resources_dict(res: _Resources | None) -> Mapping[str, Any]:
+def _resources_dict(raw: msgspec.Raw) -> Mapping[str, Any]:
+    res = _RESOURCES.decode(raw)  # not an object of string quantities: the slow path decides
     if res is None:
         return EMPTY
     return {"requests": res.requests, "limits": res.limits}
