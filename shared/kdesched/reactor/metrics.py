@@ -36,3 +36,8 @@ def refusal_kind(reason: str) -> str:
     if reason.startswith("rate limit"):
         return "rate-limit"
     return "other"
+
+
+WAITING = Counter("kdesched_reactor_not_usable_total",
+                  "Rebalance triggers that ran nothing because their node was not usable for ordinary pods yet.",
+                  ["type"], registry=REGISTRY)
