@@ -41,6 +41,7 @@ from kdesched.reactor.limits import HISTORY_ANNOTATION, EvictionHistory
 
 log = logging.getLogger("kdesched.reactor.coordination")
 
+WAIT_SLICE_SECONDS = 0.1
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
@@ -167,7 +168,8 @@ class Coalescer(Generic[Req, Res]):
                     remaining = self.core.start_time(batch) - self.clock()
                 if remaining <= 0:
                     break
-                self.stop.wait(remaining)
+                # short slices: the clock is injectable (tests drive it), and stop cuts the wait short
+                self.stop.wait(min(remaining, WAIT_SLICE_SECONDS))
             acquired = self._acquire()
             if self.stop.is_set():
                 if acquired:

@@ -139,6 +139,23 @@ def parse_run_request(data: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...
     return strategies, nodes, dry_run
 
 
+def parse_sweep_data(data: Any) -> bool | None:
+    """The sweep's (PingSource) data -> dryRun or None. The sweep always runs the whole policy; its
+    data may only say ``{"dryRun": true|false}`` (``false`` cannot override a dry-run deployment).
+    A PingSource without data sends none (or an empty string)."""
+    if data is None or data == "" or data == b"":
+        return None
+    if not isinstance(data, Mapping):
+        raise RequestError('data: a sweep takes a JSON object {"dryRun": true|false} or no data', "data")
+    for key in data:
+        if key != "dryRun":
+            raise RequestError(f"data.{key}: unknown field for a sweep (known: dryRun)", f"data.{key}")
+    dry_run = data.get("dryRun")
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise RequestError(f"data.dryRun: must be true or false, got {dry_run!r}", "data.dryRun")
+    return dry_run
+
+
 def parse_node_event(data: Any) -> tuple[str, frozenset[str] | None]:
     """A node event's data -> (node, changed label keys or None when unknown)."""
     if not isinstance(data, Mapping):
@@ -218,7 +235,7 @@ class Reactor:
     def run_requested(self, trigger: Trigger, data: Any) -> dict[str, Any]:
         """``run.requested`` (manual) or the PingSource sweep (whole policy)."""
         if trigger.type == PING:
-            strategies, nodes, dry = None, None, None
+            strategies, nodes, dry = None, None, parse_sweep_data(data)
         elif trigger.type == RUN_REQUESTED:
             strategies, nodes, dry = parse_run_request(data)
         else:
