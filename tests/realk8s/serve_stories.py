@@ -69,6 +69,7 @@ class Serve:
     sweep_interval: float = 0
     extra: tuple[str, ...] = ()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kdesched-serve-")))
+    pythonpath: str = ""  # another checkout's shared/ and functions/ first (bench baselines)
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
 
@@ -77,10 +78,15 @@ class Serve:
         self.log_path = self.workdir / f"{self.identity}.log"
         env = {k: v for k, v in os.environ.items()
                if k not in ("KUBERNETES_SERVICE_HOST", "POD_NAMESPACE", "KDESCHED_LEASE_NAMESPACE", "KUBECONFIG")}
+        env["KDESCHED_LEASE_NAMESPACE"] = self.namespace  # for a baseline without --lease-namespace
+        namespace_flag: tuple[str, ...] = ("--lease-namespace", self.namespace)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
+            namespace_flag = ()
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kdesched", "serve", "--kubeconfig", str(self.kubeconfig), "--policy",
-             str(self.policy), "--lease-namespace", self.namespace, "--identity", self.identity, "--host", "127.0.0.1",
+             str(self.policy), *namespace_flag, "--identity", self.identity, "--host", "127.0.0.1",
              "--port", str(self.port), "--sweep-interval", str(self.sweep_interval), *self.extra],
             stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), start_new_session=True)
         return self
@@ -242,20 +248,17 @@ def write_file(directory: Path, name: str, text: str) -> Path:
 # -- the seed stories (examples/seed-*) -------------------------------------------------------------
 @dataclass
 class Story:
-    """A cluster set up before ``serve`` starts; ``change()`` makes the change, ``done(placement)``
-    says when the replacements run where they should; ``evictions`` is the number expected."""
+    """A cluster set up before ``serve`` starts; ``change()`` makes the change and returns the
+    ``time.monotonic()`` of its decisive write (for scale-out: the one that makes the new node
+    usable); ``done(placement)`` says when the replacements run where they should; ``evictions`` is
+    the number expected."""
 
     name: str
     app: str
-    change: Callable[[], None]
+    change: Callable[[], float]
     done: Callable[[dict[str, int]], bool]
     evictions: int
     source: str
-
-
-def _pin_then_release(cp: ControlPlane, cluster: Cluster, cordoned: list[str]) -> None:
-    for n in cordoned:
-        set_unschedulable(cluster, n, False)
 
 
 def scale_out(cp: ControlPlane, cluster: Cluster, *, lift_after: float = 0.3) -> Story:
@@ -270,10 +273,12 @@ def scale_out(cp: ControlPlane, cluster: Cluster, *, lift_after: float = 0.3) ->
     cluster.api.patch("/apis/apps/v1/namespaces/default/deployments/nginx", {"spec": {"replicas": 3}})
     wait_placement(cp, cluster, "nginx", lambda p: p == {"node-1": 2, "node-2": 1})
 
-    def change() -> None:
+    def change() -> float:
         cluster.node("node-3", taints=[UNINITIALIZED])
         time.sleep(lift_after)  # the cloud controller initialises the node
+        at = time.monotonic()
         set_taints(cluster, "node-3", [])
+        return at
 
     return Story("scale-out", "nginx", change, lambda p: p == {"node-1": 1, "node-2": 1, "node-3": 1}, 1, "node-1")
 
@@ -299,8 +304,10 @@ def recovery(cp: ControlPlane, cluster: Cluster) -> Story:
     set_unschedulable(cluster, "node-b", False)
     set_ready(cluster, "node-c", True)  # back; the taints are still on until the controller lifts them
 
-    def change() -> None:
+    def change() -> float:
+        at = time.monotonic()
         set_taints(cluster, "node-c", [])
+        return at
 
     return Story("recovery", "api", change, lambda p: p == {"node-a": 1, "node-b": 1, "node-c": 1}, 1, "node-a")
 
@@ -314,8 +321,10 @@ def taint(cp: ControlPlane, cluster: Cluster) -> Story:
     wait_placement(cp, cluster, "shop", lambda p: p == {"gpu-1": 2})
     set_unschedulable(cluster, "node-1", False)
 
-    def change() -> None:
+    def change() -> float:
+        at = time.monotonic()
         set_taints(cluster, "gpu-1", [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+        return at
 
     return Story("taint", "shop", change, lambda p: p == {"node-1": 2}, 2, "gpu-1")
 
