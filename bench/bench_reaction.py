@@ -40,6 +40,9 @@ from tests.realk8s.controlplane import ControlPlane, find_binaries  # noqa: E402
 from tests.realk8s.serve_stories import NS, STORIES, Serve, leader, placement, uids, write_file  # noqa: E402
 
 
+STORIES_EXPECTED = {"scale-out": 1, "recovery": 1, "taint": 2}
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -65,8 +68,11 @@ def one_run(cp: ControlPlane, name: str, workdir: Path, policy: Path, timeout: f
     pythonpath = os.pathsep.join(str(Path(baseline) / d) for d in ("shared", "functions")) if baseline else ""
     serve = Serve(cp.admin_kubeconfig, policy, f"bench-{name}", workdir=workdir, pythonpath=pythonpath).start()
     try:
-        cp.wait_for(lambda: leader(cluster) == serve.identity and "watching" in serve.readyz()[1], 60,
-                    what=f"serve to lead and watch ({serve.log()[-2000:]})")
+        try:
+            cp.wait_for(lambda: leader(cluster) == serve.identity and "watching" in serve.readyz()[1], 60,
+                        what="serve to lead and watch")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; serve's log:\n{serve.log()[-2000:]}") from None
         time.sleep(0.5)  # let the watch settle; nothing may happen before the change
         assert uids(cluster, story.app) == before, "something moved before the change"
         t0 = story.change()
@@ -118,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(args.repeat):
             for name in stories:
                 for code in codes:
-                    run = one_run(cp, name, Path(tmp), policy, args.timeout, code)
+                    try:
+                        run = one_run(cp, name, Path(tmp), policy, args.timeout, code)
+                    except Exception as exc:  # noqa: BLE001 - one failed run is reported, the rest still run
+                        run = {"story": name, "code": "baseline" if code else "this", "seconds": None,
+                               "replaced": 0, "expected": STORIES_EXPECTED.get(name, 0), "logged": 0,
+                               "error": str(exc)[:500]}
                     runs.append(run)
                     print(f"  {run['code']:8s} {name:10s} run {i + 1}: {run['seconds']} s, replaced {run['replaced']} "
                           f"(logged {run['logged']})", file=sys.stderr)
