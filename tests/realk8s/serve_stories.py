@@ -156,9 +156,9 @@ def install_standalone_rbac(cluster: Cluster) -> None:
 def service_account_kubeconfig(cp: ControlPlane, cluster: Cluster, path: Path, namespace: str = NS,
                                name: str = "kdesched", seconds: int = 3600) -> Path:
     """A kubeconfig that authenticates AS the service account, with a real token from the TokenRequest
-    API (what a pod's projected token is). Not the fixture's impersonating kubeconfig: the Python
-    ``kubernetes`` client ignores a kubeconfig's ``as`` / ``as-groups``, so kdesched would silently
-    run as the admin and an RBAC test would prove nothing."""
+    API (what a pod's projected token is), rather than the admin impersonating it: the path a
+    deployed ``serve`` takes, independent of the client's support for ``as`` / ``as-groups``
+    (which the Python ``kubernetes`` client alone ignores; ``whoami`` checks who the server sees)."""
     import base64
 
     review = cluster.api.create(f"/api/v1/namespaces/{quote(namespace)}/serviceaccounts/{quote(name)}/token", {

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tests.realk8s.controlplane", reason="the real control-plane fixture (tests/realk8s) is absent")
-
-from tests.realk8s.cluster import Cluster  # noqa: E402 - after the skip
-from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc  # noqa: E402
-from tests.realk8s.serve_stories import (  # noqa: E402
+from tests.realk8s.cluster import Cluster
+from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
+from tests.realk8s.serve_stories import (
     NOT_READY,
     NS,
     SERVE_SA,
