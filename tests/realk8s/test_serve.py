@@ -71,8 +71,8 @@ def start(serves: list[Serve], tmp_path: Path, kubeconfig: Path, identity: str, 
 def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
     def check() -> bool:
         assert s.alive(), f"serve {s.identity} exited {s.proc.returncode if s.proc else '?'}:\n{s.log()[-3000:]}"
-        return leader(cluster) == s.identity and s.readyz() == (200, s.readyz()[1]) and "leader" in s.readyz()[1] \
-            and "watching" in s.readyz()[1]
+        status, why = s.readyz()
+        return leader(cluster) == s.identity and status == 200 and why.find("leader, watching") >= 0
     cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
 
 
@@ -145,8 +145,7 @@ def test_disk_pressure_does_not_drain(control_plane: ControlPlane, real: Cluster
     before = uids(real, "shop")
     set_taints(real, "gpu-1", [{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}])
     time.sleep(2)
-    assert uids(real, "shop") == before
-    assert "control-plane taints" in s.log() or True  # the report note is in the run report, not the log
+    assert uids(real, "shop") == before and s.evictions_logged() == 0
     set_taints(real, "gpu-1", [])
     story.change()  # a real taint still evicts
     wait_placement(control_plane, real, "shop", story.done)
