@@ -330,3 +330,33 @@ def test_a_follow_up_waits_for_the_min_interval_measured_from_the_previous_start
     core.end(first)
     core.abandon(follow)
     assert core.open is None and core.runs == 1
+
+
+def test_offer_without_waiting_frees_a_joining_caller_and_the_run_still_serves_it() -> None:
+    started, release = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def run(reqs: list[int]) -> int:
+        batches.append(list(reqs))
+        if len(batches) == 1:
+            started.set()
+            release.wait(5)
+        return len(batches)
+
+    c: Coalescer[int, int] = Coalescer(run)
+    leader = threading.Thread(target=c.submit, args=(0,))
+    leader.start()
+    assert started.wait(5)
+    follow = threading.Thread(target=c.offer, args=(1,), kwargs={"wait": False})  # opens the follow-up: leads it
+    follow.start()
+    for _ in range(500):
+        with c._lock:
+            if c.core.open is not None:
+                break
+        threading.Event().wait(0.005)
+    # joiners of the queued follow-up return at once, without waiting for either run
+    assert [c.offer(i, wait=False) for i in (2, 3, 4)] == [None, None, None]
+    release.set()
+    leader.join(5)
+    follow.join(5)
+    assert batches == [[0], [1, 2, 3, 4]] and c.runs == 2

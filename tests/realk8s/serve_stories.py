@@ -127,6 +127,17 @@ class Serve:
         except OSError as err:
             return 0, str(err)
 
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of serve's /metrics (0 when absent)."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + ("{" + want + "}" if want else " ")) or (
+                    want and line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
     def evictions_logged(self) -> int:
         """Evictions this process reported (its per-event and sweep log lines)."""
         total = 0

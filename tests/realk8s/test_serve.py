@@ -265,3 +265,42 @@ def test_the_previous_role_without_the_leader_lease_is_refused_at_start(control_
     s = start(serves, tmp_path, kubeconfig, "a")
     assert s.wait_exit() == 1
     assert "RBAC refuses get on Lease kdesched/kdesched-leader" in s.log()
+
+
+def test_a_burst_of_20_nodes_gives_at_most_two_balance_runs(control_plane: ControlPlane, real: Cluster,
+                                                            serves: list[Serve], tmp_path: Path) -> None:
+    """An autoscaler adds 20 nodes within a few seconds: one run at the leading edge, then ONE
+    follow-up on fresh state (settleSeconds 10 after the first), never one run per node."""
+    import threading
+
+    real.node("node-1")
+    real.deployment("nginx", 6, cpu="500m")
+    wait_placement(control_plane, real, "nginx", lambda p: p == {"node-1": 6})
+    before = uids(real, "nginx")
+    s = start(serves, tmp_path, control_plane.admin_kubeconfig, "a")
+    wait_leading(control_plane, real, s)
+    started = time.monotonic()
+
+    def add(i: int) -> None:
+        time.sleep(i * 0.25)  # 20 nodes over ~5 s
+        real.node(f"burst-{i}")
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    span = time.monotonic() - started
+    # every node.added was served: by the first run or by a follow-up
+    control_plane.wait_for(lambda: s.log().count("dev.kdesched.node.added on burst-") == 20, 60,
+                           what="all 20 node.added served")
+    runs = s.metric("kdesched_reactor_runs_total", kind="rebalance")
+    # at most one run per settleSeconds (10 s) of burst, plus the leading edge: 2 for a burst under 10 s
+    assert 1 <= runs <= 1 + -(-span // 10), (span, s.log()[-3000:])
+    if span < 9.5:
+        assert runs <= 2
+    assert s.metric("kdesched_reactor_coalesced_requests_total", kind="rebalance") >= 20 - 2 * runs
+    # RemoveDuplicates moved nginx off node-1 once; the cool-down kept later runs from evicting again
+    got = wait_placement(control_plane, real, "nginx", lambda p: sum(p.values()) == 6 and p.get("node-1", 0) < 6,
+                         timeout=60, what="nginx spread over the new nodes")
+    assert len(before - uids(real, "nginx")) == 6 - got.get("node-1", 0)  # each replaced pod evicted once

@@ -149,9 +149,21 @@ class Coalescer(Generic[Req, Res]):
         return self.core.runs
 
     def submit(self, request: Req) -> Served[Res]:
+        """Join or open a batch and wait for its run's result (what an HTTP request needs)."""
+        served = self.offer(request, wait=True)
+        assert served is not None
+        return served
+
+    def offer(self, request: Req, *, wait: bool) -> Served[Res] | None:
+        """Like :meth:`submit`; with ``wait=False`` a request that joined a batch opened by another
+        request returns None at once (that batch's run serves it), so a caller with a bounded
+        thread pool (``kdesched serve``) does not hold a thread per waiting event. The request that
+        opens a batch always leads its run and gets the result."""
         with self._lock:
             batch, leader = self.core.offer(request, self.clock())
         if not leader:
+            if not wait:
+                return None
             batch.done.wait()
         else:
             self._lead(batch)

@@ -212,8 +212,10 @@ class Reactor:
         self._active_lock = threading.Lock()
 
     # -- public entry points ----------------------------------------------------------------------
-    def node_event(self, trigger: Trigger, data: Any) -> dict[str, Any]:
-        """A semantic node event (rebalance, taints, affinity functions)."""
+    def node_event(self, trigger: Trigger, data: Any, *, wait: bool = True) -> dict[str, Any]:
+        """A semantic node event (rebalance, taints, affinity functions). ``wait=False`` (``kdesched
+        serve``): a balance event that joins a batch another event opened returns at once with a
+        short ``joined`` report instead of holding the caller's thread until that run ends."""
         node, changed = parse_node_event(data)
         trigger = Trigger(trigger.type, trigger.id, trigger.source, node)
         if trigger.type in (NODE_ADDED, NODE_READY):
@@ -222,7 +224,12 @@ class Reactor:
                 m.WAITING.labels(trigger.type.removeprefix("dev.kdesched.")).inc()
                 log.info("%s for %s: no run (%s)", trigger.type, node, waiting)
                 return self._reply(trigger, empty_report(self._dry(), waiting), (), 1, [trigger])
-            served = self.balance_events.submit(trigger)
+            offered = self.balance_events.offer(trigger, wait=wait)
+            if offered is None:
+                m.COALESCED.labels("rebalance").inc()
+                note = "joined the queued balance run (its report lists this event in coalescedTriggers)"
+                return {**self._reply(trigger, empty_report(self._dry(), note), (), 1, [trigger]), "joined": True}
+            served = offered
             if served.coalesced > 1:
                 m.COALESCED.labels("rebalance").inc()
             return self._reply_from(trigger, served.result, served.coalesced)

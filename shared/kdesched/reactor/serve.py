@@ -125,10 +125,16 @@ class ReactorServer:
         trigger = Trigger(e.type, e.id, SOURCE, e.node)
         for attempt in range(1, attempts + 1):
             try:
-                report = self.reactor.node_event(trigger, dict(e.data))
+                # wait=False: a balance event joining a queued run frees this worker at once (a burst
+                # of nodes must not hold one thread per node)
+                report = self.reactor.node_event(trigger, dict(e.data), wait=False)
                 self._keep(report)
-                log.info("%s on %s: %d eviction(s), %d blocked", e.type, e.node, len(report.get("evictions", [])),
-                         len(report.get("blocked", [])))
+                if report.get("joined"):
+                    log.info("%s on %s: joined the queued balance run", e.type, e.node)
+                else:
+                    log.info("%s on %s: %d eviction(s), %d blocked%s", e.type, e.node,
+                             len(report.get("evictions", [])), len(report.get("blocked", [])),
+                             f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
                 return
             except ShuttingDown:
                 return
