@@ -228,3 +228,51 @@ def test_pipes_are_left_to_the_ordinary_reader(tmp_path: Path) -> None:
 
 def test_the_fast_path_passes_pod_fields_in_their_order() -> None:
     assert fastload._POD_FIELDS == tuple(f.name for f in dataclasses.fields(Pod))
+
+
+def page_outcome(data: bytes, fast: bool) -> Any:
+    """A LIST page as the kube client turns it into a snapshot, through the fast path or the
+    ordinary json path of ``KubeClient.list_raw``."""
+    if fast:
+        decoded = fastload.decode_list_page(data, "Pod", "v1")
+        if decoded is None:
+            return ("not taken",)
+        items, meta = decoded
+    else:
+        page = json.loads(data)
+        meta = page.get("metadata") or {}
+        items = []
+        for item in page.get("items") or ():
+            if isinstance(item, dict):
+                item.setdefault("kind", "Pod")
+                item.setdefault("apiVersion", "v1")
+                items.append(item)
+    try:
+        snap = Snapshot.from_objects((f"API Pod list [{i}]", x) for i, x in enumerate(items))
+    except ModelError as exc:
+        return ("error", str(exc), meta)
+    return ("ok", [fields(p) for p in snap.pods], snap.notes, meta)
+
+
+def api_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}  # a LIST's items carry neither
+
+
+@pytest.mark.parametrize(("path", "value"), MUTATIONS, ids=[f"{p}={v!r}" for p, v in MUTATIONS])
+def test_api_list_pages_decide_as_the_json_path(path: str, value: Any) -> None:
+    page = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7", "continue": "abc"},
+            "items": [api_pod(rich_pod()), api_pod(mutate(rich_pod(), path, value)), 5]}
+    data = json.dumps(page).encode()
+    fast = page_outcome(data, fast=True)
+    assert fast != ("not taken",)
+    assert fast == page_outcome(data, fast=False)
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b'{"items": {}}', b'{"items": [], "metadata": [1]}',
+                                  b'{"items": [{"a": NaN}]}', b'{"items": [{"a": "\xff"}]}'])
+def test_api_pages_the_fast_path_does_not_take(data: bytes) -> None:
+    assert fastload.decode_list_page(data, "Pod", "v1") is None
+
+
+def test_api_page_with_null_items_and_metadata_is_empty() -> None:
+    assert fastload.decode_list_page(b'{"items": null, "metadata": null}', "Pod", "v1") == ([], {})

@@ -69,18 +69,16 @@ def test_run_on_a_loaded_cluster(loaded: dict[str, str], control_plane: ControlP
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     lists: list[tuple[str, dict[str, str], int, str]] = []
-    real_json = KubeClient._json
+    real_page = KubeClient._list_page
 
-    def spy(self: KubeClient, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-            body: Any = None) -> dict[str, Any]:
-        result = real_json(self, method, path, query=query, body=body)
-        if method == "GET" and query and dict(query).get("limit"):
-            lists.append((path, dict(query), len(result.get("items") or ()),
-                          str((result.get("metadata") or {}).get("continue") or "")))
-        return result
+    def spy(self: KubeClient, path: str, query: list[tuple[str, str]], kind: str, api_version: str,
+            fast: bool) -> tuple[list[Any], dict[str, Any]]:
+        items, meta = real_page(self, path, query, kind, api_version, fast)
+        lists.append((path, dict(query), len(items), str(meta.get("continue") or "")))
+        return items, meta
 
     monkeypatch.setattr(kube_snapshot, "DEFAULT_PAGE_SIZE", PAGE)
-    monkeypatch.setattr(KubeClient, "_json", spy)
+    monkeypatch.setattr(KubeClient, "_list_page", spy)
     code = main(["run", "--kubeconfig", str(control_plane.admin_kubeconfig), "--policy", str(policy),
                  "-o", "json", "-q"])
     report = json.loads(capsys.readouterr().out)

@@ -36,6 +36,8 @@ from kdesched.kube.errors import (
     trim,
     unavailable_from,
 )
+from kdesched.model.fastload import decode_list_page
+from kdesched.model.records import Pod
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -210,7 +212,10 @@ class KubeClient:
     def _json(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         resp = self._send(method, path, query=query, body=body)
-        data = self._read(resp)
+        return self._parse(resp, method, path, self._read(resp))
+
+    @staticmethod
+    def _parse(resp: Any, method: str, path: str, data: bytes) -> dict[str, Any]:
         if not data:
             return {}
         try:
@@ -229,11 +234,23 @@ class KubeClient:
         The items of a LIST carry no kind/apiVersion; both are filled in. The resourceVersion is the
         first page's (every page of a continued list is served from the same snapshot).
         """
+        items, resource_version = self._list(kind, namespace, field_selector, label_selector, page_size, False)
+        return ListResult(items, resource_version)
+
+    def list_for_snapshot(self, kind: str, *, field_selector: str | None = None,
+                          page_size: int = 500) -> list[Pod | dict[str, Any]]:
+        """What :meth:`list_raw` lists, for ``Snapshot.from_objects``: Pods come out as records,
+        decoded by msgspec into only the fields kdesched reads (:mod:`kdesched.model.fastload`);
+        any pod or page that path does not take is decoded exactly as :meth:`list_raw` does."""
+        return self._list(kind, None, field_selector, None, page_size, kind == "Pod")[0]
+
+    def _list(self, kind: str, namespace: str | None, field_selector: str | None, label_selector: str | None,
+              page_size: int, fast: bool) -> tuple[list[Any], str]:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         res = resource_for(kind)
         path = res.path(namespace)
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         resource_version = ""
         token: str | None = None
         while True:
@@ -244,18 +261,31 @@ class KubeClient:
                 query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
-            page = self._json("GET", path, query=query)
-            meta = page.get("metadata") or {}
+            page_items, meta = self._list_page(path, query, res.kind, res.group_version, fast)
+            items.extend(page_items)
             if not resource_version:
                 resource_version = str(meta.get("resourceVersion") or "")
-            for item in page.get("items") or ():
-                if isinstance(item, dict):
-                    item.setdefault("kind", res.kind)
-                    item.setdefault("apiVersion", res.group_version)
-                    items.append(item)
             token = meta.get("continue") or None
             if not token:
-                return ListResult(items, resource_version)
+                return items, resource_version
+
+    def _list_page(self, path: str, query: list[tuple[str, str]], kind: str, api_version: str,
+                   fast: bool) -> tuple[list[Any], dict[str, Any]]:
+        """One LIST page: its items (dicts with kind and apiVersion filled in, non-objects dropped;
+        with ``fast``, Pods as records where msgspec takes them) and the list's metadata."""
+        resp = self._send("GET", path, query=query)
+        data = self._read(resp)
+        decoded = decode_list_page(data, kind, api_version) if fast else None
+        if decoded is not None:
+            return decoded
+        page = self._parse(resp, "GET", path, data)
+        items: list[Any] = []
+        for item in page.get("items") or ():
+            if isinstance(item, dict):
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", api_version)
+                items.append(item)
+        return items, page.get("metadata") or {}
 
     def get_raw(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """One object, or None when it does not exist."""

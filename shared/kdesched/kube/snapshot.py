@@ -3,8 +3,8 @@
 Why: a full run lists every kind once (paginated), but an event handler that reacts to one node
 only needs that node's pods: ``pod_nodes`` switches pods to one ``spec.nodeName=<node>`` LIST per
 node, which costs the API server a fraction of a cluster-wide pod LIST. The records come out of
-the same parser as snapshot files (``Snapshot.from_objects``), so live and simulated runs decide
-on identical data.
+the same parsers as snapshot files (``Snapshot.from_objects``, and for pods the msgspec fast path
+of :mod:`kdesched.model.fastload`), so live and simulated runs decide on identical data.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from kdesched.kube.client import KubeClient
+from kdesched.model.records import Pod
 from kdesched.model.snapshot import KINDS, Snapshot
 
 # Items per LIST page (limit/continue). Read at call time so a test can make it small enough that a
@@ -38,18 +39,18 @@ def load_live_snapshot(client: KubeClient, *, pod_nodes: Collection[str] | None 
     if pod_nodes is not None and "Pod" in include:
         notes.append(f"pods read for {len(nodes)} node(s) only: {', '.join(nodes) or '-'}")
 
-    def objects() -> Iterator[tuple[str, dict[str, Any]]]:
+    def objects() -> Iterator[tuple[str, Pod | dict[str, Any]]]:
         for kind in KINDS:
             if kind not in include:
                 continue
             if kind == "Pod" and pod_nodes is not None:
                 for node in nodes:
-                    result = client.list_raw("Pod", field_selector=f"spec.nodeName={node}", page_size=page_size)
-                    for i, item in enumerate(result.items):
+                    items = client.list_for_snapshot("Pod", field_selector=f"spec.nodeName={node}",
+                                                     page_size=page_size)
+                    for i, item in enumerate(items):
                         yield f"API pods on node {node} [{i}]", item
                 continue
-            result = client.list_raw(kind, page_size=page_size)
-            for i, item in enumerate(result.items):
+            for i, item in enumerate(client.list_for_snapshot(kind, page_size=page_size)):
                 yield f"API {kind} list [{i}]", item
 
     return Snapshot.from_objects(objects(), notes=notes)

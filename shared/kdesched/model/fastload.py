@@ -516,3 +516,50 @@ def _kind_missing(raw: msgspec.Raw) -> bool:
     holds them (only asked for items the Pod structs could not read)."""
     obj = _json(raw)
     return type(obj) is dict and "kind" not in obj
+
+
+def decode_list_page(data: bytes, kind: str, api_version: str) -> tuple[list[Pod | dict[str, Any]], dict[str, Any]] | None:
+    """A LIST response page from the API server: its items (Pod records where the fast path takes
+    them, else the dicts the standard library decodes, ``kind`` and ``apiVersion`` filled in,
+    non-object items dropped, as ``KubeClient.list_raw`` does) and the list's metadata; None when
+    the page must be decoded the ordinary way (not UTF-8, not JSON to msgspec, not an object with
+    an ``items`` list and a metadata object, nested too deeply)."""
+    if not data or not (data.isascii() or _utf8_bytes(data)):
+        return None
+    try:
+        head = _HEAD.decode(data)
+        meta = _json(head.metadata)
+        if meta is None:
+            meta = {}
+        if type(meta) is not dict:
+            return None
+        out: list[Pod | dict[str, Any]] = []
+        for raw in head.items or ():
+            item = _decode(raw)
+            if item is not None and (item.kind if item.kind is not _UNSET else kind) == "Pod":
+                try:
+                    out.append(_pod(item))
+                    continue
+                except RecursionError:
+                    raise
+                except Exception:  # noqa: BLE001, S110 - anything unusual: the validating parser decides
+                    pass
+            obj = _json(raw)
+            if type(obj) is dict:
+                obj.setdefault("kind", kind)
+                obj.setdefault("apiVersion", api_version)
+                out.append(obj)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    finally:
+        for cache in _CACHES:
+            cache.clear()
+    return out, meta
+
+
+def _utf8_bytes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
