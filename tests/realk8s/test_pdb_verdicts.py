@@ -27,7 +27,7 @@ from kdesched.strategies.framework import ClusterState
 
 from tests.builders import NOW, snapshot
 from tests.fakeapi import FakeApiServer
-from tests.realk8s.cluster import Cluster, pdb_obj, pod_obj
+from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Proc, now_rfc3339
 
 NS = "pdb"
