@@ -3,8 +3,10 @@
 Why: choosing the JSON decoder for ``kdesched.model.fastload`` is a measurement, not a guess, and
 a shared machine makes wall times noisy. Every candidate decodes the same Pod items (each as its own
 bytes, as the loader sees them) in interleaved rounds, timed in CPU seconds (``process_time``) with
-the cyclic GC paused as the loader pauses it; the best round of each is reported. Then the loader
-itself, fast path against the ordinary path, each in a fresh interpreter (CPU seconds and peak RSS).
+the cyclic GC paused as the loader pauses it; the best round of each is reported. Then the same
+pods as API LIST pages of 500 (what ``kdesched run`` and ``serve`` read) turned into a snapshot,
+``decode_list_page`` against ``json`` and the validating parser. Then the file loader itself, fast
+path against the ordinary path, each in a fresh interpreter (CPU seconds and peak RSS).
 
     python bench/bench_decode.py FILE [--rounds 3] [--pods 20000]
 
@@ -25,16 +27,19 @@ from typing import Any
 
 import msgspec
 from kdesched.model import fastload
+from kdesched.model.snapshot import Snapshot
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from kdesched.model import files
 if sys.argv[1] == "ordinary":
     files.load_json_list = lambda path, name: None
 wall, cpu = time.perf_counter(), time.process_time()
 snap = files.load_snapshot(sys.argv[2])
+# VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork + exec
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall, "pods": len(snap.pods),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": hwm / 1024}))
 """
 
 
@@ -86,6 +91,45 @@ def measure(pods: list[bytes], rounds: int) -> dict[str, float]:
     return best
 
 
+def api_pages(pods: list[bytes], per_page: int = 500) -> list[bytes]:
+    """The pods as a LIST returns them: pages of ``per_page``, items without kind/apiVersion."""
+    objs = [{k: v for k, v in json.loads(p).items() if k not in ("kind", "apiVersion")} for p in pods]
+    return [json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                        "items": objs[i:i + per_page]}, separators=(",", ":")).encode()
+            for i in range(0, len(objs), per_page)]
+
+
+def _ordinary_page(data: bytes) -> list[Any]:
+    """What ``KubeClient._list_page`` does without the fast path."""
+    items = []
+    for item in json.loads(data).get("items") or ():
+        if isinstance(item, dict):
+            item.setdefault("kind", "Pod")
+            item.setdefault("apiVersion", "v1")
+            items.append(item)
+    return items
+
+
+def measure_pages(pages: list[bytes], rounds: int) -> dict[str, float]:
+    ways: dict[str, Callable[[bytes], list[Any]]] = {
+        "json + Pod.from_api (before)": _ordinary_page,
+        "decode_list_page (fast path)": lambda d: (fastload.decode_list_page(d, "Pod", "v1") or ([], {}))[0],
+    }
+    best: dict[str, float] = {}
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, decode in ways.items():
+                start = time.process_time()
+                objects = [(f"API Pod list [{i}]", x) for i, x in enumerate(x for d in pages for x in decode(d))]
+                Snapshot.from_objects(objects)
+                spent = time.process_time() - start
+                best[name] = min(best.get(name, spent), spent)
+    finally:
+        gc.enable()
+    return best
+
+
 def loader(path: str, mode: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", _CHILD, mode, path], check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(out.stdout)
@@ -104,6 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{len(pods)} pods, {size:.0f} bytes each; CPU microseconds per pod, best of {args.rounds} rounds:")
     for name, us in sorted(measure(pods, args.rounds).items(), key=lambda x: x[1]):
         print(f"  {us:7.1f}  {name}")
+    pages = api_pages(pods)
+    print(f"\nthe same pods as {len(pages)} API LIST pages of 500 ({sum(map(len, pages)) / 1e6:.1f} MB) into a "
+          f"snapshot, CPU seconds, best of {args.rounds}:")
+    for name, spent in measure_pages(pages, args.rounds).items():
+        print(f"  {spent:6.2f}  {name}")
     print(f"\nload_snapshot({args.file}), fresh interpreters, best of {args.rounds} (fast/ordinary interleaved):")
     runs: dict[str, list[dict[str, Any]]] = {"fast": [], "ordinary": []}
     for _ in range(args.rounds):
