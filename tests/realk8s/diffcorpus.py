@@ -438,9 +438,8 @@ class Api:
         elif cluster.get("certificate-authority-data"):
             import base64
 
-            ca = tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False)
-            ca.write(base64.b64decode(cluster["certificate-authority-data"]))
-            ca.close()
+            with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
+                ca.write(base64.b64decode(cluster["certificate-authority-data"]))
             self.session.verify = ca.name
         if user.get("token"):
             self.session.headers["Authorization"] = f"Bearer {user['token']}"
@@ -787,10 +786,12 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
           "in the order upstream happened to use decides exactly as upstream did",
           "README.md#where-kdesched-deliberately-differs-from-upstream (ordering)"),
     Cause("plan-aware", "deliberate",
-          "decisions within a run: each upstream strategy sees the cluster as it was at the start of the cycle "
-          "(an evicted, terminating pod still counts for LowNodeUtilization and may be evicted again by a later "
-          "strategy); kdesched's later strategies see planned pods as gone. Every strategy of the seed, run "
-          "alone, agrees with upstream",
+          "decisions within a run: in upstream's cycle a pod evicted by an earlier strategy is merely "
+          "terminating: its requests still count in node usage (LowNodeUtilization, HighNodeUtilization, "
+          "nodeFit) and for minReplicas, and a later strategy that lists it before the informer has seen the "
+          "eviction evicts it again; kdesched's later strategies see planned pods as gone and their requests "
+          "freed. Attributed only when every strategy of the seed, run alone, agrees with upstream or differs "
+          "by a documented cause",
           "README.md#where-kdesched-deliberately-differs-from-upstream (decisions within a run)"),
 )}
 
