@@ -102,8 +102,8 @@ def _pct(n: int, d: int) -> str:
 def print_report(summary: dict[str, Any], elapsed: float, out: Any = sys.stdout) -> None:
     seeds = summary["seeds"]
     w = out.write
-    w(f"differential: {len(seeds)} generated clusters (seeds {seeds[0]}..{seeds[-1]}; policy A on even seeds, "
-      f"B on odd), kdesched simulate vs upstream descheduler, {elapsed:.0f} s\n\n")
+    w(f"differential: {len(seeds)} generated clusters (seeds {seeds[0]}..{seeds[-1]}; policies A, B, "
+      f"C by seed % 3), kdesched simulate vs upstream descheduler, {elapsed:.0f} s\n\n")
     for title, key in (("each strategy alone", "isolated"), ("whole policy in one cycle", "wholePolicy")):
         r = summary[key]
         w(f"{title}: {r['runs']} runs, {r['kdeschedEvictions']} evictions by kdesched, "

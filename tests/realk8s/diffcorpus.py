@@ -127,11 +127,54 @@ POLICY_B: dict[str, Any] = {
 """Policy B: non-default arguments (nodeFit, minReplicas, a per-node limit, deviation thresholds,
 preferred node affinity, soft spread constraints, PreferNoSchedule taints, HighNodeUtilization)."""
 
-POLICIES = (POLICY, POLICY_B)
+POLICY_C: dict[str, Any] = {
+    "apiVersion": "descheduler/v1alpha2",
+    "kind": "DeschedulerPolicy",
+    "nodeSelector": f"{ZONE_LABEL}!={ZONES[2]}",
+    "maxNoOfPodsToEvictPerNamespace": 4,
+    "maxNoOfPodsToEvictTotal": 7,
+    "profiles": [{
+        "name": "diff-c",
+        "pluginConfig": [
+            {"name": "DefaultEvictor", "args": {"priorityThreshold": {"name": "diff-high"},
+                                                "noEvictionPolicy": "Mandatory"}},
+            {"name": "RemovePodsViolatingNodeTaints",
+             "args": {"includedTaints": [TAINT_KEY, "node.kubernetes.io/unschedulable"],
+                      "namespaces": {"include": [NAMESPACES[0]]}}},
+            {"name": "RemovePodsViolatingNodeAffinity",
+             "args": {"nodeAffinityType": ["requiredDuringSchedulingIgnoredDuringExecution"],
+                      "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}},
+            {"name": "RemovePodsViolatingInterPodAntiAffinity", "args": {"namespaces": {"exclude": [NAMESPACES[1]]}}},
+            {"name": "RemovePodsHavingTooManyRestarts",
+             "args": {"podRestartThreshold": RESTART_THRESHOLD, "states": ["CrashLoopBackOff", "Running"]}},
+            {"name": "PodLifeTime", "args": {"states": ["CrashLoopBackOff"], "namespaces": {"include": [NAMESPACES[0]]}}},
+            {"name": "RemoveFailedPods", "args": {"minPodLifetimeSeconds": 0, "reasons": ["Error"]}},
+            {"name": "RemoveDuplicates", "args": {"namespaces": {"include": list(NAMESPACES)}}},
+            {"name": "LowNodeUtilization", "args": {
+                "thresholds": {"cpu": 30, "pods": 30}, "targetThresholds": {"cpu": 60, "pods": 60},
+                "evictableNamespaces": {"exclude": [NAMESPACES[1]]}}},
+            {"name": "RemovePodsViolatingTopologySpreadConstraint",
+             "args": {"topologyBalanceNodeFit": False}},
+        ],
+        "plugins": {
+            "deschedule": {"enabled": [
+                "RemovePodsViolatingNodeTaints", "RemovePodsViolatingNodeAffinity",
+                "RemovePodsViolatingInterPodAntiAffinity", "RemovePodsHavingTooManyRestarts",
+                "PodLifeTime", "RemoveFailedPods"]},
+            "balance": {"enabled": ["RemoveDuplicates", "LowNodeUtilization",
+                                    "RemovePodsViolatingTopologySpreadConstraint"]},
+        },
+    }],
+}
+"""Policy C: scoping and limits (top-level nodeSelector, namespace and total limits, namespaces,
+labelSelector, includedTaints, a priorityThreshold by class name, noEvictionPolicy Mandatory,
+topologyBalanceNodeFit off)."""
+
+POLICIES = (POLICY, POLICY_B, POLICY_C)
 
 
 def policy_for_seed(seed: int) -> dict[str, Any]:
-    """Even seeds run policy A, odd seeds policy B."""
+    """Seeds take the policies in turn: seed % 3 == 0 runs A, 1 runs B, 2 runs C."""
     return POLICIES[seed % len(POLICIES)]
 
 
