@@ -15,7 +15,8 @@ the strict comparison), and the whole policy in one upstream cycle ("whole polic
 kdesched's plan-aware decisions differ on purpose).
 
 It needs the real binaries (etcd, kube-apiserver, descheduler), found as the real-cluster tier
-finds them: ``$KDESCHED_K8S_BIN``, then ``../shared/k8s``. By default it starts its own etcd + kube-apiserver
+finds them (``$KDESCHED_K8S_BIN``, then the k8s kit beside the repository: see
+``tests/realk8s/controlplane.py``). By default it starts its own etcd + kube-apiserver
 (``tests/realk8s/controlplane.py``) and stops them at the end. ``--kubeconfig`` uses an existing,
 **disposable** API server instead: every Node, and every pod of the namespaces kube-system,
 diff-a and diff-b, is deleted between clusters.
@@ -158,8 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.differential: {exc}", file=sys.stderr)
         return 2
     if found is None:
-        print("bench.differential: the real binaries are missing: set KDESCHED_K8S_BIN or put the k8s kit at "
-              "../shared/k8s (see its README.md)", file=sys.stderr)
+        from tests.realk8s.controlplane import SKIP_REASON
+
+        print(f"bench.differential: the real binaries are missing ({SKIP_REASON})", file=sys.stderr)
         return 2
     started = time.perf_counter()
     results: list[dc.SeedResult] = []

@@ -613,7 +613,7 @@ def parse_upstream_log(text: str) -> list[Eviction]:
 
 def k8s_bin_dir() -> Path | None:
     """Where the real binaries are, found as the control-plane fixture finds them
-    ($KDESCHED_K8S_BIN, then ../shared/k8s, unpacked into the cache); None when absent."""
+    ($KDESCHED_K8S_BIN, then the kit beside the repository, unpacked into the cache); None when absent."""
     from tests.realk8s.controlplane import find_binaries
 
     found = find_binaries()
@@ -833,17 +833,17 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
           "a healthy count (currentHealthy >= desiredHealthy): the v1.24 Eviction API ignores the budget for "
           "such a pod, kdesched's planner refused it (issue 9; the planner's PDB rules are being aligned with "
           "the API server, tests/realk8s/test_pdb_verdicts.py)",
-          "shared/kdesched/evictor/planner.py"),
+          "docs/differences.md#measured-against-the-upstream-binary (a kdesched bug)"),
     Cause("min-replicas", "deliberate",
           "minReplicas: upstream counts every pod of the owner, so it can evict an owner down below "
           "minReplicas within one cycle; kdesched stops counting the pods it already planned to evict. "
           "kdesched re-deciding with upstream's count reproduces upstream",
-          "README.md#where-kdesched-deliberately-differs-from-upstream (minReplicas)"),
+          "docs/differences.md#where-kdesched-deliberately-differs-from-upstream (minReplicas)"),
     Cause("order", "upstream order",
           "ties between equally ranked candidates: upstream takes them in Go map / unstable-sort order (it lists "
           "nodes and pods from informer maps), kdesched in snapshot order; kdesched on the same snapshot listed "
           "in the order upstream happened to use decides exactly as upstream did",
-          "README.md#where-kdesched-deliberately-differs-from-upstream (ordering)"),
+          "docs/differences.md#where-kdesched-deliberately-differs-from-upstream (ordering)"),
     Cause("plan-aware", "deliberate",
           "decisions within a run: in upstream's cycle a pod evicted by an earlier strategy is merely "
           "terminating: its requests still count in node usage (LowNodeUtilization, HighNodeUtilization, "
@@ -851,7 +851,7 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
           "eviction evicts it again; kdesched's later strategies see planned pods as gone and their requests "
           "freed. Attributed only when every strategy of the seed, run alone, agrees with upstream or differs "
           "by a documented cause",
-          "README.md#where-kdesched-deliberately-differs-from-upstream (decisions within a run)"),
+          "docs/differences.md#where-kdesched-deliberately-differs-from-upstream (decisions within a run)"),
 )}
 
 
