@@ -1,7 +1,7 @@
 """Differential corpus: small generated clusters decided by kdesched and by the upstream descheduler.
 
 Why: kdesched promises that a plain upstream policy decides in ``simulate``/``run`` exactly as the
-descheduler v0.36 does (README, "Where kdesched deliberately differs from upstream"). Unit tests
+descheduler v0.36 does (docs/differences.md). Unit tests
 check the strategies against our reading of upstream; this module checks them against the
 upstream binary itself. For each seed it
 
@@ -13,17 +13,20 @@ upstream binary itself. For each seed it
 2. loads it into a real API server (``load``: pods bound through ``spec.nodeName``, their status
    set Running/Ready through the status subresource, nodes Ready, PDB status as the disruption
    controller would write it);
-3. exports the snapshot with the kube layer's LIST code (``export_snapshot``), runs
-   ``kdesched simulate SNAPSHOT --policy P -o json`` and one upstream cycle (``run_upstream``:
-   its ``"Evicted pod"`` log lines);
-4. resets the cluster (``reset``).
+3. exports the snapshot with the kube layer's LIST code (``export_snapshot``); then, for each
+   strategy of the seed's policy alone and for the whole policy, runs ``kdesched simulate
+   SNAPSHOT --policy P -o json`` and one upstream cycle (``run_upstream``: its ``"Evicted pod"``
+   log lines), undoing upstream's evictions after each cycle (``restore``);
+4. resets the cluster (``reset``) and explains every disagreement (``explain``): a cause is only
+   given when kdesched, re-deciding on the same cluster without that difference (another listing
+   order, upstream's minReplicas count), reproduces upstream's counts.
 
 Upstream breaks ties between equal pods in Go map / unstable-sort order, so ``compare`` looks at
-eviction counts per strategy, per node and per owner, never at pod names.
+eviction counts in total, per strategy, per node and per owner, never at pod names.
 
 The bench script ``bench/differential.py`` runs a larger corpus and prints the agreement rate; the
-test ``tests/realk8s/test_differential.py`` runs a CI-sized one and fails on any disagreement that
-is not a documented deliberate difference (``KNOWN_DIFFERENCES``).
+test ``tests/realk8s/test_differential.py`` runs a CI-sized one and fails on any disagreement
+without a documented cause (``CAUSES``; docs/differences.md, "Measured against the upstream binary").
 """
 
 from __future__ import annotations
@@ -582,19 +585,6 @@ class Eviction:
     node: str
 
 
-def run_kdesched(snapshot: str | os.PathLike[str], policy: str | os.PathLike[str]) -> list[Eviction]:
-    """``kdesched simulate SNAPSHOT --policy P -o json``, in-process (the same code as the command)."""
-    from kdesched.cli.main import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["simulate", str(snapshot), "--policy", str(policy), "--output", "json"])
-    if code != 0:
-        raise RuntimeError(f"kdesched simulate exited {code}: {out.getvalue()[:500]}")
-    report = json.loads(out.getvalue())
-    return [Eviction(e["strategy"], e["namespace"], e["pod"], e["node"]) for e in report["evictions"]]
-
-
 _EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
 _FIELD = re.compile(r'(\w+)="([^"]*)"')
 
@@ -626,7 +616,7 @@ def run_upstream(kubeconfig: str | os.PathLike[str], policy: str | os.PathLike[s
     if binary is None:
         found = k8s_bin_dir()
         if found is None:
-            raise FileNotFoundError("descheduler binary not found ($KDESCHED_K8S_BIN or ~/.cache/kdesched-k8s)")
+            raise FileNotFoundError("descheduler binary not found: set KDESCHED_K8S_BIN (see tests/realk8s/controlplane.py)")
         binary = found / "descheduler"
     cmd = [str(binary), "--policy-config-file", str(policy), "--kubeconfig", str(kubeconfig), "--secure-port", "0",
            "--v", "3", "--client-connection-qps", "1000", "--client-connection-burst", "1000"]
@@ -762,6 +752,7 @@ class SeedResult:
 
 
 def _kdesched_report(snapshot: Path, policy: Path) -> dict[str, Any]:
+    """``kdesched simulate SNAPSHOT --policy P -o json``, in-process (the command's own code, no fork)."""
     from kdesched.cli.main import main
 
     out = io.StringIO()
