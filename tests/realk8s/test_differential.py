@@ -87,6 +87,25 @@ def test_compare_counts_per_strategy_node_and_owner_not_names() -> None:
     assert [d.scope for d in dc.compare(1, ours, [], owners)] == ["total", "strategy", "node", "owner"]
 
 
+def test_replays_list_upstreams_choices_first_or_last_and_keep_every_object() -> None:
+    snapshot = {"items": [
+        {"kind": "Node", "metadata": {"name": n}} for n in ("n1", "n2", "n3")] + [
+        {"kind": "Pod", "metadata": {"namespace": "ns", "name": p}} for p in ("a", "b", "c")] + [
+        {"kind": "PodDisruptionBudget", "metadata": {"namespace": "ns", "name": "x"}}]}
+
+    def names(listed: dict[str, Any], kind: str) -> list[str]:
+        return [i["metadata"]["name"] for i in listed["items"] if i["kind"] == kind]
+
+    front = dc._reordered(snapshot, ["n3"], [("ns", "c"), ("ns", "b")], nodes_first=True, pods_first=True)
+    assert (names(front, "Node"), names(front, "Pod")) == (["n3", "n1", "n2"], ["c", "b", "a"])
+    back = dc._reordered(snapshot, ["n1"], [("ns", "a")], nodes_first=False, pods_first=False)
+    assert (names(back, "Node"), names(back, "Pod")) == (["n2", "n3", "n1"], ["b", "c", "a"])
+    listings = list(dc._listings(snapshot, ["n1"], [("ns", "a")], seed=3))
+    assert listings[0] == ((), snapshot) and len(listings) == 1 + 4 + dc.SHUFFLES
+    assert all(sorted(map(str, listed["items"])) == sorted(map(str, snapshot["items"])) for _, listed in listings)
+    assert {tuple(names(listed, "Pod")) for _, listed in listings[5:]} != {("a", "b", "c")}
+
+
 def test_single_strategy_policies_keep_the_evictor_and_the_extension_point() -> None:
     for policy in dc.POLICIES:
         names = dc.strategies(policy)
