@@ -822,8 +822,8 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
     Cause("pdb-not-ready", BUG,
           "upstream evicted a pod that is not Ready under a PodDisruptionBudget with no disruptions left but "
           "a healthy count (currentHealthy >= desiredHealthy): the v1.24 Eviction API ignores the budget for "
-          "such a pod, kdesched's planner refused it (issue 9: the planner's PDB rules are being aligned with "
-          "the API server)",
+          "such a pod, kdesched's planner refused it (fixed: the planner follows the Eviction API's PDB rules; "
+          "kept as a diagnosis)",
           "docs/differences.md#measured-against-the-upstream-binary (a kdesched bug)"),
     Cause("min-replicas", "deliberate",
           "minReplicas: upstream counts every pod of the owner, so it can evict an owner down below "
