@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import random
@@ -41,7 +42,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -335,7 +336,7 @@ class _Gen:
         rng = self.rng
         self.counter += 1
         ns = rng.choice(NAMESPACES)
-        name = f"{kind}-{self.counter}"
+        name = f"{kind.split(':')[0]}-{self.counter}"
         labels = {"app": name}
         prio = rng.choice(("", "", "diff-low", "diff-high"))
         cpu, cpu_m, mem, mem_mi = self.requests()
@@ -350,6 +351,10 @@ class _Gen:
             annotations = {"descheduler.alpha.kubernetes.io/evict": ""}
         tolerations = [{"key": TAINT_KEY, "operator": "Exists"}] if tolerate else None
         image = f"registry.example/{name}:{rng.randint(1, 3)}"
+        if kind == "tierpair":  # two workloads of one tier, a low and a high priority
+            self.workload("tier:diff-low")
+            self.workload("tier:diff-high")
+            return
         if kind == "daemonset":
             owner = self.owner("DaemonSet", name)
             for n in self.nodes:
@@ -396,6 +401,18 @@ class _Gen:
             affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": labels}, "topologyKey": rng.choice((HOST_LABEL, HOST_LABEL, ZONE_LABEL))}]}}
             replicas = rng.randint(2, 3)
+        elif kind.startswith("tier:") or (kind == "spread" and rng.random() < 0.5):
+            # a tier spread over zones by several workloads of different priorities: which
+            # priority goes first inside a domain becomes visible
+            if kind.startswith("tier:"):
+                ns, prio = NAMESPACES[0], kind.split(":", 1)[1]
+            else:
+                prio = rng.choice(("", "diff-low", "diff-high"))
+            labels = {**labels, "tier": f"{ns}-tier"}
+            spread = [{"maxSkew": 1, "topologyKey": ZONE_LABEL, "whenUnsatisfiable": "DoNotSchedule",
+                       "labelSelector": {"matchLabels": {"tier": labels["tier"]}}}]
+            replicas = rng.randint(2, 4)
+            candidates = [n for n in self.nodes if n.zone == ZONES[0]]  # the tier crowds zone a
         elif kind == "spread":
             spread = [{"maxSkew": rng.choice((1, 1, 2)), "topologyKey": rng.choice((ZONE_LABEL, ZONE_LABEL, HOST_LABEL)),
                        "whenUnsatisfiable": rng.choice(("DoNotSchedule", "DoNotSchedule", "ScheduleAnyway")),
@@ -443,7 +460,7 @@ class _Gen:
         self.workload("daemonset")
         target = sum(1 for n in self.nodes if n.count < n.pods) * rng.randint(4, 9)
         kinds = ("rs", "rs", "rs", "sts", "bare", "failed", "affinity", "preferred", "anti", "spread", "spread",
-                 "local", "restarts", "crashloop")
+                 "local", "restarts", "crashloop", "tierpair")
         while sum(1 for o in self.objects if o["kind"] == "Pod") < target:
             before = len(self.objects)
             self.workload(rng.choice(kinds))
@@ -825,6 +842,19 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
           "such a pod, kdesched's planner refused it (fixed: the planner follows the Eviction API's PDB rules; "
           "kept as a diagnosis)",
           "docs/differences.md#measured-against-the-upstream-binary (a kdesched bug)"),
+    Cause("spread-priority", "deliberate",
+          "TopologySpread order inside a domain: upstream's comparator evicts the highest priority first "
+          "(measured: of 3 low- and 3 high-priority pods crowding one zone, it evicts the 3 high ones), "
+          "kdesched the lowest first, as upstream documents. kdesched re-deciding with upstream's order "
+          "reproduces upstream",
+          "docs/differences.md#where-kdesched-deliberately-differs-from-upstream (TopologySpread order in a domain)"),
+    Cause("preferred-fit", "deliberate",
+          "RemovePodsViolatingNodeAffinity (preferred): upstream compares the pod's node with the best preferred "
+          "weight over all nodes, including nodes the pod cannot go to (tainted, full, cordoned), so it evicts a "
+          "pod that will land back where it was; kdesched only counts nodes the pod fits. kdesched re-deciding "
+          "with upstream's rule reproduces upstream",
+          "docs/differences.md#where-kdesched-deliberately-differs-from-upstream "
+          "(RemovePodsViolatingNodeAffinity (preferred))"),
     Cause("min-replicas", "deliberate",
           "minReplicas: upstream counts every pod of the owner, so it can evict an owner down below "
           "minReplicas within one cycle; kdesched stops counting the pods it already planned to evict. "
@@ -907,12 +937,78 @@ def _upstream_min_replicas() -> Iterator[None]:
         yield
 
 
-def _min_replicas(policy: dict[str, Any]) -> int:
+@contextlib.contextmanager
+def _upstream_preferred_affinity() -> Iterator[None]:
+    """kdesched's preferred node affinity rule replaced by upstream's (reference §3): the pod fits
+    some node, and the best weight over *all* nodes beats its node's, whether the pod fits the
+    better node or not. Only for explaining a difference (docs/differences.md, preferred row)."""
+    from unittest import mock
+
+    from kdesched.model.records import Node, Pod
+    from kdesched.model.scheduling import preferred_affinity_weight
+    from kdesched.policy.types import PREFERRED_AFFINITY
+    from kdesched.strategies import node_affinity
+    from kdesched.strategies.framework import ClusterState
+    from kdesched.strategies.nodefit import pod_fits_any_node
+
+    def upstream(pod: Pod, node: Node, state: ClusterState) -> str | None:
+        if pod.affinity is None or not pod.affinity.node_preferred:
+            return None
+        if not pod_fits_any_node(pod, state.nodes, state):
+            return None
+        current = preferred_affinity_weight(pod, node)
+        best = max((preferred_affinity_weight(pod, n) for n in state.nodes), default=current)
+        return f"a node has preferred weight {best} > {current} (upstream's rule)" if best > current else None
+
+    with mock.patch.dict(node_affinity._CHECKS, {PREFERRED_AFFINITY: upstream}):
+        yield
+
+
+@contextlib.contextmanager
+def _upstream_spread_priority() -> Iterator[None]:
+    """kdesched's order inside a topology domain replaced by upstream's: its comparator sorts each
+    group by priority ascending, so the tail (evicted first) is the highest priority. Only for
+    explaining a difference (docs/differences.md, "TopologySpread order in a domain")."""
+    from unittest import mock
+
+    from kdesched.model.records import Pod
+    from kdesched.strategies import topology_spread
+
+    def upstream(pod: Pod) -> tuple[int, int, int]:
+        return (0 if topology_spread.has_selector_or_affinity(pod) else 1,
+                1 if pod.priority is None else 0,
+                pod.priority or 0)
+
+    with mock.patch.object(topology_spread, "_domain_order", upstream):
+        yield
+
+
+def _enabled(policy: dict[str, Any], plugin: str) -> bool:
+    return any(plugin in point.get("enabled", ()) for profile in policy.get("profiles") or ()
+               for point in (profile.get("plugins") or {}).values())
+
+
+def _evictor_arg(policy: dict[str, Any], key: str) -> Any:
     for profile in policy.get("profiles") or ():
         for cfg in profile.get("pluginConfig") or ():
             if cfg.get("name") == "DefaultEvictor":
-                return int((cfg.get("args") or {}).get("minReplicas") or 0)
-    return 0
+                return (cfg.get("args") or {}).get(key)
+    return None
+
+
+def _uses_preferred_affinity(policy: dict[str, Any]) -> bool:
+    return any("preferredDuringSchedulingIgnoredDuringExecution" in ((cfg.get("args") or {}).get("nodeAffinityType") or ())
+               for profile in policy.get("profiles") or () for cfg in profile.get("pluginConfig") or ()
+               if cfg.get("name") == "RemovePodsViolatingNodeAffinity")
+
+
+UPSTREAM_RULES: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[], contextlib.AbstractContextManager[None]]]] = {
+    "min-replicas": (lambda p: int(_evictor_arg(p, "minReplicas") or 0) > 1, _upstream_min_replicas),
+    "preferred-fit": (_uses_preferred_affinity, _upstream_preferred_affinity),
+    "spread-priority": (lambda p: _enabled(p, "RemovePodsViolatingTopologySpreadConstraint"), _upstream_spread_priority),
+}
+"""Deliberate differences kdesched can re-decide without (cause id -> (does the policy use it,
+a context that swaps in upstream's rule)); ``explain`` tries every combination the policy uses."""
 
 
 def explain(run: Run, snap: Path, snapshot: dict[str, Any], owners: dict[tuple[str, str], str]) -> tuple[str, ...]:
@@ -935,13 +1031,14 @@ def explain(run: Run, snap: Path, snapshot: dict[str, Any], owners: dict[tuple[s
     nodes = [e.node for e in run.upstream]
     pods = [(e.namespace, e.pod) for e in run.upstream]
     replay = snap.with_name(f"{snap.stem}-replay-{run.strategy}.json")
-    patches: list[tuple[str, ...]] = [()]
-    if _min_replicas(policy) > 1:
-        patches.append(("min-replicas",))
+    usable = [cid for cid, (applies, _) in UPSTREAM_RULES.items() if applies(policy)]
+    patches = [combo for k in range(len(usable) + 1) for combo in itertools.combinations(usable, k)]
     for patch in patches:
         for order, listed in _listings(snapshot, nodes, pods, run.seed):
             replay.write_text(json.dumps(listed))
-            with _upstream_min_replicas() if patch else contextlib.nullcontext():
+            with contextlib.ExitStack() as stack:
+                for cid in patch:
+                    stack.enter_context(UPSTREAM_RULES[cid][1]())
                 report = _kdesched_report(replay, Path(run.policy_file))
             ours = [Eviction(e["strategy"], e["namespace"], e["pod"], e["node"]) for e in report["evictions"]]
             if not compare(run.seed, ours, run.upstream, owners):
