@@ -76,6 +76,7 @@ def summarize(results: Sequence[dc.SeedResult]) -> dict[str, Any]:
         return {"runs": len(rs), "sameEvictionCount": same_count, "allCountsAgree": sum(1 for r in rs if r.agree),
                 "explained": sum(1 for r in rs if not r.agree and r.accepted),
                 "unexplained": sum(1 for r in rs if not r.accepted),
+                "redrawn": sum(1 for r in rs if r.upstream_cycles > 1),
                 "kdeschedEvictions": sum(len(r.kdesched) for r in rs),
                 "upstreamEvictions": sum(len(r.upstream) for r in rs)}
 
@@ -92,9 +93,9 @@ def summarize(results: Sequence[dc.SeedResult]) -> dict[str, Any]:
         "causes": dict(causes),
         "disagreements": [
             {"seed": r.seed, "strategy": r.strategy, "kdesched": len(r.kdesched), "upstream": len(r.upstream),
-             "causes": list(r.causes), "unaccepted": not r.accepted,
+             "causes": list(r.causes), "unaccepted": not r.accepted, "upstreamCycles": r.upstream_cycles,
              "differences": [str(d) for d in r.differences]}
-            for r in runs if not r.agree
+            for r in runs if not r.agree or r.upstream_cycles > 1
         ],
     }
 
@@ -116,7 +117,8 @@ def print_report(summary: dict[str, Any], elapsed: float, out: Any = sys.stdout)
         w(f"  every count agrees         {r['allCountsAgree']:4d}  {_pct(r['allCountsAgree'], r['runs'])}"
           "   (total, per strategy, per node, per owner)\n")
         w(f"  differ, documented cause   {r['explained']:4d}\n")
-        w(f"  differ, NOT ACCEPTED       {r['unexplained']:4d}   (no documented cause, or a kdesched bug)\n\n")
+        w(f"  differ, NOT ACCEPTED       {r['unexplained']:4d}   (no documented cause, or a kdesched bug)\n")
+        w(f"  upstream re-drawn          {r['redrawn']:4d}   (another upstream cycle was needed; the last one counts)\n\n")
     w("per strategy (alone):\n")
     w(f"  {'STRATEGY':46} {'RUNS':>4} {'EVICTING':>8} {'KDESCHED':>8} {'UPSTREAM':>8} {'AGREE':>5} "
       f"{'EXPLAINED':>9} {'NOT ACC.':>8}\n")
@@ -133,7 +135,8 @@ def print_report(summary: dict[str, Any], elapsed: float, out: Any = sys.stdout)
         cause = ", ".join(d["causes"]) or "UNEXPLAINED"
         if any(dc.CAUSES[c].kind == dc.BUG for c in d["causes"]):
             cause += " (a kdesched bug: NOT accepted)"
-        w(f"  seed {d['seed']} {label}: kdesched {d['kdesched']}, upstream {d['upstream']} -> {cause}\n")
+        again = f" (upstream cycle {d['upstreamCycles']})" if d["upstreamCycles"] > 1 else ""
+        w(f"  seed {d['seed']} {label}: kdesched {d['kdesched']}, upstream {d['upstream']}{again} -> {cause}\n")
         if not d["causes"] or d["unaccepted"]:
             for diff in d["differences"]:
                 w(f"      {diff}\n")

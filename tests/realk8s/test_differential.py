@@ -56,11 +56,12 @@ def test_generated_clusters_are_deterministic_and_varied() -> None:
             seen["preferred-affinity"] += "preferredDuringSchedulingIgnoredDuringExecution" in affinity.get("nodeAffinity", {})
             seen["anti-affinity"] += "podAntiAffinity" in affinity
             seen["spread"] += bool(spec.get("topologySpreadConstraints"))
+            seen["mixed-priority-tier"] += "tier" in meta.get("labels", {}) and spec.get("priorityClassName") == "diff-low"
             seen["priority-class"] += bool(spec.get("priorityClassName"))
             seen["failed"] += p["status"]["phase"] == "Failed"
             seen["restarts"] += p["status"]["containerStatuses"][0]["restartCount"] >= dc.RESTART_THRESHOLD
     wanted = ("taint", "cordon", "pdb", "owner:ReplicaSet", "owner:StatefulSet", "owner:DaemonSet", "owner:Job",
-              "owner:bare", "required-affinity", "preferred-affinity", "anti-affinity", "spread", "priority-class",
+              "owner:bare", "required-affinity", "preferred-affinity", "anti-affinity", "spread", "mixed-priority-tier", "priority-class",
               "failed", "restarts")
     assert not [w for w in wanted if not seen[w]], seen
 
