@@ -276,7 +276,7 @@ def test_pending_pod_under_two_pdbs_is_planned() -> None:
 ], ids=["healthy", "healthy-with-one-allowed", "unhealthy", "desired-0", "unknown-health"])
 def test_not_ready_pod_goes_free_only_while_the_budget_is_healthy(
         current: int | None, desired: int | None, allowed: int, expected: list[bool]) -> None:
-    state, counter, (ev,) = setup([x_pod("n", conditions=NOT_READY), x_pod("r"),
+    state, _counter, (ev,) = setup([x_pod("n", conditions=NOT_READY), x_pod("r"),
                                    health_pdb("x", allowed, current, desired)])
     pods = pods_by_name(state)
     assert [evict(ev, pods["n"]), evict(ev, pods["r"])] == expected

@@ -124,7 +124,9 @@ def test_default_policy_is_the_seed_articles_policy() -> None:
         "RemovePodsViolatingNodeTaints": RemovePodsViolatingNodeTaintsArgs(),
     }
     example = load_policy(str(EXAMPLES / "default-v1alpha1.yaml"))
-    assert replace(example, source=policy.source) == policy
+    # the shipped copy adds only kdesched's safety switch (policy.safety: the shipped policies turn it on)
+    assert policy.kdesched == {"safety": {"enabled": True}}
+    assert replace(example, source=policy.source, kdesched=policy.kdesched) == policy
 
 
 BLOG_STYLE = '''\

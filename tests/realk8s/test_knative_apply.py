@@ -11,6 +11,7 @@ default or reject beyond the CRD schema is not covered.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.deploy import INSTALL_DIRS, REPO
 from tests.realk8s.controlplane import ControlPlane
 
 SCHEMAS = REPO / "tests" / "deploy" / "schemas"
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

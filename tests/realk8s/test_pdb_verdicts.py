@@ -6,12 +6,14 @@ PDB: a Pending, Succeeded or Failed pod, a pod already terminating, and a pod th
 while the budget is healthy (registry/core/pod/storage/eviction.go). Each case is loaded into the
 real API server with the real disruption controller computing PDB status; then the planner
 decides on a snapshot of that cluster, and kdesched's client sends the same evictions, in the same
-order, through the Eviction API. The expected verdicts document what this API server does; the
+order, through the Eviction API (and through the fake API server loaded with the same objects, so
+the fast tier's fake keeps to the real rules). The expected verdicts document what this API server does; the
 planner must match them one for one.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,8 @@ from kdesched.policy.types import DefaultEvictorArgs
 from kdesched.strategies.framework import ClusterState
 
 from tests.builders import NOW, snapshot
-from tests.realk8s.cluster import Cluster, pdb_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Proc, now_rfc3339
 
 NS = "pdb"
@@ -102,15 +105,45 @@ def _settled(cluster: Cluster, name: str, healthy: int) -> bool:
     return (pdb.get("status") or {}).get("currentHealthy") == healthy
 
 
-def _planner_verdicts(cluster: Cluster, case: Case) -> list[bool]:
+def _objects(cluster: Cluster) -> list[dict[str, Any]]:
     objects = [dict(o, kind="Node", apiVersion="v1") for o in cluster.api.get("/api/v1/nodes")["items"]]
     objects += [dict(o, kind="Pod", apiVersion="v1") for o in cluster.pods(NS)]
     objects += [dict(o, kind="PodDisruptionBudget", apiVersion="policy/v1")
                 for o in cluster.api.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets")["items"]]
+    return objects
+
+
+def _planner_verdicts(objects: list[dict[str, Any]], case: Case) -> list[bool]:
     state = ClusterState(snapshot(objects), NOW)
     evictor = PlanningEvictor(state, DefaultEvictor(DefaultEvictorArgs(), state), LimitCounter(Limits()))
     pods = {p.name: p for p in state.snapshot.pods}
     return [evictor.evict(pods[name], strategy="S", profile="p", reason="table") for name in case.order]
+
+
+def _fake_verdicts(objects: list[dict[str, Any]], case: Case) -> list[bool]:
+    """The same evictions against tests/fakeapi.py loaded with the real objects (PDB status as the
+    real disruption controller computed it): the fake must not promise what the real server does not."""
+    fake = FakeApiServer().start()
+    try:
+        fake.add(*copy.deepcopy(objects))
+        with KubeClient.for_host(fake.url) as client:
+            return _evict_all(client, {o["metadata"]["name"]: o["metadata"]["uid"] for o in objects
+                                       if o["kind"] == "Pod"}, case)
+    finally:
+        fake.stop()
+
+
+def _evict_all(client: KubeClient, uids: dict[str, str], case: Case) -> list[bool]:
+    verdicts = []
+    for name in case.order:
+        try:
+            client.evict_pod(NS, name, uid=uids[name], grace_period_seconds=None, annotations={})
+        except ApiError as exc:
+            assert exc.status in (429, 500), exc  # 429: budget; 500: more than one PDB (v1.24)
+            verdicts.append(False)
+            continue
+        verdicts.append(True)
+    return verdicts
 
 
 def _api_verdicts(control_plane: ControlPlane, cluster: Cluster, case: Case) -> list[bool]:
@@ -133,7 +166,10 @@ def _api_verdicts(control_plane: ControlPlane, cluster: Cluster, case: Case) -> 
 def test_planner_agrees_with_the_eviction_api(case: Case, control_plane: ControlPlane, cluster: Cluster,
                                               controller_manager: Proc) -> None:
     _load(cluster, case)
-    planned = _planner_verdicts(cluster, case)
+    objects = _objects(cluster)
+    planned = _planner_verdicts(objects, case)
+    faked = _fake_verdicts(objects, case)
     evicted = _api_verdicts(control_plane, cluster, case)
     assert evicted == list(case.verdicts), "the API server decided otherwise than documented here"
     assert planned == evicted
+    assert faked == evicted, "tests/fakeapi.py decides PDBs otherwise than the real API server"

@@ -190,6 +190,16 @@ def parse_event(text: str) -> tuple[str, str]:
     return etype, node
 
 
+def parity_policy(policy: Any) -> Any:
+    """``simulate`` / ``run`` without --event: the safety defaults apply only when the policy turns
+    them on (``kdesched.safety.enabled: true``, as the shipped policies do); a plain upstream policy
+    keeps upstream semantics (kdesched.policy.safety, Path.PARITY)."""
+    from kdesched.policy.control_plane import exclude_control_plane_taints, policy_safety
+    from kdesched.policy.safety import Path
+
+    return exclude_control_plane_taints(policy, policy_safety(policy, Path.PARITY))[0]
+
+
 # --- commands --------------------------------------------------------------------------------------
 
 
@@ -238,6 +248,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
+    else:
+        policy = parity_policy(policy)
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes)
     except PlanError as exc:
@@ -278,6 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
         return EXIT_RUNTIME
     freeze_heap()
+    policy = parity_policy(policy)
     try:
         plan = plan_run(policy, snapshot)
     except PlanError as exc:
