@@ -32,6 +32,7 @@ without a documented cause (``CAUSES``; docs/differences.md, "Measured against t
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -621,9 +622,11 @@ def parse_upstream_log(text: str) -> list[Eviction]:
     return out
 
 
+@functools.cache
 def k8s_bin_dir() -> Path | None:
     """Where the real binaries are, found as the control-plane fixture finds them
-    ($KDESCHED_K8S_BIN, then the kit beside the repository, unpacked into the cache); None when absent."""
+    ($KDESCHED_K8S_BIN, then the kit beside the repository, unpacked into the cache); None when absent.
+    Looked up once per process: the lookup verifies the kit's checksums (about 2 s)."""
     from tests.realk8s.controlplane import find_binaries
 
     found = find_binaries()

@@ -102,9 +102,20 @@ def test_replays_list_upstreams_choices_first_or_last_and_keep_every_object() ->
     back = dc._reordered(snapshot, ["n1"], [("ns", "a")], nodes_first=False, pods_first=False)
     assert (names(back, "Node"), names(back, "Pod")) == (["n2", "n3", "n1"], ["b", "c", "a"])
     listings = list(dc._listings(snapshot, ["n1"], [("ns", "a")], seed=3))
-    assert listings[0] == ((), snapshot) and len(listings) == 1 + 4 + dc.SHUFFLES
+    assert listings[0] == ((), snapshot) and len(listings) == 1 + 4 + 2 + dc.SHUFFLES
     assert all(sorted(map(str, listed["items"])) == sorted(map(str, snapshot["items"])) for _, listed in listings)
-    assert {tuple(names(listed, "Pod")) for _, listed in listings[5:]} != {("a", "b", "c")}
+    assert {tuple(names(listed, "Pod")) for _, listed in listings[7:]} != {("a", "b", "c")}
+
+
+def test_owner_grouped_replay_keeps_an_owners_pods_together_in_upstreams_order() -> None:
+    def pod(name: str, owner: str) -> dict[str, Any]:
+        return {"kind": "Pod", "metadata": {"namespace": "ns", "name": name,
+                                            "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "uid": owner}]}}
+
+    snapshot = {"items": [{"kind": "Node", "metadata": {"name": "n1"}},
+                          pod("a-1", "a"), pod("b-1", "b"), pod("a-2", "a"), pod("c-1", "c"), pod("b-2", "b")]}
+    _, listed = dc._owners_first(snapshot, ["n1"], [("ns", "b-2"), ("ns", "a-2")], nodes_first=True)
+    assert [i["metadata"]["name"] for i in listed["items"] if i["kind"] == "Pod"] == ["b-1", "b-2", "a-1", "a-2", "c-1"]
 
 
 def test_single_strategy_policies_keep_the_evictor_and_the_extension_point() -> None:
