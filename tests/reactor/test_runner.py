@@ -44,7 +44,9 @@ def taint_cluster(fake: FakeApiServer) -> None:
 def test_taints_changed_evicts_only_the_intolerant_pod_reading_only_that_node(fake_api: FakeApiServer,
                                                                              kube: KubeClient) -> None:
     taint_cluster(fake_api)
-    r = reactor(kube)
+    # reading only the node's pods is the rule without the safety defaults (which need every pod:
+    # see test_safety_defaults_read_every_pod_to_find_somewhere_to_go)
+    r = reactor(kube, {"safety": {"enabled": False}})
     fake_api.clear_journal()
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"taints": []},
                                                                    "after": {"taints": [TAINT]}})
@@ -181,3 +183,19 @@ def test_unknown_strategy_is_named() -> None:
     with pytest.raises(RequestError) as err:
         parse_run_request({"strategies": ["LowNodeUtilization", "Typo"]})
     assert "'Typo'" in str(err.value)
+
+
+def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    # the event path's safety defaults judge other nodes' usage and the workload's other pods
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", cpu="1"))
+    fake_api.add(pod_obj("intolerant", "n1", cpu="500m", owner_name="web"),
+                 pod_obj("hog", "n2", cpu="800m", owner_name="db"))
+    r = reactor(kube)
+    fake_api.clear_journal()
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    pod_lists = [q for q in fake_api.requests("GET") if q.path.endswith("/pods")]
+    assert pod_lists and not any("spec.nodeName" in str(q.query) for q in pod_lists)
+    assert evicted(fake_api) == [] and out["evictions"] == []
+    assert [b["pod"] for b in out["blocked"]] == ["intolerant"]
+    assert "nowhere to go" in out["blocked"][0]["reason"] and "insufficient cpu" in out["blocked"][0]["reason"]
+    assert any("safety defaults" in n for n in out["notes"])

@@ -127,6 +127,17 @@ def _reactor_settings(policy: Any) -> Any:
     return ReactorSettings.from_policy(policy)
 
 
+def _safety(policy: Any, event_path: bool) -> Any:
+    """The run's safety mode (kdesched.policy.safety): the policy's switch, else the command's default."""
+    from kdesched.policy.safety import Path
+
+    try:
+        settings = _reactor_settings(policy)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return settings.safety.resolve(Path.EVENT if event_path else Path.PARITY)
+
+
 # --- commands --------------------------------------------------------------------------------------
 
 
@@ -162,8 +173,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
+    safety = _safety(policy, event_path=bool(args.event))
     try:
-        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes)
+        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
@@ -176,12 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kdesched.cli.output import write_report
     from kdesched.engine import PlanError, execute_plan, plan_run
     from kdesched.evictor.execute import LiveExecutor, RecordingExecutor
+    from kdesched.evictor.waves import LiveWorkloads, WaveSettings
     from kdesched.kube.client import KubeClient
     from kdesched.kube.errors import ApiError, ConfigError, Unavailable
     from kdesched.kube.snapshot import load_live_snapshot
 
     started = time.perf_counter()
     policy = load_policy_arg(args.policy, args.profile)
+    safety = _safety(policy, event_path=False)
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context)
     except ConfigError as exc:
@@ -193,13 +207,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_RUNTIME
     freeze_heap()
     try:
-        plan = plan_run(policy, snapshot)
+        plan = plan_run(policy, snapshot, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     executor = RecordingExecutor() if args.dry_run else LiveExecutor(client)
+    # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements
     report = execute_plan(plan, executor, dry_run=args.dry_run, trigger="run",
                           grace_period_seconds=policy.grace_period_seconds,
-                          failure_events=policy.eviction_failure_event_notification, started=started)
+                          failure_events=policy.eviction_failure_event_notification, started=started,
+                          reader=LiveWorkloads(client),
+                          waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
     write_report(report, args.output, sys.stdout)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
@@ -253,6 +270,12 @@ examples:
   kdesched run --dry-run
   kdesched policy validate policy.yaml
 
+modes (printed in every report): simulate and run decide exactly as upstream for a plain policy
+(upstream parity); serve, the functions and simulate --event apply kdesched's safety defaults
+(somewhere to go, at most maxUnavailable pods of a workload unavailable at once, evictions in
+waves). kdesched.safety.enabled: true|false in the policy overrides both; the shipped policies
+turn them on.
+
 exit codes: 0 ok, 1 runtime failure, 2 bad input (the message names the file and field)
 """
 
@@ -280,7 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", parents=[common], help="decide on a cluster snapshot file, evict nothing",
                          description="Run the whole decision offline on a cluster snapshot and print what would be "
-                                     "evicted. Nothing is contacted; the output is what `kdesched run` would do.",
+                                     "evicted. Nothing is contacted; the output is what `kdesched run` would do. "
+                                     "Mode: upstream parity for a plain policy; kdesched's safety defaults (somewhere "
+                                     "to go, per-workload pacing, shown as waves) with --event or when the policy "
+                                     "sets kdesched.safety.enabled: true.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("cluster", metavar="CLUSTER",
                      help="snapshot file: YAML or JSON, a v1 List or several documents of Node, Pod, "
@@ -299,7 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="one full pass against a live cluster",
                          description="Read the cluster, decide with every strategy of the policy, and evict through "
-                                     "the Eviction API with retries (what the upstream descheduler Job does).")
+                                     "the Eviction API with retries (what the upstream descheduler Job does). Mode: "
+                                     "upstream parity for a plain policy; with kdesched.safety.enabled: true, "
+                                     "kdesched's safety defaults: somewhere to go, and evictions in waves that wait "
+                                     "for each workload's replacements to be Ready (replacementTimeoutSeconds).")
     run.add_argument("--policy", metavar="FILE", help=policy_help)
     run.add_argument("--profile", metavar="NAME", action="append", default=[], help=profile_help)
     run.add_argument("--kubeconfig", metavar="FILE",

@@ -31,6 +31,7 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.plugins import PLUGINS
+from kdesched.policy.safety import Path
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import digest_of
@@ -276,6 +277,8 @@ class Reactor:
         with self._history_lock:
             history.merge(self._unsaved)
         all_pods, why = needs_all_pods(policy, scope.strategies)
+        if not all_pods and self.settings.safety.resolve(Path.EVENT).enabled:
+            all_pods, why = True, "safety defaults: somewhere to go and per-workload pacing read every pod"
         snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
         report, recorded = self._plan_and_execute(policy, snapshot, scope.strategies, scope.nodes, dry_run,
                                                   history, kind)
@@ -335,13 +338,15 @@ class Reactor:
                                        workload_seconds=self.settings.cooldown_workload_seconds,
                                        node_seconds=self.settings.cooldown_node_seconds, consume=True)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
-                            nodes=nodes, gate=gate)
+                            nodes=nodes, gate=gate, safety=self.settings.safety.resolve(Path.EVENT))
             for why in refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             if guard is not None and guard.lost:
                 raise LockBusy("the Lease was lost while deciding; not evicting")
             if self.stop.is_set():
                 raise ShuttingDown("shutting down: plan abandoned before evicting")
+            # the event path never waits for replacements inside a run: held evictions are reported
+            # "paced" and the next run re-decides (evictor/waves.py)
             report = execute_plan(plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
                                   grace_period_seconds=policy.grace_period_seconds,
                                   failure_events=policy.eviction_failure_event_notification, started=started)
