@@ -37,14 +37,15 @@ def write_table(report: RunReport, out: TextIO) -> None:
         _table(rows, out)
     if steps and pacing is not None and pacing.waves > 1:
         out.write("\nWAVES (wave N of a workload starts once its wave N-1 replacements are Ready)\n")
-        for wave in report.waves_json():
-            after = "at once" if wave["wave"] == 0 else f"after {', '.join(wave['workloads'])} are back at their Ready count"
-            out.write(f"wave {wave['wave']} ({after}): {', '.join(wave['evictions'])}\n")
+        for w in report.waves_json():
+            when = ("at once" if w["wave"] == 0 else
+                     f"once the replacements of wave {w['wave'] - 1} are Ready: {', '.join(w['workloads'])}")
+            out.write(f"wave {w['wave']} ({when}): {', '.join(w['evictions'])}\n")
     else:
         out.write(f"No evictions{mode}.\n")
     blocked = list(report.plan.refusals)
     if blocked:
-        out.write("\nKEPT (a strategy wanted to evict, a budget or limit said no)\n")
+        out.write("\nKEPT (a strategy wanted to evict, a budget, limit or safety check said no)\n")
         rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", "WHY"]]
         for r in blocked:
             rows.append([r.pod.namespace, r.pod.name, r.pod.node_name, r.strategy, r.reason])

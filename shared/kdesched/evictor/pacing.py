@@ -240,7 +240,10 @@ class Pacer:
 
     def destination(self, pod: Pod) -> tuple[Node | None, str]:
         """The node the pod would most likely land on (most free CPU among those that fit), or
-        None and why no other Ready node fits it."""
+        None and why no other Ready node fits it. A terminal (Failed/Succeeded) pod is not running:
+        removing it takes nothing down, so it needs no destination (None, "")."""
+        if pod.terminal:
+            return None, ""
         best: Node | None = None
         best_free = -1
         reasons: list[str] = []
@@ -274,8 +277,8 @@ class Pacer:
             self._reserved_pods.setdefault(destination.name, []).append(pod)
         dest = destination.name if destination is not None else ""
         workload = workload_of(pod)
-        if workload is None:
-            step = PacedStep(None, 0, 0, dest)
+        if workload is None or pod.terminal:  # a terminal pod is unavailable already: nothing to pace
+            step = PacedStep(workload, 0, 0, dest)
         else:
             pacing = self.pacing_of(workload, pod)
             n = self._planned.get(workload, 0)

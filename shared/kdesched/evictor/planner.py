@@ -135,7 +135,7 @@ class PlanningEvictor:
         destination = None
         if self.pacer is not None:
             destination, nowhere = self.pacer.destination(pod)
-            if destination is None:
+            if nowhere:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere))
                 log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, nowhere)
                 return False
