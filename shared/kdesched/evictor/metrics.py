@@ -9,12 +9,11 @@ an embedding process can expose it next to its own.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
-
-import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
