@@ -199,3 +199,36 @@ def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeAp
     assert [b["pod"] for b in out["blocked"]] == ["intolerant"]
     assert "nowhere to go" in out["blocked"][0]["reason"] and "insufficient cpu" in out["blocked"][0]["reason"]
     assert any("safety defaults" in n for n in out["notes"])
+
+
+def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(fake_api: FakeApiServer,
+                                                                              kube: KubeClient) -> None:
+    import time as _time
+
+    ready = [{"type": "Ready", "status": "True"}]
+
+    def web(name: str, node: str, **kw: Any) -> dict[str, Any]:
+        return pod_obj(name, node, owner_name="web-7d9f8", labels={"app": "web", "pod-template-hash": "7d9f8"}, **kw)
+
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
+    fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n1", conditions=ready))
+    r = reactor(kube, {"cooldown": {"workloadSeconds": 0, "nodeSeconds": 0}})
+    assert r.paced_recheck_seconds == 10.0  # the shortest delay; longer when cool-downs are set
+    r.paced_recheck_seconds = 0.05
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
+                                                                   ("web-7d9f8-b", "paced")]
+    assert any("repeated in 0.05s" in n for n in out["notes"])
+    # the ReplicaSet's replacement exists but is not Ready: repeats keep pacing, evict nothing
+    fake_api.add(web("web-7d9f8-c", "n2", phase="Pending"))
+    _time.sleep(0.5)
+    assert evicted(fake_api) == ["web-7d9f8-a"]
+    replacement = fake_api.get("Pod", "web-7d9f8-c", "default")
+    assert replacement is not None
+    replacement["status"].update(phase="Running", conditions=ready)
+    fake_api.update(replacement)
+    deadline = _time.monotonic() + 20
+    while evicted(fake_api) != ["web-7d9f8-a", "web-7d9f8-b"] and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+    assert evicted(fake_api) == ["web-7d9f8-a", "web-7d9f8-b"]
+    r.stop.set()

@@ -68,6 +68,7 @@ log = logging.getLogger("kdesched.reactor")
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 MAX_TRIGGERS_LISTED = 20
+PACED_RECHECK_SECONDS = 10.0  # shortest delay before a node-scoped run with paced evictions is repeated
 
 
 class RequestError(ValueError):
@@ -185,6 +186,12 @@ class Reactor:
         self.active_runs = 0
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
+        # paced evictions of node-scoped runs: the run is repeated later (never waited for in a run)
+        cooldown = max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds)
+        self.paced_recheck_seconds = max(PACED_RECHECK_SECONDS, cooldown)
+        self._paced_lock = threading.Lock()
+        self._paced_progress: dict[str, float] = {}  # node-run key -> when it last evicted (monotonic)
+        self._paced_scheduled: set[str] = set()
 
     # -- public entry points ----------------------------------------------------------------------
     def node_event(self, trigger: Trigger, data: Any) -> dict[str, Any]:
@@ -289,7 +296,51 @@ class Reactor:
         base = self._base(report, scope.strategies, triggers)
         base["notes"] = [scope.reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
                          *base.get("notes", [])]
+        self._repeat_if_paced(f"{kind}/{node}", reqs[-1], base)
         return base
+
+    def _repeat_if_paced(self, key: str, req: _NodeReq, base: dict[str, Any]) -> None:
+        """A node-scoped run that held evictions back (``paced``) is repeated once the workloads may
+        have their replacements Ready and the cool-downs allow the next eviction, on a timer: no
+        lock, request or thread waits for it. The repeat re-decides from fresh state; the chain
+        stops when nothing is paced, or when a workload made no progress within
+        max(replacementTimeoutSeconds, the delay). A restart loses the timer, not the safety: the
+        next event or sweep re-decides the same way."""
+        evictions = base.get("evictions", [])
+        now = time.monotonic()
+        delay = self.paced_recheck_seconds
+        with self._paced_lock:
+            if not any(e.get("result") == "paced" for e in evictions) or self.stop.is_set():
+                self._paced_progress.pop(key, None)
+                return
+            if any(e.get("result") == "evicted" for e in evictions) or key not in self._paced_progress:
+                self._paced_progress[key] = now
+            bound = max(self.settings.safety.replacement_timeout_seconds, delay)
+            if now - self._paced_progress[key] >= bound:
+                self._paced_progress.pop(key, None)
+                base.setdefault("notes", []).append(
+                    f"paced evictions: no progress for {bound:g}s; left to the next event or sweep")
+                return
+            if key in self._paced_scheduled:
+                return
+            self._paced_scheduled.add(key)
+        base.setdefault("notes", []).append(f"paced evictions: this run is repeated in {delay:g}s, when the "
+                                            "replacements may be Ready and the cool-downs allow the next eviction")
+        again = _NodeReq(Trigger(req.trigger.type, f"{req.trigger.id}/paced", req.trigger.source,
+                                 req.trigger.node), req.changed_labels)
+        timer = threading.Timer(delay, self._repeat, (key, again))
+        timer.daemon = True
+        timer.start()
+
+    def _repeat(self, key: str, req: _NodeReq) -> None:
+        with self._paced_lock:
+            self._paced_scheduled.discard(key)
+        if self.stop.is_set():
+            return
+        try:
+            self.node_events.get(key).submit(req)
+        except Exception as exc:  # noqa: BLE001 - best effort: the next event or sweep re-decides
+            log.warning("repeating the paced run %s failed: %s", key, exc)
 
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
