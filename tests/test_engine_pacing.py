@@ -39,8 +39,8 @@ def simulate(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(out)
 
 
-def test_simulate_event_shows_the_waves(capsys: pytest.CaptureFixture[str]) -> None:
-    report = simulate(capsys, SEED_TAINT, "--event", EVENT)
+def test_simulate_event_shows_the_waves(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    report = simulate(capsys, SEED_TAINT, "--event", EVENT, "--policy", policy_file(tmp_path, None))
     assert report["summary"]["safety"]["enabled"] is True and "event path" in report["summary"]["safety"]["why"]
     rows = [(e["pod"], e["result"], e["wave"], e["workload"], e.get("waitsFor")) for e in report["evictions"]]
     assert rows == [("shop-84c5b9f6d-9wt5k", "dry-run", 0, "Deployment default/shop", None),
@@ -64,6 +64,12 @@ def test_the_policy_switch_wins_both_ways(capsys: pytest.CaptureFixture[str], tm
     assert [e["wave"] for e in on["evictions"]] == [0, 1] and "policy" in on["summary"]["safety"]["why"]
     off = simulate(capsys, SEED_TAINT, "--event", EVENT, "--policy", policy_file(tmp_path, {"enabled": False}))
     assert off["summary"]["safety"]["enabled"] is False and "pacing" not in off["summary"]
+
+
+def test_the_shipped_default_policy_turns_the_safety_defaults_on(capsys: pytest.CaptureFixture[str]) -> None:
+    report = simulate(capsys, SEED_TAINT)
+    assert report["summary"]["safety"] == {"enabled": True, "why": "kdesched.safety.enabled: true in the policy"}
+    assert [e["wave"] for e in report["evictions"]] == [0, 1]
 
 
 def test_simulate_table_names_the_mode_and_the_waves(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -123,8 +123,11 @@ def test_default_policy_is_the_seed_articles_policy() -> None:
         "RemovePodsViolatingNodeAffinity": RemovePodsViolatingNodeAffinityArgs((REQ,)),
         "RemovePodsViolatingNodeTaints": RemovePodsViolatingNodeTaintsArgs(),
     }
+    # the seed articles' policy, plus the switch that turns kdesched's safety defaults on (a shipped policy)
+    assert policy.kdesched == {"safety": {"enabled": True}}
     example = load_policy(str(EXAMPLES / "default-v1alpha1.yaml"))
-    assert replace(example, source=policy.source) == policy
+    assert example.kdesched == {}
+    assert replace(example, source=policy.source, kdesched=policy.kdesched) == policy
 
 
 BLOG_STYLE = '''\
