@@ -82,3 +82,44 @@ def test_in_cluster_without_service_account(no_env: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     with pytest.raises(ConfigError, match="in-cluster configuration"):
         KubeClient.from_config()
+
+
+def test_kubeconfig_impersonation_fields_become_headers(fake_api: FakeApiServer, tmp_path: Path,
+                                                        no_env: Path) -> None:
+    # the official loader drops `as`; acting as the underlying (admin) identity instead would be a
+    # silent privilege escalation, so kdesched sends the Impersonate-* headers itself
+    path = write_kubeconfig(tmp_path / "kc.yaml", {"fake": fake_api.url}, "fake")
+    config = yaml.safe_load(path.read_text())
+    config["users"][0]["user"].update({"as": "system:serviceaccount:ns:sa", "as-groups": ["team"],
+                                       "as-uid": "u-1", "as-user-extra": {"scopes.example/x": ["a"]}})
+    path.write_text(yaml.safe_dump(config))
+    KubeClient.from_config(str(path)).list_raw("Node")
+    headers = fake_api.requests()[0].headers
+    assert headers["authorization"] == "Bearer token-fake"
+    assert headers["impersonate-user"] == "system:serviceaccount:ns:sa"
+    assert headers["impersonate-group"] == "team"
+    assert headers["impersonate-uid"] == "u-1"
+    assert headers["impersonate-extra-scopes.example%2fx"] == "a"
+
+
+def test_no_impersonation_headers_without_as(fake_api: FakeApiServer, tmp_path: Path, no_env: Path) -> None:
+    path = write_kubeconfig(tmp_path / "kc.yaml", {"fake": fake_api.url}, "fake")
+    KubeClient.from_config(str(path)).list_raw("Node")
+    assert not [h for h in fake_api.requests()[0].headers if h.startswith("impersonate-")]
+
+
+@pytest.mark.parametrize(("fields", "match"), [
+    ({"as-groups": ["g"]}, "without 'as'"),
+    ({"as": ["x"]}, "'as' must be a string"),
+    ({"as": "x", "as-groups": "g"}, "'as-groups' must be a list of strings"),
+    ({"as": "x", "as-user-extra": {"k": "v"}}, "'as-user-extra' must map"),
+])
+def test_bad_impersonation_fields_name_the_field(tmp_path: Path, no_env: Path, fields: dict[str, object],
+                                                 match: str) -> None:
+    path = write_kubeconfig(tmp_path / "kc.yaml", {"a": "http://127.0.0.1:9"}, "a")
+    config = yaml.safe_load(path.read_text())
+    config["users"][0]["user"].update(fields)
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=match) as info:
+        KubeClient.from_config(str(path))
+    assert str(path) in str(info.value)

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 import urllib3
-from kdesched.kube.config import host_configuration, load_configuration
+from kdesched.kube.config import Impersonation, host_configuration, load_configuration, load_impersonation
 from kdesched.kube.errors import (
     ApiError,
     Gone,
@@ -117,8 +117,9 @@ class KubeClient:
     """Raw-JSON access to the API server for the kinds kdesched reads and the verbs it uses."""
 
     def __init__(self, api_client: ApiClient, *, request_timeout: float | None = 60.0,
-                 reporting_instance: str | None = None) -> None:
+                 reporting_instance: str | None = None, impersonation: Impersonation | None = None) -> None:
         self.api_client = api_client
+        self.impersonation = impersonation
         self.request_timeout = request_timeout
         self.reporting_instance = reporting_instance or os.environ.get("POD_NAME") or socket.gethostname()
         self._lock = threading.Lock()
@@ -129,7 +130,8 @@ class KubeClient:
     @classmethod
     def from_config(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """Explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config (ConfigError if none)."""
-        return cls(ApiClient(configuration=load_configuration(kubeconfig, context)))
+        configuration = load_configuration(kubeconfig, context)
+        return cls(ApiClient(configuration=configuration), impersonation=load_impersonation(kubeconfig, context))
 
     @classmethod
     def for_host(cls, url: str, *, request_timeout: float | None = 10.0) -> KubeClient:
@@ -177,9 +179,16 @@ class KubeClient:
             method=method, resource_path=path, query_params=query or [], header_params=headers,
             body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
         )
+        sent: Mapping[str, str] = header_params
+        if self.impersonation is not None:
+            # a multi-valued header (one Impersonate-Group line per group): urllib3 sends each value
+            multi = urllib3.HTTPHeaderDict(header_params)
+            for key, value in self.impersonation.headers():
+                multi.add(key, value)
+            sent = multi
         self._count(requests=1)
         try:
-            resp = self.api_client.call_api(method, url, header_params, serialized, post_params,
+            resp = self.api_client.call_api(method, url, sent, serialized, post_params,
                                             _request_timeout=timeout if timeout is not None else self.request_timeout)
         except ApiException as exc:
             raise error_from_api_exception(exc) from None
