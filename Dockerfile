@@ -10,8 +10,9 @@
 # Build:  docker build -t my.registry/kdesched:0.1.0 .
 # Run:    docker run --rm -e KDESCHED_FUNCTION=deadletter -p 8080:8080 my.registry/kdesched:0.1.0
 #
-# Two stages: the builder makes a virtual environment in /opt/venv with the exact dependency
-# versions pinned in pyproject.toml and kdesched itself; the final stage copies only that venv
+# Two stages: the builder makes a virtual environment in /opt/venv with the exact versions of the
+# whole transitive runtime set locked, with hashes, in requirements.lock, and kdesched itself
+# (no dependency re-resolved); the final stage copies only that venv
 # onto a fresh base, so no pip cache, no build frontend, no sources and no compilers ship.
 # Every dependency ships as a wheel for this platform, so neither stage installs system packages.
 # tests/deploy/test_dockerfile.py checks these properties and replays the builder's RUN steps.
@@ -27,14 +28,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-# Dependencies first, in their own layer (rebuilt only when pyproject.toml changes): exactly the
-# `==` pins of [project].dependencies.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt
-RUN /opt/venv/bin/pip install --no-cache-dir -r requirements.txt
+# Dependencies first, in their own layer (rebuilt only when the lock changes): every package of
+# requirements.lock at its exact version, each file checked against its recorded hash, so two
+# builds of this Dockerfile install the same bytes. The lock is written by pip-compile from
+# pyproject.toml's ranges; tests/deploy/test_dockerfile.py checks that it still covers them.
+COPY requirements.lock ./
+RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes -r requirements.lock
 # Then kdesched itself (a regular, non-editable install; the build backend from
 # [build-system] runs in pip's throw-away isolated environment).
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY functions ./functions
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps .

@@ -1,5 +1,5 @@
 """Benchmarks for kdesched: a synthetic cluster generator and a per-phase timing harness.
 
-Why: DESIGN.md promises a 150,000-pod decision in seconds; these tools make that claim
+Why: kdesched's target is a 150,000-pod decision in seconds; these tools make that claim
 measurable and repeatable on any machine (``python bench/bench_simulate.py``).
 """

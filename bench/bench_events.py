@@ -1,10 +1,11 @@
 """API cost of one event: a node-scoped run (``taints.changed`` on one node) versus a full run.
 
 Why: the point of event-driven descheduling at scale is that one node's change must not cost a
-cluster-wide LIST (users.md §5, upstream #671). This serves a synthetic 500-node cluster (30 pods
-per node, bench/generate.py) from the in-repo fake API server (tests/fakeapi.py, real HTTP on
-127.0.0.1) and counts the API requests and bytes the reactor reads for each kind of run, through
-the real ``kubernetes`` client. Runs are dry-runs, so every scenario sees the same cluster.
+cluster-wide LIST (https://github.com/kubernetes-sigs/descheduler/issues/671). This serves a
+synthetic 500-node cluster (30 pods per node, bench/generate.py) from the in-repo fake API
+server (tests/fakeapi.py, real HTTP on 127.0.0.1) and counts the API requests and bytes the
+reactor reads for each kind of run, through the real ``kubernetes`` client. Runs are dry-runs,
+so every scenario sees the same cluster.
 
 Run: ``python bench/bench_events.py [--nodes 500] [--pods-per-node 30] [--repeat 3]``.
 """

@@ -2,7 +2,7 @@
 
 Why: the kube layer must be tested through the real ``kubernetes`` client over real HTTP (paths,
 query strings, Status bodies, chunked watch streams), and the behaviour a descheduler depends on
-is exactly what existing fakes skip (see reference/style-anchors.md §5): ``fieldSelector``
+is exactly what existing fakes skip: ``fieldSelector``
 ``spec.nodeName``, label selectors, the eviction subresource with PDB 429s and uid preconditions,
 Lease optimistic concurrency and watch 410s. This implements only those endpoints, in memory, on
 127.0.0.1 with a random port, plus a request journal and per-request scripted failures.

@@ -3,7 +3,7 @@ health and metrics endpoints, JSON logs, and the runtime (policy, settings, API 
 
 Why: Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
-way (DESIGN.md "what a function must get right"):
+way:
 
 =====================================================  =========================================
 outcome                                                answer

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 KNATIVE = REPO / "knative"
 KUSTOMIZATION = "kustomization.yaml"
 
-# The directories an operator applies with `kubectl apply -k` (README.md, "Deploying on Knative").
+# The directories an operator applies with `kubectl apply -k` (docs/deploying.md, "Deploying on Knative").
 INSTALL_DIRS = {
     "knative": KNATIVE,
     "dry-run": KNATIVE / "dry-run",

@@ -13,16 +13,21 @@ from that installed copy.
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.deploy import REPO, find, install, knative_services, main_container
 
@@ -143,14 +148,123 @@ def test_final_stage_has_no_build_tools() -> None:
     assert copies == ["--from=builder /opt/venv /opt/venv"], f"the final stage copies only the venv: {copies}"
 
 
-def test_builder_installs_from_the_pinned_project_metadata() -> None:
-    runs = " ".join(BUILDER.all("RUN"))
-    assert "-r requirements.txt" in runs and "['project']['dependencies']" in runs
-    assert "--no-deps ." in runs, "kdesched itself must not re-resolve its dependencies"
+def test_builder_installs_exactly_the_lock_then_kdesched_without_resolving() -> None:
+    copies = [args.split() for args in BUILDER.all("COPY")]
+    installs = [run for run in BUILDER.all("RUN") if "pip install" in run]
+    assert len(installs) == 2, f"two pip steps, the lock then kdesched: {installs}"
+    locked, own = installs
+    assert re.search(r"--require-hashes -r requirements\.lock$", locked), locked
+    assert ["requirements.lock", "./"] in copies, "the lock must be copied before it is installed"
+    assert own.endswith("--no-deps ."), "kdesched itself must not re-resolve its dependencies"
+    first_copy_of_sources = min(i for i, c in enumerate(copies) if "shared" in c)
+    assert copies.index(["requirements.lock", "./"]) < first_copy_of_sources, (
+        "copy the lock before the sources, so a source change does not reinstall the dependencies")
+
+
+# -- the lock: every runtime dependency, its whole transitive set, exact versions and hashes ---------
+
+LOCK = REPO / "requirements.lock"
+
+
+@dataclass(frozen=True)
+class Locked:
+    version: str
+    hashes: tuple[str, ...]
+
+
+def parse_lock(text: str) -> dict[str, Locked]:
+    """``name==version`` entries of a pip-compile --generate-hashes file, by canonical name."""
+    entries: dict[str, Locked] = {}
+    logical = re.sub(r"\\\n", " ", text)
+    for line in logical.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})*)$", line)
+        assert m, f"requirements.lock: not an exact pin with hashes: {line[:120]!r}"
+        name = canonicalize_name(m.group(1))
+        assert name not in entries, f"requirements.lock: {name} twice"
+        entries[name] = Locked(m.group(2), tuple(re.findall(r"sha256:([0-9a-f]{64})", m.group(3))))
+    return entries
+
+
+def project() -> dict[str, Any]:
     import tomllib
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
-    assert deps and all(re.match(r"^[A-Za-z0-9_.-]+==[0-9][^,;<>=!~*]*$", d) for d in deps), (
-        f"pyproject.toml must pin every runtime dependency exactly: {deps}")
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def runtime_requirements() -> list[Requirement]:
+    return [Requirement(r) for r in project()["dependencies"]]
+
+
+def installed_requires(name: str) -> list[Requirement]:
+    """A distribution's own requirements, from the metadata of the copy installed here."""
+    try:
+        return [Requirement(r) for r in importlib.metadata.requires(name) or []]
+    except importlib.metadata.PackageNotFoundError:
+        raise AssertionError(f"{name} is in requirements.lock but not installed here; "
+                             "install the project ('pip install .[test]') to read its metadata") from None
+
+
+def applies(req: Requirement, extras: frozenset[str]) -> bool:
+    if req.marker is None:
+        return True
+    return any(req.marker.evaluate({"extra": extra}) for extra in (extras or {""}))
+
+
+def lock_problems(lock: dict[str, Locked], roots: list[Requirement],
+                  requires: Callable[[str], list[Requirement]]) -> list[str]:
+    """What is wrong with a lock for these root requirements: a root missing or outside its range,
+    a requirement of a locked package missing or outside its range (the lock is not closed), a
+    package nothing needs (stale), a package without hashes."""
+    problems = [f"{name}=={entry.version}: no hashes" for name, entry in lock.items() if not entry.hashes]
+    reached: set[str] = set()
+    todo: list[tuple[Requirement, str]] = [(r, "pyproject.toml") for r in roots if applies(r, frozenset())]
+    seen_edges: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        req, needed_by = todo.pop()
+        name = canonicalize_name(req.name)
+        entry = lock.get(name)
+        if entry is None:
+            problems.append(f"{name} ({req}, needed by {needed_by}) is not in the lock")
+            continue
+        if not req.specifier.contains(entry.version, prereleases=True):
+            problems.append(f"{name}=={entry.version} is outside {req} (needed by {needed_by})")
+        reached.add(name)
+        extras = frozenset(req.extras)
+        if (name, extras) in seen_edges:
+            continue
+        seen_edges.add((name, extras))
+        todo += [(sub, name) for sub in requires(name) if applies(sub, extras)]
+    problems += [f"{name}=={lock[name].version}: nothing needs it" for name in sorted(set(lock) - reached)]
+    return problems
+
+
+def test_pyproject_keeps_ranges_and_the_lock_the_exact_versions() -> None:
+    for req in runtime_requirements():
+        operators = {spec.operator for spec in req.specifier}
+        assert "==" not in operators and "===" not in operators, (
+            f"{req}: the library declares a compatible range; the exact pin belongs in requirements.lock")
+        assert operators & {">=", "~="} and operators & {"<", "~="}, f"{req}: give a lower and an upper bound"
+
+
+def test_lock_covers_every_runtime_dependency_and_is_closed() -> None:
+    lock = parse_lock(LOCK.read_text(encoding="utf-8"))
+    assert lock_problems(lock, runtime_requirements(), installed_requires) == []
+    assert "kdesched" not in lock, "the lock holds the dependencies, not kdesched itself"
+
+
+def test_lock_checker_finds_what_is_wrong() -> None:
+    lock = {"a": Locked("1.0", ("0" * 64,)), "b": Locked("2.5", ("1" * 64,)), "c": Locked("1.0", ()),
+            "old": Locked("1.0", ("2" * 64,))}
+    graph = {"a": [Requirement("b>=2,<3"), Requirement("d; extra == 'x'"),
+                   Requirement("e; python_version < '3'")],
+             "b": [Requirement("c")], "c": [], "old": []}
+    assert lock_problems(lock, [Requirement("a>=1,<2")], graph.__getitem__) == [
+        "c==1.0: no hashes", "old==1.0: nothing needs it"]
+    assert lock_problems(lock, [Requirement("a[x]>=1.1")], graph.__getitem__) == [
+        "c==1.0: no hashes", "a==1.0 is outside a[x]>=1.1 (needed by pyproject.toml)",
+        "d (d; extra == \"x\", needed by a) is not in the lock", "old==1.0: nothing needs it"]
 
 
 def test_runtime_environment() -> None:

@@ -2,9 +2,9 @@
 
 Why: a typo in a Knative manifest (`containerConcurency`, `timeoutSecond: "300"`) is otherwise
 found only when `kubectl apply` reaches a cluster with Knative installed, or worse, silently
-pruned by the API server. The CRDs come from ../shared/schemas/knative/ (the reference kit beside
-the repository) when it is there, else from the vendored copy in tests/deploy/schemas/; when both
-exist they must be identical.
+pruned by the API server. The CRDs are the vendored copy in tests/deploy/schemas/ (its SOURCES.md
+names the knative/serving and knative/eventing commits they come from); a development setup that
+keeps the same kit in a sibling folder is preferred when present, and both must be identical.
 
 The CRD schemas are turned into strict JSON Schemas: where a schema lists `properties` and does
 not say `x-kubernetes-preserve-unknown-fields`, unknown keys are errors (the API server would

@@ -36,7 +36,7 @@ APISERVER = ("dev.knative.apiserver.resource.add", "dev.knative.apiserver.resour
 PING = "dev.knative.sources.ping"
 RUN_COMPLETED = "dev.kdesched.run.completed"
 
-# function -> the CloudEvent types a Trigger routes to it (DESIGN.md's event table).
+# function -> the CloudEvent types a Trigger routes to it (docs/reactor.md's event table).
 FUNCTION_TYPES: dict[str, frozenset[str]] = {
     "classifier": frozenset(APISERVER),
     "rebalance": frozenset({"dev.kdesched.node.added", "dev.kdesched.node.ready"}),

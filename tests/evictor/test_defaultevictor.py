@@ -1,4 +1,4 @@
-"""DefaultEvictor (reference §1): one table row per filter step and argument.
+"""DefaultEvictor (upstream v0.36): one table row per filter step and argument.
 
 Each row builds real API objects, parses them through the model, and asks the evictor about one
 pod (named "p"); the expected value is whether Filter (or PreEvictionFilter) lets it through. A

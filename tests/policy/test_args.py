@@ -1,4 +1,4 @@
-"""Plugin args parsing: every validation rule of reference §1/§3, defaults, and all-errors-at-once."""
+"""Plugin args parsing: every validation rule of upstream v0.36, defaults, and all-errors-at-once."""
 
 from __future__ import annotations
 

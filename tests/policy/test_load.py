@@ -1,4 +1,4 @@
-"""Policy loading: v1alpha2 (strict), v1alpha1 conversion (reference §4), ConfigMap wrapping,
+"""Policy loading: v1alpha2 (strict), v1alpha1 conversion (as upstream v0.27-v0.30), ConfigMap wrapping,
 the default policy, priority-class resolution, and bad input -> PolicyError only."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def errors_of(doc: Any) -> list[str]:
     return info.value.errors
 
 
-# --------------------------------------------------------------------------- reference §4 examples
+# --------------------------------------------------------------------------- upstream conversion examples
 
 def test_reference_v1alpha2_example() -> None:
     policy = load_policy(str(EXAMPLES / "v1alpha2-cleanup.yaml"))

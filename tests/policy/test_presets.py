@@ -1,4 +1,4 @@
-"""OpenShift presets: the operator's rendering (openshift-profiles.md §1-§3, §6), the CRD's
+"""OpenShift presets: the operator's rendering (openshift/cluster-kube-descheduler-operator), the CRD's
 combination rules (§2), the Profiles/KubeDescheduler documents, and merge_policies."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HighNodeUtilization: every argument and algorithm step of reference §3 (sources, destinations,
+"""HighNodeUtilization: every argument and algorithm step of upstream v0.36 (sources, destinations,
 skip rules, ascending order, the available-capacity stop, evictionModes, evictableNamespaces),
 limits, PDB budgets and plan-awareness.
 

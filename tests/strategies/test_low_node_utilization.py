@@ -1,4 +1,4 @@
-"""LowNodeUtilization: every argument and algorithm step (1)-(6) of reference §3, the limits,
+"""LowNodeUtilization: every argument and algorithm step (1)-(6) of upstream v0.36, the limits,
 PDB budgets, plan-awareness and the deliberate refusal of metrics sources.
 
 Nodes are 4 CPU / 16Gi / 110 pods unless a row says otherwise; pods request 400m (10 %) each, so

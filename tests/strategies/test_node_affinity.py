@@ -1,4 +1,4 @@
-"""RemovePodsViolatingNodeAffinity: both modes, every argument and algorithm step of reference §3."""
+"""RemovePodsViolatingNodeAffinity: both modes, every argument and algorithm step of upstream v0.36."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RemovePodsViolatingNodeTaints: every argument and algorithm step of reference §3."""
+"""RemovePodsViolatingNodeTaints: every argument and algorithm step of upstream v0.36."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NodeFit (reference §0): each predicate in upstream order, first failure wins, plan-aware usage."""
+"""NodeFit (upstream v0.36): each predicate in upstream order, first failure wins, plan-aware usage."""
 
 from __future__ import annotations
 

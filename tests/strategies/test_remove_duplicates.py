@@ -1,4 +1,4 @@
-"""RemoveDuplicates: every argument and algorithm step (1)-(5) of reference §3, the limits, PDB
+"""RemoveDuplicates: every argument and algorithm step (1)-(5) of upstream v0.36, the limits, PDB
 budgets, plan-awareness, and the seed story (a third node joins) together with LowNodeUtilization."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RemovePodsViolatingTopologySpreadConstraint: steps 1-4 of reference §3, every argument, no oscillation."""
+"""RemovePodsViolatingTopologySpreadConstraint: upstream v0.36 steps 1-4, every argument, no oscillation."""
 
 from __future__ import annotations
 

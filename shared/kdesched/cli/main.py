@@ -1,6 +1,6 @@
 """``kdesched``: simulate, run, serve, function and policy commands.
 
-Exit codes (DESIGN.md contract): 0 success, 2 bad input (the message names the file and the
+Exit codes (a contract, docs/cli.md): 0 success, 2 bad input (the message names the file and the
 field), 1 runtime failure (API server unreachable, a strategy crashed...). Bad input never prints
 a traceback. Heavy imports (the kubernetes client, Flask) happen only in the commands that need
 them, so ``simulate`` starts fast.

@@ -1,4 +1,4 @@
-"""Rendering run reports for people (table) and tools (JSON, the contract of DESIGN.md).
+"""Rendering run reports for people (table) and tools (JSON, the contract in docs/cli.md).
 
 Why separate: the same report is printed by ``simulate`` and ``run`` and returned by functions;
 the JSON shape is a contract other tools parse, the table is for an operator at a terminal.

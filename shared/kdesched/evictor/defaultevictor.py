@@ -1,4 +1,4 @@
-"""DefaultEvictor (reference §1): which pods may be evicted at all, and why not.
+"""DefaultEvictor (upstream v0.36): which pods may be evicted at all, and why not.
 
 Why: this is the safety net every strategy relies on (system-critical, DaemonSet, local-storage,
 bare pods, PDB-less pods, young pods...). It is pure: it reads the plan-aware cluster state and

@@ -6,7 +6,7 @@ must be rejected here too, with every problem reported at once. Each ``parse_*``
 returns ``(args, errors)``: ``args`` is ``None`` whenever ``errors`` is non-empty. Messages are
 ``<where>: <field path>: <problem>`` where ``where`` names profile and plugin.
 
-Defaults are upstream's (reference descheduler.md §1 and §3). Deliberate differences, all
+Defaults are upstream's (descheduler v0.36; docs/strategies.md). Deliberate differences, all
 stricter than upstream and each about a value upstream would silently ignore:
 
 * ``nodeAffinityType`` values other than the two affinity kinds are errors (upstream logs and
@@ -423,7 +423,7 @@ def _done(fields: Fields, errors: list[str], build: Callable[[], T]) -> tuple[T 
 # --------------------------------------------------------------------------- DefaultEvictor
 
 def parse_default_evictor(raw: Any, where: str) -> tuple[DefaultEvictorArgs | None, list[str]]:
-    """DefaultEvictor args (reference §1), with the effective protections computed.
+    """DefaultEvictor args (upstream v0.36), with the effective protections computed.
 
     ``priorityThreshold`` defaults to ``{value: 2000000000}`` as upstream's policy loader sets it;
     a ``name`` is kept for :func:`kdesched.policy.load.resolve_priority_thresholds`.
@@ -615,9 +615,9 @@ def parse_low_node_utilization(raw: Any, where: str) -> tuple[LowNodeUtilization
         prometheus = source == PROMETHEUS
         metrics = MetricsUtilization(source=source, metrics_server=metrics_server, prometheus_query=query)
         if source or metrics_server:
-            # Deliberate difference (README): kdesched decides on requests only. Refusing here makes
-            # `policy validate` and every command exit 2 naming the field, instead of a run that
-            # silently balances on something other than what the operator configured.
+            # Deliberate difference (docs/differences.md): kdesched decides on requests only.
+            # Refusing here makes `policy validate` and every command exit 2 naming the field, instead
+            # of a run that silently balances on something other than what the operator configured.
             mu.error("source" if source else "metricsServer",
                      f"{source or 'metricsServer'} utilization is not supported by kdesched, which balances on "
                      "pod requests; remove metricsUtilization and use cpu/memory/pods thresholds")

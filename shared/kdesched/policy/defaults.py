@@ -1,10 +1,11 @@
 """kdesched's default policy: what runs when no ``--policy`` is given.
 
-Why: DESIGN.md promises the policy of the seed articles (RemoveDuplicates, LowNodeUtilization
+Why: without a policy kdesched uses the one of the seed articles (RemoveDuplicates, LowNodeUtilization
 cpu/memory/pods 20 -> 50, RemovePodsViolatingInterPodAntiAffinity, RemovePodsViolatingNodeAffinity
 required, RemovePodsViolatingNodeTaints). It ships as package data written in v1alpha1, the way
 those articles write it, and goes through the same loader as any user file, so the default can
-never drift from what a user would get by passing the same file.
+never drift from what a user would get by passing the same file. (The seed articles are the
+descheduling articles kdesched grew out of; their four stories are ``examples/seed-*``.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why: many operators know the descheduler only through the OpenShift presets
 (``AffinityAndTaints``, ``LifecycleAndUtilization``, ...). kdesched reproduces the operator's
-rendering (reference openshift-profiles.md §1-§3, §6) so ``--profile NAME`` or a presets file
+rendering (github.com/openshift/cluster-kube-descheduler-operator) so ``--profile NAME`` or a presets file
 means exactly what the KubeDescheduler CR means on OpenShift, including its quirks:
 
 * protected namespaces = ``kube-system``, ``hypershift``, ``openshift`` and every ``openshift-*``

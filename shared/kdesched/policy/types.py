@@ -37,7 +37,7 @@ class PriorityThreshold:
     name: str | None = None
 
 
-# DefaultEvictor protections (reference §1).
+# DefaultEvictor protections (upstream v0.36).
 DEFAULT_PROTECTIONS = frozenset({"PodsWithLocalStorage", "DaemonSetPods", "SystemCriticalPods", "FailedBarePods"})
 EXTRA_PROTECTIONS = frozenset({"PodsWithPVC", "PodsWithoutPDB", "PodsWithResourceClaims"})
 

@@ -1,8 +1,9 @@
 """Legacy ``descheduler/v1alpha1`` policies, converted to v1alpha2 exactly as upstream v0.27-v0.30 did.
 
 Why: the blog posts, Helm values and ConfigMaps that people still copy (and the seed articles
-kdesched's default policy comes from) are v1alpha1, which upstream stopped reading in v0.31.
-kdesched keeps reading them, with upstream's conversion rules (reference §4):
+kdesched's default policy comes from, see ``examples/seed-*``) are v1alpha1, which upstream
+stopped reading in v0.31.
+kdesched keeps reading them, with upstream's conversion rules:
 
 * each *enabled* strategy becomes its own profile ``strategy-<Name>-profile`` holding a
   DefaultEvictor (the top-level ``evict*``/``ignorePvcPods`` flags, the strategy's ``nodeFit`` —
@@ -34,7 +35,7 @@ from kdesched.policy.plugins import PLUGINS
 
 API_VERSION = "descheduler/v1alpha1"
 
-# Strategy name -> the extension point its plugin runs at (reference §3).
+# Strategy name -> the extension point its plugin runs at (upstream v0.36).
 STRATEGIES: Mapping[str, str] = {
     name: next(iter(PLUGINS[name].extension_points))
     for name in (

@@ -2,7 +2,7 @@
 
 Why: one table decides what every event runs, for the Knative functions, ``kdesched serve`` and
 ``kdesched simulate --event`` alike, so the three can never disagree. The map is a documented
-default (DESIGN.md) that the policy's ``kdesched.events`` block can override per event type.
+default (docs/reactor.md) that the policy's ``kdesched.events`` block can override per event type.
 
 Two rules the map needs beyond "type -> names":
 

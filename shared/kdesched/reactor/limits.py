@@ -4,8 +4,8 @@ Why: upstream's limits are per cycle, and an event-driven descheduler has no cyc
 in a minute would each get a fresh per-run budget. Token buckets (global, per node, per
 namespace) bound evictions per unit of time, and the eviction history (owner uid -> last eviction,
 node -> last eviction) keeps a cool-down so the next event does not evict a workload's replacement
-pods before the scheduler has placed them (users.md §1 items 3 and 6). Both plug into the engine's
-``gate=`` hook; a refusal is reported in the run report as blocked, with the reason.
+pods before the scheduler has placed them (upstream descheduler issues #1712, #994). Both plug
+into the engine's ``gate=`` hook; a refusal is reported in the run report as blocked, with the reason.
 
 The history is persisted as compact JSON in an annotation of the coordination Lease (see
 :mod:`kdesched.reactor.coordination`) so every instance sees it.

@@ -1,4 +1,4 @@
-"""RemoveFailedPods (reference §3): clean up pods in phase ``Failed``.
+"""RemoveFailedPods (upstream v0.36): clean up pods in phase ``Failed``.
 
 Why: failed pods (evicted by the kubelet, OOM-killed Jobs, ``UnexpectedAdmissionError``, node
 shutdown) stay in the API until someone deletes them; they clutter ``kubectl get pods``, hold IP

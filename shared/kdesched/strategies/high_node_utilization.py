@@ -1,4 +1,4 @@
-"""HighNodeUtilization (Balance, reference §3): empty underutilized nodes so their pods pack onto
+"""HighNodeUtilization (Balance, upstream v0.36): empty underutilized nodes so their pods pack onto
 the others and the cluster autoscaler can remove the emptied nodes.
 
 Why: the counterpart of LowNodeUtilization for bin-packing clusters (usually together with the

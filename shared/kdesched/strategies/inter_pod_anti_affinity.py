@@ -1,4 +1,4 @@
-"""RemovePodsViolatingInterPodAntiAffinity (reference §3): evict pods whose required anti-affinity is violated.
+"""RemovePodsViolatingInterPodAntiAffinity (upstream): evict pods whose required anti-affinity is violated.
 
 Why: required pod anti-affinity is enforced only at scheduling time. Two pods that must not share
 a node (or a zone) can end up together after labels change, after a pod without the term was

@@ -1,4 +1,4 @@
-"""LowNodeUtilization (Balance, reference §3): move pods off overutilized nodes while there is
+"""LowNodeUtilization (Balance, upstream v0.36): move pods off overutilized nodes while there is
 room on underutilized ones.
 
 Why: after a node joins or recovers, the scheduler only places *new* pods on it; this strategy

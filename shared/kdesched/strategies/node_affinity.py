@@ -1,4 +1,4 @@
-"""RemovePodsViolatingNodeAffinity (reference §3): evict pods whose node no longer suits their node affinity.
+"""RemovePodsViolatingNodeAffinity (upstream): evict pods whose node no longer suits their node affinity.
 
 Why: node affinity is checked only when a pod is scheduled. When a node loses a label (or a pod's
 preferred node appears), running pods stay where they are; this strategy moves them. kdesched runs

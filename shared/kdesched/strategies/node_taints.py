@@ -1,4 +1,4 @@
-"""RemovePodsViolatingNodeTaints (reference §3): evict pods that no longer tolerate their node's taints.
+"""RemovePodsViolatingNodeTaints (upstream v0.36): evict pods that no longer tolerate their node's taints.
 
 Why: the scheduler checks taints only when it places a pod. A ``NoSchedule`` taint added later
 (maintenance, a node problem handler, a dedicated pool) leaves the pods already there running;

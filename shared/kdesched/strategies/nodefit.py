@@ -1,4 +1,4 @@
-"""NodeFit (reference §0): would the scheduler accept this pod on that node, given the plan so far?
+"""NodeFit (upstream v0.36): would the scheduler accept this pod on that node, given the plan so far?
 
 Why: nodeFit (DefaultEvictor), RemovePodsViolatingNodeAffinity, TopologySpread and others ask it;
 it reads plan-aware usage, so capacity freed or taken by planned evictions counts.

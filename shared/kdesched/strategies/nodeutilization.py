@@ -1,4 +1,4 @@
-"""Shared math of LowNodeUtilization and HighNodeUtilization (reference §3, upstream
+"""Shared math of LowNodeUtilization and HighNodeUtilization (upstream v0.36
 ``pkg/framework/plugins/nodeutilization``): usage percentages, classification, deviation
 thresholds, capacity caps, and the eviction loop that moves pods off source nodes.
 

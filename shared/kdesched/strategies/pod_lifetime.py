@@ -1,4 +1,4 @@
-"""PodLifeTime (reference §3, the v0.36 argument set): evict pods that are too old, or stuck in a
+"""PodLifeTime (upstream, the v0.36 argument set): evict pods that are too old, or stuck in a
 given state, condition or exit code.
 
 Why: long-lived pods drift (leaked memory, stale DNS, old node placement) and pods stuck in

@@ -1,4 +1,4 @@
-"""RemoveDuplicates (Balance, reference §3): spread the pods of one owner (same namespace, owner
+"""RemoveDuplicates (Balance, upstream v0.36): spread the pods of one owner (same namespace, owner
 kind/name and container images) evenly over the nodes they can run on.
 
 Why: when a node joins, the replicas that piled up on the old nodes stay there; evicting the

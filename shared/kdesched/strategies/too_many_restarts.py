@@ -1,4 +1,4 @@
-"""RemovePodsHavingTooManyRestarts (reference §3): evict pods whose containers keep restarting.
+"""RemovePodsHavingTooManyRestarts (upstream v0.36): evict pods whose containers keep restarting.
 
 Why: a pod in a crash loop may be stuck on a node whose local conditions (a broken volume mount,
 a bad kernel module, a node-local network problem) make it fail; recreating it elsewhere is often

@@ -1,4 +1,4 @@
-"""RemovePodsViolatingTopologySpreadConstraint (reference §3): re-balance pods across topology domains.
+"""RemovePodsViolatingTopologySpreadConstraint (upstream v0.36): re-balance pods across topology domains.
 
 Why: the scheduler honours ``topologySpreadConstraints`` only when it places a pod. After a zone
 outage the replacements crowd the surviving zones and stay there when the zone returns; a node
