@@ -24,7 +24,7 @@ from typing import Any
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor
 from kdesched.evictor.metrics import mark_workload_below, workloads_below
-from kdesched.evictor.pacing import Pacer, PacingPlan, workload_status
+from kdesched.evictor.pacing import PacedStep, Pacer, PacingPlan, workload_status
 from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor, Refusal
 from kdesched.evictor.waves import WaveSettings, WorkloadReader, execute_waves
 from kdesched.model.gcpause import paused_gc
@@ -112,13 +112,15 @@ class RunReport:
         rows = [o.to_json() for o in self.outcomes]
         if pacing is None or len(pacing.steps) != len(rows):
             return rows
+        by_wave: dict[tuple[Any, int], list[str]] = {}
+        for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
+            if s.workload is not None:
+                by_wave.setdefault((s.workload, s.wave), []).append(f"{e.pod.namespace}/{e.pod.name}")
         out: list[dict[str, Any]] = []
         for row, step in zip(rows, pacing.steps, strict=True):
             extra: dict[str, Any] = {"wave": step.wave, "workload": str(step.workload) if step.workload else ""}
             if step.wave > 0:
-                extra["waitsFor"] = [f"{e.pod.namespace}/{e.pod.name}"
-                                     for e, s in zip(self.plan.evictions, pacing.steps, strict=True)
-                                     if s.workload == step.workload and s.wave == step.wave - 1]
+                extra["waitsFor"] = list(by_wave.get((step.workload, step.wave - 1), ()))
             if step.destination:
                 extra["likelyDestination"] = step.destination
             out.append({**row, **extra})
@@ -130,9 +132,11 @@ class RunReport:
         pacing = self.plan.pacing
         if pacing is None:
             return []
+        grouped: list[list[tuple[PlannedEviction, PacedStep]]] = [[] for _ in range(pacing.waves)]
+        for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
+            grouped[s.wave].append((e, s))
         waves: list[dict[str, Any]] = []
-        for k in range(pacing.waves):
-            members = [(e, s) for e, s in zip(self.plan.evictions, pacing.steps, strict=True) if s.wave == k]
+        for k, members in enumerate(grouped):
             waves.append({"wave": k, "evictions": [f"{e.pod.namespace}/{e.pod.name}" for e, _ in members],
                           "after": "" if k == 0 else f"the replacements of wave {k - 1} of each workload are Ready",
                           "workloads": sorted({str(s.workload) for _, s in members if s.workload})})

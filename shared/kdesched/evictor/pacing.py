@@ -27,13 +27,14 @@ from typing import Any
 from kdesched.model.records import Node, OwnerRef, Pod
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState
-from kdesched.strategies.nodefit import node_fit_failure
+from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
 
 MAX_UNAVAILABLE_ANNOTATION = "kdesched.dev/max-unavailable"
 """Per-workload override, set on the pod template (a count ``"2"`` or a percentage ``"25%"``)."""
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 MAX_REASONS_SHOWN = 3
+RESORT_EVERY = 512  # admissions between re-sorting the destinations by free CPU (an estimate either way)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -173,6 +174,11 @@ class Pacer:
         self._reserved: dict[str, dict[str, int]] = {}  # node -> requests of pods planned to land there
         self._reserved_pods: dict[str, list[Pod]] = {}
         self._nodes: list[Node] | None = None
+        self._since_sort = RESORT_EVERY
+        self._order_version = 0
+        # pod template (selector, required node affinity, tolerations) -> (order version, the nodes
+        # that pass the static checks in the current order, the static failures)
+        self._static: dict[Any, tuple[int, list[Node], list[tuple[str, str]]]] = {}
 
     # -- workloads -------------------------------------------------------------------------------
     def pods_of(self, workload: Workload) -> list[Pod]:
@@ -211,10 +217,49 @@ class Pacer:
         return known
 
     # -- somewhere to go ---------------------------------------------------------------------------
+    def _free_cpu(self, node: Node) -> int:
+        return node.allocatable.get("cpu", 0) - self.state.usage(node.name).get("cpu", 0) \
+            - self._reserved.get(node.name, {}).get("cpu", 0)
+
     def _destinations(self) -> list[Node]:
-        if self._nodes is None:
-            self._nodes = sorted((n for n in self.state.snapshot.nodes.values() if n.ready), key=lambda n: n.name)
+        """Ready nodes, most free CPU first (re-sorted every RESORT_EVERY admissions, so the order
+        is close to exact while a large run costs a few sorts, not a scan of every node per pod)."""
+        if self._nodes is None or self._since_sort >= RESORT_EVERY:
+            nodes = self._nodes if self._nodes is not None else [
+                n for n in self.state.snapshot.nodes.values() if n.ready]
+            self._nodes = sorted(nodes, key=lambda n: (-self._free_cpu(n), n.name))
+            self._since_sort = 0
+            self._order_version += 1
         return self._nodes
+
+    def _candidates(self, pod: Pod) -> tuple[list[Node], list[tuple[str, str]]]:
+        """Ready nodes that pass NodeFit's static checks for this pod, most free CPU first, and
+        the static failures (cached per pod template: thousands of replicas share one)."""
+        order = self._destinations()
+        aff = pod.affinity.node_required if pod.affinity is not None else None
+        key: Any = (frozenset(pod.node_selector.items()), aff, pod.tolerations)
+        try:
+            cached = self._static.get(key)
+        except TypeError:  # an unhashable spec part: no caching for this pod
+            key, cached = None, None
+        if cached is not None and cached[0] == self._order_version:
+            return cached[1], cached[2]
+        if cached is not None:  # same template, new order: re-order the known passing nodes
+            passing = {n.name for n in cached[1]}
+            result = ([n for n in order if n.name in passing], cached[2])
+        else:
+            ok: list[Node] = []
+            failures: list[tuple[str, str]] = []  # (node, why)
+            for node in order:
+                why = static_fit_failure(pod, node)
+                if why is None:
+                    ok.append(node)
+                else:
+                    failures.append((node.name, why))
+            result = (ok, failures)
+        if key is not None:
+            self._static[key] = (self._order_version, result[0], result[1])
+        return result
 
     def _reservation_failure(self, pod: Pod, node: Node) -> str | None:
         reserved = self._reserved.get(node.name)
@@ -239,27 +284,21 @@ class Pacer:
         return None
 
     def destination(self, pod: Pod) -> tuple[Node | None, str]:
-        """The node the pod would most likely land on (most free CPU among those that fit), or
-        None and why no other Ready node fits it. A terminal (Failed/Succeeded) pod is not running:
-        removing it takes nothing down, so it needs no destination (None, "")."""
+        """The node the pod would most likely land on (the first that fits, most free CPU first),
+        or None and why no other Ready node fits it. A terminal (Failed/Succeeded) pod is not
+        running: removing it takes nothing down, so it needs no destination (None, "")."""
         if pod.terminal:
             return None, ""
-        best: Node | None = None
-        best_free = -1
+        candidates, static_failures = self._candidates(pod)
         reasons: list[str] = []
-        for node in self._destinations():
+        for node in candidates:
             if node.name == pod.node_name:
                 continue
-            why = node_fit_failure(pod, node, self.state) or self._reservation_failure(pod, node)
-            if why is not None:
-                reasons.append(why)
-                continue
-            free = node.allocatable.get("cpu", 0) - self.state.usage(node.name).get("cpu", 0) \
-                - self._reserved.get(node.name, {}).get("cpu", 0)
-            if free > best_free:
-                best, best_free = node, free
-        if best is not None:
-            return best, ""
+            why = dynamic_fit_failure(pod, node, self.state) or self._reservation_failure(pod, node)
+            if why is None:
+                return node, ""
+            reasons.append(why)
+        reasons += [why for name, why in static_failures if name != pod.node_name]
         if not reasons:
             return None, "nowhere to go: no other Ready node in the cluster"
         shown = "; ".join(reasons[:MAX_REASONS_SHOWN])
@@ -269,6 +308,7 @@ class Pacer:
     # -- waves -------------------------------------------------------------------------------------
     def admit(self, pod: Pod, destination: Node | None) -> PacedStep:
         """Record a planned eviction: reserve its destination and give it its wave."""
+        self._since_sort += 1
         if destination is not None:
             reserved = self._reserved.setdefault(destination.name, {"pods": 0})
             for res, amount in pod.requests.items():

@@ -110,16 +110,20 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
         for i, o in zip(batch, executor.pace([(evictions[i], why(i)) for i in batch]), strict=True):
             out[i] = o
 
+    by_wave: list[list[int]] = [[] for _ in range(pacing.waves)]
+    for i, s in enumerate(steps):
+        by_wave[s.wave].append(i)
     if dry_run:
-        for wave in range(pacing.waves):
-            run([i for i, s in enumerate(steps) if s.wave == wave])
+        for batch in by_wave:
+            run(batch)
         return [o for o in out if o is not None]
 
-    run([i for i, s in enumerate(steps) if s.wave == 0])
-    held: dict[Workload, list[list[int]]] = {}
-    for w in sorted({s.workload for s in steps if s.wave > 0 and s.workload is not None}):
-        waves = sorted({s.wave for s in steps if s.workload == w and s.wave > 0})
-        held[w] = [[i for i, s in enumerate(steps) if s.workload == w and s.wave == k] for k in waves]
+    run(by_wave[0])
+    batches: dict[Workload, dict[int, list[int]]] = {}
+    for i, s in enumerate(steps):
+        if s.wave > 0 and s.workload is not None:
+            batches.setdefault(s.workload, {}).setdefault(s.wave, []).append(i)
+    held = {w: [b[k] for k in sorted(b)] for w, b in sorted(batches.items())}
 
     def held_why(i: int) -> str:
         w = steps[i].workload
@@ -128,8 +132,8 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
 
     waiting = reader is not None and settings.budget_seconds != 0 and settings.timeout_seconds > 0
     if not waiting:
-        for batches in held.values():
-            pace([i for b in batches for i in b], held_why)
+        for waiting_batches in held.values():
+            pace([i for b in waiting_batches for i in b], held_why)
         return [o for o in out if o is not None]
     assert reader is not None
     start = clock()
