@@ -193,8 +193,9 @@ def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeAp
     r = reactor(kube)
     fake_api.clear_journal()
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
-    pod_lists = [q for q in fake_api.requests("GET") if q.path.endswith("/pods")]
-    assert pod_lists and not any("spec.nodeName" in str(q.query) for q in pod_lists)
+    pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
+    # the node's pods first (something to evict there?), then every pod
+    assert len(pod_lists) == 2 and "spec.nodeName=n1" in pod_lists[0] and "spec.nodeName" not in pod_lists[1]
     assert evicted(fake_api) == [] and out["evictions"] == []
     assert [b["pod"] for b in out["blocked"]] == ["intolerant"]
     assert "nowhere to go" in out["blocked"][0]["reason"] and "insufficient cpu" in out["blocked"][0]["reason"]
@@ -232,3 +233,16 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
         _time.sleep(0.05)
     assert evicted(fake_api) == ["web-7d9f8-a", "web-7d9f8-b"]
     r.stop.set()
+
+
+def test_safety_defaults_keep_the_node_only_read_when_the_node_has_nothing_to_evict(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"),
+                 pod_obj("tolerant", "n1", owner_name="api",
+                         tolerations=[{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]),
+                 pod_obj("elsewhere", "n2", owner_name="db"))
+    r = reactor(kube)
+    fake_api.clear_journal()
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
+    assert out["evictions"] == [] and len(pod_lists) == 1 and "spec.nodeName=n1" in pod_lists[0]

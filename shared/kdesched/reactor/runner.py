@@ -284,9 +284,15 @@ class Reactor:
         with self._history_lock:
             history.merge(self._unsaved)
         all_pods, why = needs_all_pods(policy, scope.strategies)
-        if not all_pods and self.settings.safety.resolve(Path.EVENT).enabled:
-            all_pods, why = True, "safety defaults: somewhere to go and per-workload pacing read every pod"
         snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
+        if not all_pods and self.settings.safety.resolve(Path.EVENT).enabled:
+            # somewhere to go needs other nodes' usage, pacing the workload's other pods: read them
+            # all, but only when the node's pods give the strategies something to evict
+            probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(self.wall_clock(), UTC),
+                             strategies=scope.strategies, nodes=scope.nodes)
+            if probe.evictions:
+                all_pods, why = True, "safety defaults: somewhere to go and per-workload pacing read every pod"
+                snapshot = self.loader(self.client, None, kinds_needed(policy))
         report, recorded = self._plan_and_execute(policy, snapshot, scope.strategies, scope.nodes, dry_run,
                                                   history, kind)
         if recorded:
