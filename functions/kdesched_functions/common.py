@@ -18,6 +18,12 @@ classifier cache not seeded
 anything else (a bug, RBAC forbids, bad kubeconfig)    500 + JSON
 =====================================================  =========================================
 
+Limits on input that can never succeed (checked before anything is parsed, answered 413/400 so
+Knative does not retry): a request body of at most :data:`MAX_BODY_BYTES` (4 MiB, Flask's
+``MAX_CONTENT_LENGTH``; a run report of 10,000 evictions is about 2 MiB) and JSON nested at most
+:data:`MAX_JSON_DEPTH` (64) levels deep (a kdesched event needs fewer than 10; Python's JSON
+parser would fail with RecursionError near 1,000).
+
 CloudEvents SDK 2.x (``cloudevents.core``) auto-fills ``id`` and ``specversion`` when they are
 absent, so the required attributes are checked on the wire before the SDK decodes the message.
 """
@@ -28,6 +34,7 @@ import base64
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -63,8 +70,12 @@ from kdesched.reactor.runner import Reactor, RequestError, Trigger
 from kdesched.reactor.settings import ReactorSettings
 from kdesched_functions import Function
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 log = logging.getLogger("kdesched.functions")
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_JSON_DEPTH = 64
 
 REQUIRED = ("id", "source", "type", "specversion")
 STRUCTURED = "application/cloudevents+json"
@@ -128,8 +139,32 @@ def _json_content_type(ct: str) -> bool:
     return base == "application/json" or base.endswith("+json") or base == "text/json"
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def json_depth_exceeds(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text nests arrays/objects more than ``limit`` deep (strings ignored), checked
+    without parsing it: a deep body must be refused before ``json.loads`` recurses into it."""
+    if body.count(b"[") + body.count(b"{") <= limit:  # the usual case: too few to nest that deep
+        return False
+    depth = 0
+    for match in _BRACKETS.finditer(_JSON_STRING.sub(b'""', body)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | None) -> Incoming:
     """Decode and validate one CloudEvent from an HTTP request (binary or structured mode)."""
+    if len(body) > MAX_BODY_BYTES:
+        raise HttpError(413, f"request body of {len(body)} bytes is over the limit of {MAX_BODY_BYTES}", "body")
+    if json_depth_exceeds(body):
+        raise _bad(f"JSON nested more than {MAX_JSON_DEPTH} levels deep; a kdesched event needs far fewer", "body")
     lower = {k.lower(): v for k, v in headers.items()}
     ctype = lower.get("content-type", "")
     base_ct = ctype.split(";", 1)[0].strip().lower()
@@ -241,6 +276,11 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
     """(status, message, field) for an exception raised while handling an event."""
     if isinstance(exc, HttpError):
         return exc.status, exc.message, exc.field
+    if isinstance(exc, RequestEntityTooLarge):  # Flask's MAX_CONTENT_LENGTH, before the body is read
+        return 413, f"request body over the limit of {MAX_BODY_BYTES} bytes", "body"
+    if isinstance(exc, HTTPException) and exc.code is not None and 400 <= exc.code < 500 \
+            and exc.code not in (404, 408, 409, 429):
+        return exc.code, str(exc.description or exc.name), ""
     if isinstance(exc, (RequestError, NodeInputError)):
         return 400, str(exc), getattr(exc, "field", "")
     if isinstance(exc, LockBusy):
@@ -257,6 +297,8 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
         return 500, f"cluster configuration: {exc}", ""
     if isinstance(exc, (PlanError, ModelError)):
         return 500, str(exc), ""
+    if isinstance(exc, RecursionError):  # a safety net: decode() refuses deep JSON before parsing
+        return 400, "input nested too deeply", ""
     return 500, f"internal error: {type(exc).__name__}: {exc}", ""
 
 
@@ -323,8 +365,9 @@ def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None 
         path = os.environ.get(POLICY_ENV)
         if path:
             from kdesched.policy.load import load_policy
+            from kdesched.reactor.settings import block_problems
 
-            policy = load_policy(path)
+            policy = load_policy(path, check_block=block_problems)  # plugin and kdesched: errors together
         else:
             from kdesched.policy.defaults import default_policy
 
@@ -346,6 +389,7 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
     """A Flask app serving one function at ``POST /`` plus /healthz, /readyz and /metrics."""
     app = Flask(f"kdesched.functions.{name}")
     app.config["KDESCHED_FUNCTION"] = name
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # Flask answers 413 before reading more
     inflight = threading.BoundedSemaphore(1000)
 
     @app.post("/")

@@ -14,9 +14,17 @@ import logging
 from typing import Any
 
 from flask import Flask
-from kdesched_functions import Function
-from kdesched_functions.common import Ack, Incoming, Result, create_function_app, decode_knative_error
 from kdesched.reactor.events import RUN_COMPLETED
+
+from kdesched_functions import Function
+from kdesched_functions.common import (
+    Ack,
+    HttpError,
+    Incoming,
+    Result,
+    create_function_app,
+    decode_knative_error,
+)
 
 NAME = "deadletter"
 log = logging.getLogger("kdesched.functions.deadletter")
@@ -26,6 +34,10 @@ def handle(incoming: Incoming) -> Result:
     failure = decode_knative_error(incoming.extensions)
     if incoming.type == RUN_COMPLETED and not failure:
         data = incoming.data if isinstance(incoming.data, dict) else {}
+        for key in ("evictions", "blocked"):
+            if data.get(key) is not None and not isinstance(data[key], list):
+                raise HttpError(400, f"data.{key}: must be a list of pods in a run.completed report, got "
+                                     f"{type(data[key]).__name__}", f"data.{key}")
         evictions = data.get("evictions") or []
         log.info("audit: run %s (trigger %s) evictions=%d blocked=%d dryRun=%s: %s", incoming.id,
                  json.dumps(data.get("trigger")), len(evictions), len(data.get("blocked") or []), data.get("dryRun"),

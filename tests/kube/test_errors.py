@@ -76,3 +76,22 @@ def test_api_exception_mapping() -> None:
     assert isinstance(err, NotFound) and err.message == 'pods "a" not found'
     tls = error_from_api_exception(ApiException(status=0, reason="SSLError\ncertificate verify failed"))
     assert isinstance(tls, Unavailable) and tls.status is None and "certificate verify failed" in tls.message
+
+
+def test_transport_failures_in_an_operators_words() -> None:
+    import urllib3
+    from kdesched.kube.errors import transport_reason, unavailable_from
+
+    refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", urllib3.exceptions.NewConnectionError(
+        None, "HTTPSConnection(host='127.0.0.1', port=1): Failed to establish a new connection: "
+              "[Errno 111] Connection refused"))
+    assert transport_reason(refused) == "connection refused"
+    assert str(unavailable_from(refused)).endswith("cannot connect: connection refused")
+    assert "MaxRetryError" not in str(unavailable_from(refused))
+    dns = urllib3.exceptions.MaxRetryError(None, "/", urllib3.exceptions.NameResolutionError(
+        "no-such-host.invalid", None, OSError(-2, "Name or service not known")))  # type: ignore[arg-type]
+    assert transport_reason(dns).startswith("the host name could not be resolved")
+    timeout = urllib3.exceptions.MaxRetryError(None, "/", urllib3.exceptions.ConnectTimeoutError(None, "timed out"))
+    assert transport_reason(timeout) == "timed out"
+    tls = urllib3.exceptions.MaxRetryError(None, "/", urllib3.exceptions.SSLError("CERTIFICATE_VERIFY_FAILED"))
+    assert transport_reason(tls).startswith("TLS handshake failed")

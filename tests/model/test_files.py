@@ -109,7 +109,7 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_stdin_that_is_not_utf8(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe kind: Node"), encoding="utf-8"))
-    with pytest.raises(ModelError, match="^<stdin>: cannot read"):
+    with pytest.raises(ModelError, match="^<stdin>: is not UTF-8 text .*offset 0"):
         load_snapshot("-")
 
 
@@ -120,7 +120,7 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         load_snapshot(str(tmp_path))
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes(b"kind: N\xe9ud\n")
-    with pytest.raises(ModelError, match="cannot read"):
+    with pytest.raises(ModelError, match="is not UTF-8 text .*offset 7"):
         load_snapshot(str(bad))
 
 

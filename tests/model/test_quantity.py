@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from kdesched.model.quantity import QuantityError, format_resource, parse_quantity, to_resource_int
+from kdesched.model.quantity import INT64_MAX, QuantityError, format_resource, parse_quantity, to_resource_int
 
 F = Fraction
 
@@ -59,7 +59,7 @@ def test_quantity_error_is_a_value_error_naming_the_input() -> None:
     [
         ("cpu", "1", 1000), ("cpu", "250m", 250), ("cpu", "0.1", 100), ("cpu", "1e-1", 100),
         ("cpu", "1n", 1), ("cpu", "0.0001", 1), ("cpu", "1001u", 2), ("cpu", "1.0005", 1001),
-        ("cpu", 2, 2000), ("cpu", "0", 0), ("cpu", "-1n", -1),
+        ("cpu", 2, 2000), ("cpu", "0", 0),
         ("memory", "1.5", 2), ("memory", "1Gi", 2**30), ("memory", "100M", 10**8), ("memory", "1m", 1),
         ("memory", "0.5Ki", 512), ("memory", "129e6", 129_000_000),
         ("pods", "110", 110), ("nvidia.com/gpu", "1", 1), ("ephemeral-storage", "1e3", 1000),
@@ -86,3 +86,28 @@ def test_format_resource(resource: str, value: int, expected: str) -> None:
 def test_format_resource_round_trips(resource: str, text: str) -> None:
     value = to_resource_int(resource, text)
     assert to_resource_int(resource, format_resource(resource, value)) == value
+
+
+@pytest.mark.parametrize("text", ["-5", "-1m", "-0.5Gi", "-1e3", -2])
+def test_negative_amounts_are_refused_as_the_api_server_does(text: str | int) -> None:
+    # kube-apiserver: "must be greater than or equal to 0" for requests, limits, overhead, capacity
+    with pytest.raises(QuantityError, match="must be greater than or equal to 0"):
+        to_resource_int("cpu", text)
+    with pytest.raises(QuantityError, match="must be greater than or equal to 0"):
+        to_resource_int("memory", text)
+
+
+@pytest.mark.parametrize(("resource", "text"), [
+    ("cpu", "1e400"), ("cpu", "9223372036854775807"), ("memory", "16Ei"), ("memory", "1e19"),
+    ("pods", "99999999999999999999999999999999999999"),
+])
+def test_amounts_past_int64_are_capped_at_int64(resource: str, text: str) -> None:
+    value = to_resource_int(resource, text)
+    assert value == INT64_MAX
+    assert float(value * 1000)  # a strategy's float arithmetic cannot overflow
+
+
+def test_zero_and_the_largest_int64_amount_are_kept() -> None:
+    assert to_resource_int("cpu", "0") == 0 and to_resource_int("cpu", "-0") == 0
+    assert to_resource_int("memory", "9223372036854775807") == INT64_MAX
+    assert to_resource_int("memory", "9223372036854775806") == INT64_MAX - 1

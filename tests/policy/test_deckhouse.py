@@ -23,7 +23,9 @@ DECKHOUSE_LNU = LowNodeUtilizationArgs(thresholds={"cpu": 40, "memory": 50, "pod
 
 def strategies(doc: Any) -> dict[str, Any]:
     policy = policy_from_mapping(doc, "values.yaml")
-    assert policy.api_version == "deckhouse.io/v1alpha1"
+    # the detected format is named as it is: only a ModuleConfig claims deckhouse.io/v1alpha1
+    claimed = doc.get("apiVersion")
+    assert policy.api_version == (claimed or "Deckhouse descheduler module values")
     return {name: p.plugin_args[name] for p in policy.profiles for name in p.deschedule + p.balance}
 
 

@@ -14,10 +14,15 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from kdesched import __version__
+
+if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
+    from kdesched.policy.types import Policy
+    from kdesched.reactor.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.cli")
 
@@ -36,7 +41,7 @@ class _JsonFormatter(logging.Formatter):
         import json
 
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
         }
         for key in ("profile", "strategy", "node", "pod", "namespace", "trigger"):
@@ -57,48 +62,112 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # urllib3 logs each transport retry as a WARNING in its own words ("Retrying (Retry(total=1...");
+    # kdesched reports the final failure itself, naming the server. Shown with -vv.
+    logging.getLogger("urllib3").setLevel(logging.DEBUG if verbosity > 1 else logging.ERROR)
 
 
 # --- shared helpers --------------------------------------------------------------------------------
 
 
 def parse_now(text: str | None) -> datetime:
-    if not text:
-        return datetime.now(timezone.utc)
+    """``--now``: an RFC 3339 time with its time zone (``Z`` or ``+02:00``); None = the real clock."""
+    if text is None:
+        return datetime.now(UTC)
     from kdesched.model.errors import ModelError
+    from kdesched.model.files import has_time_zone
     from kdesched.model.records import parse_time
 
+    example = "e.g. 2024-05-01T12:00:00Z"
+    if not text.strip():
+        raise InputError(f"--now: must be an RFC 3339 time, {example}; got an empty string")
     try:
         value = parse_time(text, "--now")
-    except ModelError as exc:
-        raise InputError(f"--now: {exc.message}") from None
+    except ModelError:
+        raise InputError(f"--now: must be an RFC 3339 time, {example}; got {text!r}") from None
+    if not has_time_zone(text):
+        raise InputError(f"--now: {text!r} has no time zone; RFC 3339 needs one, {example} or "
+                         f"2024-05-01T14:00:00+02:00")
     assert value is not None
     return value
 
 
-def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = ()) -> Any:
-    """The policy from ``--policy`` and/or ``--profile`` presets, or the default policy."""
+def simulation_clock(now_arg: str | None, taken_at: datetime | None) -> tuple[datetime, str]:
+    """The clock of ``simulate`` and where it came from: ``--now``, else the time the snapshot
+    recorded (``kdesched.dev/snapshot-time``), else the current time."""
+    from kdesched.model.files import SNAPSHOT_TIME
+
+    if now_arg is not None:
+        return parse_now(now_arg), "--now"
+    if taken_at is not None:
+        return taken_at, f"the snapshot's {SNAPSHOT_TIME} annotation"
+    return datetime.now(UTC), "the current time (the snapshot records no time)"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A policy checked as a whole (plugins and ``kdesched:`` block), and what it means for this run."""
+
+    policy: Policy
+    settings: ReactorSettings  # ``dry_run`` already resolved
+    dry_run: bool
+    dry_run_why: str
+    """Why the run is (or is not) a dry run, in the operator's words: ``--dry-run``, the policy's
+    ``kdesched.dryRun``, ``$KDESCHED_DRY_RUN`` (every one that applies), or why it is live."""
+
+
+def _dry_run_reasons(policy: Policy, flag: bool, source: str) -> list[str]:
+    from kdesched.reactor.settings import DRY_RUN_ENV
+
+    reasons = ["--dry-run"] if flag else []
+    if policy.kdesched.get("dryRun") is True:
+        reasons.append(f"kdesched.dryRun: true in {source}")
+    if os.environ.get(DRY_RUN_ENV, "").lower() in ("1", "true", "yes", "on"):
+        reasons.append(f"${DRY_RUN_ENV}={os.environ[DRY_RUN_ENV]}")
+    return reasons
+
+
+def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = (), *,
+                    dry_run_flag: bool = False) -> LoadedPolicy:
+    """The policy from ``path`` and/or ``--profile`` presets (else the default policy), validated
+    as a whole before anything else happens: plugin errors and ``kdesched:`` errors are one report
+    (InputError -> exit 2). The policy's ``kdesched.dryRun`` (and ``$KDESCHED_DRY_RUN``) make the run
+    a dry run; ``--dry-run`` can only add dry-run, never remove it."""
     from kdesched.policy.errors import PolicyError
+    from kdesched.reactor.settings import ReactorSettings, block_problems
 
     try:
+        base = None
+        if path:
+            from kdesched.policy.load import load_policy
+
+            # with presets, the event map is checked against the merged policy below
+            base = load_policy(path, check_block=(lambda raw, _: block_problems(raw, None)) if profiles
+                               else block_problems)
         if profiles:
             from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
 
             preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
-            if path:
-                from kdesched.policy.load import load_policy
+            policy = merge_policies(base, preset) if base is not None else preset
+        elif base is not None:
+            policy = base
+        else:
+            from kdesched.policy.defaults import default_policy
 
-                return merge_policies(load_policy(path), preset)
-            return preset
-        if path:
-            from kdesched.policy.load import load_policy
-
-            return load_policy(path)
-        from kdesched.policy.defaults import default_policy
-
-        return default_policy()
+            policy = default_policy()
+        settings = ReactorSettings.from_policy(policy)
     except PolicyError as exc:
         raise InputError(str(exc)) from None
+    source = "<stdin>" if path == "-" else (path or "the default policy")
+    reasons = _dry_run_reasons(policy, dry_run_flag, source)
+    dry_run = bool(reasons) or settings.dry_run
+    if dry_run:
+        why = " and ".join(reasons) or "the policy's kdesched settings"
+    else:
+        why = f"no --dry-run flag and no kdesched.dryRun in {source}"
+    from dataclasses import replace
+
+    return LoadedPolicy(policy, replace(settings, dry_run=dry_run), dry_run, why)
 
 
 def freeze_heap() -> None:
@@ -121,24 +190,22 @@ def parse_event(text: str) -> tuple[str, str]:
     return etype, node
 
 
-def _reactor_settings(policy: Any) -> Any:
-    from kdesched.reactor.settings import ReactorSettings
-
-    return ReactorSettings.from_policy(policy)
-
-
-def _safety(policy: Any, event_path: bool) -> Any:
+def _safety(loaded: LoadedPolicy, event_path: bool) -> Any:
     """The run's safety mode (kdesched.policy.safety): the policy's switch, else the command's default."""
     from kdesched.policy.safety import Path
 
-    try:
-        settings = _reactor_settings(policy)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    return settings.safety.resolve(Path.EVENT if event_path else Path.PARITY)
+    return loaded.settings.safety.resolve(Path.EVENT if event_path else Path.PARITY)
 
 
 # --- commands --------------------------------------------------------------------------------------
+
+
+def _stdin_once(*uses: tuple[str, str | None]) -> None:
+    """Refuse ``-`` (standard input) in more than one place: stdin can be read only once."""
+    readers = [name for name, value in uses if value == "-"]
+    if len(readers) > 1:
+        raise InputError(f"{' and '.join(readers)} both say '-' (standard input), which can be read only once; "
+                         f"give at least one of them as a file")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -149,13 +216,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kdesched.model.files import load_snapshot
 
     started = time.perf_counter()
-    now = parse_now(args.now)
+    _stdin_once(("CLUSTER", args.cluster), ("--policy", args.policy))
+    if args.now is not None:
+        parse_now(args.now)  # bad input is refused before anything is read
     try:
         snapshot = load_snapshot(args.cluster)
     except ModelError as exc:
         raise InputError(str(exc)) from None
     freeze_heap()
-    policy = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
+    now, clock_from = simulation_clock(args.now, snapshot.taken_at)
+    loaded = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
+    policy = loaded.policy
+    log.info("kdesched simulate: dry run (simulate never evicts); clock %s from %s", now.isoformat(), clock_from)
     strategies = nodes = None
     trigger = "simulate"
     if args.event:
@@ -166,21 +238,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             known = ", ".join(sorted(snapshot.nodes)[:10]) + (", ..." if len(snapshot.nodes) > 10 else "")
             raise InputError(f"--event {args.event}: node {node!r} is not in {args.cluster} (nodes: {known})")
         try:
-            scope = scope_for_event(_reactor_settings(policy), policy, etype, node, snapshot=snapshot)
+            scope = scope_for_event(loaded.settings, policy, etype, node, snapshot=snapshot)
         except ValueError as exc:
             raise InputError(f"--event: {exc}") from None
         # the event map may name strategies no profile enables: run them as the function would
         policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
-    safety = _safety(policy, event_path=bool(args.event))
+    safety = _safety(loaded, event_path=bool(args.event))
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
                           started=started)
-    write_report(report, args.output, sys.stdout)
+    write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
+                 clock={"time": now.isoformat(), "from": clock_from})
     return EXIT_RUNTIME if plan.errors else EXIT_OK
 
 
@@ -194,57 +267,103 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kdesched.kube.snapshot import load_live_snapshot
 
     started = time.perf_counter()
-    policy = load_policy_arg(args.policy, args.profile)
-    safety = _safety(policy, event_path=False)
+    loaded = load_policy_arg(args.policy, args.profile, dry_run_flag=args.dry_run)
+    policy = loaded.policy
+    safety = _safety(loaded, event_path=False)
+    log.info("kdesched run: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live run",
+             loaded.dry_run_why)
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context)
     except ConfigError as exc:
         raise InputError(str(exc)) from None
     try:
         snapshot = load_live_snapshot(client)
-    except (ApiError, Unavailable) as exc:
-        log.error("cannot read the cluster: %s", exc)
+    except Unavailable as exc:
+        check = ("the kubeconfig's certificate-authority and server address" if "TLS" in exc.message
+                 else "that it is running and reachable from here, and the kubeconfig's server address")
+        log.error("cannot reach the API server at %s: %s. Check %s (%s)", client.host, exc.message, check,
+                  _kubeconfig_hint(args.kubeconfig, args.context))
+        return EXIT_RUNTIME
+    except ApiError as exc:
+        log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
         return EXIT_RUNTIME
     freeze_heap()
     try:
         plan = plan_run(policy, snapshot, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
-    executor = RecordingExecutor() if args.dry_run else LiveExecutor(client)
+    executor = RecordingExecutor() if loaded.dry_run else LiveExecutor(client)
     # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements
-    report = execute_plan(plan, executor, dry_run=args.dry_run, trigger="run",
+    report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
                           grace_period_seconds=policy.grace_period_seconds,
                           failure_events=policy.eviction_failure_event_notification, started=started,
                           reader=LiveWorkloads(client),
                           waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
-    write_report(report, args.output, sys.stdout)
+    write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
 
 
+def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
+    from kdesched.kube.config import SERVICE_HOST_ENV, default_kubeconfig_path
+
+    if kubeconfig is None and context is None and os.environ.get(SERVICE_HOST_ENV):
+        return f"in-cluster: ${SERVICE_HOST_ENV}"
+    where = f"--kubeconfig {kubeconfig}" if kubeconfig else default_kubeconfig_path()
+    return where + (f", --context {context}" if context else ", current context")
+
+
 def cmd_policy_validate(args: argparse.Namespace) -> int:
-    policy = load_policy_arg(args.file)
-    try:
-        _reactor_settings(policy)
-    except ModuleNotFoundError:
-        pass
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    policy = load_policy_arg(args.file).policy
     plugins = sum(len(p.deschedule) + len(p.balance) for p in policy.profiles)
-    print(f"{args.file}: valid {policy.api_version} policy, {len(policy.profiles)} profile(s), {plugins} strategy plugin(s)")
+    print(f"{args.file}: valid policy ({policy.api_version}), {len(policy.profiles)} profile(s), "
+          f"{plugins} strategy plugin(s)")
     return EXIT_OK
 
 
+def write_file_atomically(path: str, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename.
+    An unusable ``path`` (a directory, a missing folder, no permission) is an InputError naming it."""
+    import tempfile
+
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise InputError(f"{what} {path}: is a directory; give a file name, e.g. {os.path.join(path, 'policy.yaml')}")
+    if not os.path.isdir(folder):
+        raise InputError(f"{what} {path}: the folder {folder} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot write in {folder}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
+
+
 def cmd_policy_convert(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
     from kdesched.policy.dump import policy_to_v1alpha2
 
-    policy = load_policy_arg(args.file)
-    text = yaml.safe_dump(policy_to_v1alpha2(policy), sort_keys=False, default_flow_style=False)
+    _stdin_once(("FILE", args.file), ("--output-file", args.output_file))
+    policy = load_policy_arg(args.file).policy
+    doc = policy_to_v1alpha2(policy)
+    if args.output == "json":
+        text = json.dumps(doc, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     if args.output_file and args.output_file != "-":
-        with open(args.output_file, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_file_atomically(args.output_file, text, "--output-file")
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -280,6 +399,20 @@ exit codes: 0 ok, 1 runtime failure, 2 bad input (the message names the file and
 """
 
 
+SIMULATE_DESCRIPTION = """\
+Run the whole decision offline on a cluster snapshot and print what would be evicted.
+Nothing is contacted; the output is what `kdesched run` would do.
+
+Ages (PodLifeTime, minPodAge, failed pods) are measured against a clock: --now if given,
+else the time the snapshot recorded (annotation kdesched.dev/snapshot-time on its List, as
+the examples have), else the current time. The report says which one was used.
+
+Mode: upstream parity for a plain policy; kdesched's safety defaults (somewhere to go,
+per-workload pacing, shown as waves) with --event or when the policy sets
+kdesched.safety.enabled: true (the shipped default policy does). The report says which.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kdesched", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -302,12 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     output_help = "table (for people) or json (one object: dryRun, evictions, blocked, summary)"
 
     sim = sub.add_parser("simulate", parents=[common], help="decide on a cluster snapshot file, evict nothing",
-                         description="Run the whole decision offline on a cluster snapshot and print what would be "
-                                     "evicted. Nothing is contacted; the output is what `kdesched run` would do. "
-                                     "Mode: upstream parity for a plain policy; kdesched's safety defaults (somewhere "
-                                     "to go, per-workload pacing, shown as waves) with --event or when the policy "
-                                     "sets kdesched.safety.enabled: true.",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         description=SIMULATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("cluster", metavar="CLUSTER",
                      help="snapshot file: YAML or JSON, a v1 List or several documents of Node, Pod, "
                           "PodDisruptionBudget, PriorityClass, Namespace, PersistentVolumeClaim objects, as written "
@@ -318,8 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only what this event would run, e.g. dev.kdesched.node.ready:node-1 "
                           "(types: dev.kdesched.node.added|ready|taints.changed|labels.changed)")
     sim.add_argument("--now", metavar="TIME",
-                     help="RFC 3339 time used as the clock for ages (PodLifeTime, minPodAge, failed pods), so a "
-                          "snapshot taken earlier simulates as it was then; default: now")
+                     help="RFC 3339 time with a time zone (e.g. 2024-05-01T12:00:00Z) used as the clock for ages "
+                          "(PodLifeTime, minPodAge, failed pods); default: the snapshot's kdesched.dev/snapshot-time "
+                          "annotation, else now")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
     sim.set_defaults(func=cmd_simulate)
 
@@ -359,7 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Convert a v1alpha1 (or any supported) policy to descheduler/v1alpha2 the "
                                           "way upstream v0.27-v0.30 did, and print it as YAML.")
     conv.add_argument("file", metavar="FILE", help="the policy file ('-' for stdin)")
-    conv.add_argument("-o", "--output-file", metavar="FILE", help="write here instead of stdout")
+    conv.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                      help="yaml (default) or json; -o means --output in every command")
+    conv.add_argument("--output-file", metavar="FILE",
+                      help="write the converted policy to FILE (whole or not at all) instead of stdout")
     conv.set_defaults(func=cmd_policy_convert)
     return parser
 

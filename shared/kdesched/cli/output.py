@@ -7,6 +7,7 @@ the JSON shape is a contract other tools parse, the table is for an operator at 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from kdesched.engine import RunReport
@@ -20,8 +21,15 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
 
 
-def write_table(report: RunReport, out: TextIO) -> None:
+def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
+                clock: Mapping[str, str] | None = None) -> None:
     mode = " (dry run: nothing was evicted)" if report.dry_run else ""
+    if dry_run_why:
+        out.write(f"{'Dry run' if report.dry_run else 'Live run'}: {dry_run_why}.\n")
+    if clock:
+        out.write(f"Clock: {clock['time']} (from {clock['from']}).\n")
+    if dry_run_why or clock:
+        out.write("\n")
     outcomes = report.outcomes
     pacing = report.plan.pacing
     steps = pacing.steps if pacing is not None and len(pacing.steps) == len(outcomes) else None
@@ -71,13 +79,23 @@ def write_table(report: RunReport, out: TextIO) -> None:
     out.write(f"\n{len(report.plan.evictions)} eviction(s) planned on {len(report.plan.nodes)} node(s): {summary}.\n")
 
 
-def write_json(report: RunReport, out: TextIO) -> None:
-    json.dump(report.to_json(), out, indent=2, sort_keys=False)
+def write_json(report: RunReport, out: TextIO, dry_run_why: str = "",
+               clock: Mapping[str, str] | None = None) -> None:
+    data = report.to_json()
+    head: dict[str, Any] = {"dryRun": data.pop("dryRun")}
+    if dry_run_why:
+        head["dryRunWhy"] = dry_run_why
+    if clock:
+        head["clock"] = dict(clock)
+    json.dump({**head, **data}, out, indent=2, sort_keys=False)
     out.write("\n")
 
 
-def write_report(report: RunReport, fmt: str, out: TextIO) -> None:
-    (write_json if fmt == "json" else write_table)(report, out)
+def write_report(report: RunReport, fmt: str, out: TextIO, *, dry_run_why: str = "",
+                 clock: Mapping[str, str] | None = None) -> None:
+    """Print ``report`` as a table or JSON; ``dry_run_why`` says why the run is (not) a dry run
+    (``"dryRunWhy"``), ``clock`` the time ages were measured against and where it came from."""
+    (write_json if fmt == "json" else write_table)(report, out, dry_run_why, clock)
 
 
 def dump_json(data: Any, out: TextIO) -> None:

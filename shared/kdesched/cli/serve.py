@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -102,20 +101,12 @@ def _input_error(message: str) -> Exception:
     return InputError(message)
 
 
-def _load(policy_path: str | None, profiles: list[str], dry_run: bool) -> tuple[Any, Any]:
-    """Policy and reactor settings, validated before any API call (InputError -> exit 2)."""
+def _load(policy_path: str | None, profiles: list[str], dry_run: bool) -> Any:
+    """The policy checked as a whole, its settings and dry-run decision, before any API call
+    (bad input -> InputError -> exit 2). See :func:`kdesched.cli.main.load_policy_arg`."""
     from kdesched.cli.main import load_policy_arg
-    from kdesched.policy.errors import PolicyError
-    from kdesched.reactor.settings import ReactorSettings
 
-    policy = load_policy_arg(policy_path, profiles)
-    try:
-        settings = ReactorSettings.from_policy(policy)
-    except PolicyError as exc:
-        raise _input_error(str(exc)) from None
-    if dry_run:
-        settings = replace(settings, dry_run=True)
-    return policy, settings
+    return load_policy_arg(policy_path, profiles, dry_run_flag=dry_run)
 
 
 def _on_signals(stop: Any) -> None:
@@ -134,7 +125,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kdesched.kube.errors import ConfigError
     from kdesched.reactor.serve import ReactorServer
 
-    policy, settings = _load(args.policy, args.profile, args.dry_run)
+    loaded = _load(args.policy, args.profile, args.dry_run)
+    policy, settings = loaded.policy, loaded.settings
+    log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
+             loaded.dry_run_why)
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context)
     except ConfigError as exc:
@@ -143,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
                            identity=args.identity)
     _on_signals(server.shutdown)
-    log.info("kdesched serve: dryRun=%s settle=%gs sweep=%gs lease=%s/%s", settings.dry_run, settings.settle_seconds,
+    log.info("kdesched serve: settle=%gs sweep=%gs lease=%s/%s", settings.settle_seconds,
              server.sweep_interval, settings.lease_namespace, settings.lease_name)
     return server.run()
 
@@ -155,8 +149,10 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
         raise _input_error(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
     if not function.needs_policy:
         return function.create_app()
-    policy, settings = _load(policy_path or os.environ.get("KDESCHED_POLICY"), [], False)
-    return function.create_app(policy=policy, settings=settings)
+    loaded = _load(policy_path or os.environ.get("KDESCHED_POLICY"), [], False)
+    log.info("function %s: %s (%s)", name, "dry run, nothing will be evicted" if loaded.dry_run else "live",
+             loaded.dry_run_why)
+    return function.create_app(policy=loaded.policy, settings=loaded.settings)
 
 
 def cmd_function(args: argparse.Namespace) -> int:

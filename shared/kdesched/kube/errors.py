@@ -10,6 +10,7 @@ pod as it would violate the pod's disruption budget.").
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,8 +162,37 @@ def error_from_api_exception(exc: Any) -> ApiError:
     return error_from_response(status, reason, getattr(exc, "body", None), getattr(exc, "headers", None))
 
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def transport_reason(exc: BaseException) -> str:
+    """An operator's words for a transport failure: "connection refused", "timed out", "TLS
+    handshake failed: ...", "name not resolved: ..." instead of urllib3's nested class names."""
+    cause: BaseException = exc
+    for _ in range(5):  # MaxRetryError.reason -> NewConnectionError / SSLError / ... (bounded walk)
+        inner = getattr(cause, "reason", None)
+        if not isinstance(inner, BaseException):
+            break
+        cause = inner
+    name = type(cause).__name__
+    text = str(cause)
+    if "SSL" in name or "CERTIFICATE" in text.upper():
+        return f"TLS handshake failed ({trim(text, 200)})"
+    if "Timeout" in name or "timed out" in text:
+        return "timed out"
+    found = _ERRNO.search(text)
+    if found:
+        words = found.group(1).strip().rstrip(".")
+        words = words[:1].lower() + words[1:]
+        if "resolution" in words or "not known" in words or "nodename" in words:
+            return f"the host name could not be resolved ({words})"
+        return words
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror[:1].lower() + cause.strerror[1:]
+    return trim(f"{name}: {text}", 300)
+
+
 def unavailable_from(exc: BaseException) -> Unavailable:
-    """A transport failure (urllib3 error, OSError) as :class:`Unavailable`, keeping its cause text."""
-    reason = getattr(exc, "reason", None)  # urllib3 MaxRetryError wraps the real cause
-    detail = f"{type(exc).__name__}: {reason or exc}"
-    return Unavailable(trim(detail))
+    """A transport failure (urllib3 error, OSError) as :class:`Unavailable`, in an operator's words
+    (:func:`transport_reason`)."""
+    return Unavailable(f"cannot connect: {transport_reason(exc)}")

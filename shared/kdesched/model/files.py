@@ -2,6 +2,12 @@
 
 Why: ``kdesched simulate`` must accept exactly what ``kubectl get nodes,pods,... -A -o yaml``
 writes, and must fail on a broken file with one line naming the file, document, item and field.
+
+A snapshot may record when it was taken, as the annotation :data:`SNAPSHOT_TIME` (an RFC 3339
+time) on its ``List``'s metadata. Ages (PodLifeTime, minPodAge, failed pods) then read the same
+in a year as on the day the file was written: ``simulate`` uses it as its clock unless ``--now``
+is given. The examples record it; ``kubectl`` does not write it (add it with ``kubectl annotate``
+or by hand).
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +24,42 @@ import yaml
 
 from kdesched.model.errors import ModelError
 from kdesched.model.gcpause import paused_gc
+from kdesched.model.records import parse_time
 from kdesched.model.snapshot import Snapshot
 
+SNAPSHOT_TIME = "kdesched.dev/snapshot-time"
+"""Annotation on a snapshot ``List``: when the snapshot was taken (RFC 3339, with a time zone)."""
+
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_stdin() -> str:
+    """Standard input as UTF-8 text; a ModelError (``<stdin>``) if it is not.
+
+    Bytes, decoded strictly: Python's text stdin would turn invalid bytes into lone surrogates
+    ("surrogateescape") that only fail later, far from here, as "surrogates not allowed"."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    try:
+        if buffer is None:  # a text stream without bytes underneath (tests, embedding)
+            text = sys.stdin.read()
+            text.encode("utf-8")
+            return text
+        data = buffer.read()
+    except OSError as exc:
+        raise ModelError("<stdin>", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeError:
+        raise ModelError("<stdin>", "is not UTF-8 text (expected YAML or JSON)") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelError("<stdin>", f"is not UTF-8 text (expected YAML or JSON): invalid byte at offset "
+                                    f"{exc.start}") from None
 
 
 def read_text(path: str) -> tuple[str, str]:
     """The text of ``path`` (``-`` = stdin) and the name to use in messages."""
     if path == "-":
-        try:
-            return sys.stdin.read(), "<stdin>"
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelError("<stdin>", f"cannot read: {exc}") from None
+        return read_stdin(), "<stdin>"
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8"), str(p)
@@ -35,8 +67,11 @@ def read_text(path: str) -> tuple[str, str]:
         raise ModelError(str(p), "no such file") from None
     except IsADirectoryError:
         raise ModelError(str(p), "is a directory, expected a YAML or JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(str(p), f"cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelError(str(p), f"is not UTF-8 text (expected YAML or JSON): invalid byte at offset "
+                                 f"{exc.start}") from None
+    except OSError as exc:
+        raise ModelError(str(p), f"cannot read: {exc.strerror or exc}") from None
 
 
 def parse_documents(text: str, name: str) -> list[Any]:
@@ -72,6 +107,46 @@ def parse_documents(text: str, name: str) -> list[Any]:
         raise ModelError(name, "invalid YAML: nested too deeply") from None
 
 
+def _list_time(doc: Mapping[str, Any], where: str) -> datetime | None:
+    """The :data:`SNAPSHOT_TIME` annotation of a List document, or None."""
+    meta = doc.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping) or SNAPSHOT_TIME not in annotations:
+        return None
+    field = f"{where}: metadata.annotations[{SNAPSHOT_TIME}]"
+    value = annotations[SNAPSHOT_TIME]
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value  # written unquoted in YAML: PyYAML already read it as a time, zone included
+    if not isinstance(value, str) or not has_time_zone(value):
+        shown = value.isoformat() if isinstance(value, datetime) else repr(value)
+        raise ModelError(field, f"must be an RFC 3339 time with a time zone, e.g. 2024-05-01T12:00:00Z, "
+                                f"got {shown}")
+    return parse_time(value, field)
+
+
+def has_time_zone(text: str) -> bool:
+    """Whether an RFC 3339 time ends in ``Z`` or a ``+hh:mm`` / ``-hh:mm`` offset (the zone is
+    not optional in RFC 3339; Python's ``fromisoformat`` would silently assume local time)."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        return True
+    return len(text) > 6 and text[-6] in "+-" and text[-3] == ":" and "T" in text.upper()[:-6]
+
+
+def snapshot_time(docs: list[Any], name: str) -> datetime | None:
+    """The time recorded on the List document(s) of ``docs``; a ModelError if two disagree."""
+    found: datetime | None = None
+    for d, doc in enumerate(docs):
+        if isinstance(doc, Mapping) and isinstance(doc.get("kind"), str) and str(doc["kind"]).endswith("List"):
+            where = name if len(docs) == 1 else f"{name} document {d + 1}"
+            value = _list_time(doc, where)
+            if value is not None and found is not None and value != found:
+                raise ModelError(where, f"metadata.annotations[{SNAPSHOT_TIME}]: {value.isoformat()} disagrees "
+                                        f"with {found.isoformat()} in an earlier document")
+            found = found or value
+    return found
+
+
 def iter_objects(docs: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Flatten documents and ``*List`` objects into ``(where, object)`` pairs."""
     for d, doc in enumerate(docs):
@@ -101,7 +176,8 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
-def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any]]] | None:
+def iter_json_list(text: str, name: str,
+                   head: dict[str, Any] | None = None) -> Iterator[tuple[str, Mapping[str, Any]]] | None:
     """Stream the items of a top-level JSON object that has an ``items`` array (a ``v1 List`` or
     a typed list), one at a time; None if ``text`` is not such an object.
 
@@ -109,7 +185,8 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
     hands each item to the record builder and lets it be freed before the next is decoded, so the
     peak is the file's text plus the records. Items without a ``kind`` (typed lists such as
     ``PodList``, whose ``kind`` comes after ``items`` in kubectl's output) are held until the list's
-    kind is known.
+    kind is known. ``head``, if given, receives the List's other keys (kind, metadata) once the
+    iterator is exhausted.
     """
     decoder = json.JSONDecoder()
 
@@ -125,7 +202,7 @@ def iter_json_list(text: str, name: str) -> Iterator[tuple[str, Mapping[str, Any
     pos = _skip(text, 0)
     if pos >= len(text) or text[pos] != "{":
         return None
-    head: dict[str, Any] = {}
+    head = {} if head is None else head
     try:
         pos = _skip(text, pos + 1)
         while True:
@@ -198,15 +275,24 @@ def load_snapshot(path: str) -> Snapshot:
 
 def _load_snapshot(path: str) -> Snapshot:
     text, name = read_text(path)
-    streamed = iter_json_list(text, name)
+    head: dict[str, Any] = {}
+    streamed = iter_json_list(text, name, head)
     if streamed is not None:
         snap = Snapshot.from_objects(streamed)
+        taken_at = snapshot_time([head], name)
     else:
         docs = parse_documents(text, name)
         if not docs:
             raise ModelError(name, "contains no objects")
+        taken_at = snapshot_time(docs, name)
         snap = Snapshot.from_objects(iter_objects(docs, name))
     del text
+    if taken_at is not None:
+        snap = replace(snap, taken_at=taken_at)
     if not snap.nodes:
+        policy_kinds = ("DeschedulerPolicy", "KubeDescheduler", "Profiles", "ModuleConfig")
+        if any(f"kind {kind}:" in note for note in snap.notes for kind in policy_kinds):
+            raise ModelError(name, "contains no Node objects: this looks like a policy (DeschedulerPolicy), not a "
+                                   "cluster snapshot; give it as --policy")
         raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
     return snap

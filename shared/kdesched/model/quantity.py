@@ -31,6 +31,12 @@ _CACHE: dict[str, Fraction] = {}
 # billion-digit integer.
 _MAX_EXPONENT = 1000
 _NANO = 10**9
+INT64_MAX = 2**63 - 1
+"""The largest amount Kubernetes components compute with (``Quantity.Value()``/``MilliValue()``
+are int64). The API server stores larger decimal quantities (``1e400`` is kept as ``10e399``:
+checked against kube-apiserver v1.24) but nothing can use them, and it caps binary-SI amounts
+(``16Ei``) at this value itself; kdesched caps every amount here, so such a pod simply
+requests more than any node has, instead of overflowing float arithmetic in a strategy."""
 
 
 class QuantityError(ValueError):
@@ -87,7 +93,10 @@ _INT_CACHE: dict[tuple[bool, str], int] = {}
 
 
 def to_resource_int(resource: str, value: str | int | float) -> int:
-    """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise.
+    """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise,
+    capped at :data:`INT64_MAX`. A negative amount is a :class:`QuantityError`: the API server
+    refuses every negative request, limit, overhead, capacity and allocatable
+    ("must be greater than or equal to 0").
 
     A cluster repeats a few hundred request strings across 150,000 pods, so string results are
     memoized (bounded) to skip the exact-fraction arithmetic."""
@@ -98,7 +107,9 @@ def to_resource_int(resource: str, value: str | int | float) -> int:
         if hit is not None:
             return hit
     q = parse_quantity(value)
-    result = ceil_int(q * 1000) if is_cpu else ceil_int(q)
+    if q < 0:
+        raise QuantityError(f"{value!r} must be greater than or equal to 0")
+    result = min(ceil_int(q * 1000) if is_cpu else ceil_int(q), INT64_MAX)
     if isinstance(value, str) and len(_INT_CACHE) < 8192:
         _INT_CACHE[(is_cpu, value)] = result
     return result

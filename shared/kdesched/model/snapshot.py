@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kdesched.model.errors import ModelError
@@ -75,6 +76,8 @@ class Snapshot:
     owner_pod_counts: Mapping[str, int] = field(default_factory=dict)
     pdbs_by_namespace: Mapping[str, tuple[PodDisruptionBudget, ...]] = field(default_factory=dict)
     pdb_index: PdbIndex = field(default_factory=dict)  # built by build(); see pdbs_for
+    taken_at: datetime | None = None
+    """When the snapshot was taken, if its file says so (:data:`kdesched.model.files.SNAPSHOT_TIME`)."""
 
     @classmethod
     def build(

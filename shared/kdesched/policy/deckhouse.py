@@ -34,6 +34,8 @@ from kdesched.policy.args import Fields, show
 from kdesched.policy.types import REQUIRED_AFFINITY
 
 API_VERSION = "deckhouse.io/v1alpha1"
+VALUES_FORMAT = "Deckhouse descheduler module values"
+"""How a bare values file (no apiVersion) is named in messages: it claims no apiVersion."""
 MODULE_NAME = "descheduler"
 
 # switch -> (strategy, v1alpha1 params, default)

@@ -3,8 +3,9 @@
 Why: users migrating off v1alpha1 (removed upstream in v0.31), Deckhouse switches or OpenShift
 presets need the equivalent upstream v1alpha2 policy, and a reviewer wants to see what kdesched
 actually understood. The output is faithful — loading it again gives an equal Policy — and
-short: a field is written only when it differs from its default (the DefaultEvictor's
-``priorityThreshold`` of 2000000000, ``topologyBalanceNodeFit: true``, ... are left out), and
+short: a field is written when the file wrote it (even with its default value: what a person
+wrote is kept) or when it differs from its default (defaults nobody wrote, such as the
+DefaultEvictor's ``priorityThreshold`` of 2000000000, ``topologyBalanceNodeFit: true``, are left out), and
 DefaultEvictor's ``filter``/``preEvictionFilter`` enablement is left implicit, as upstream adds it.
 """
 
@@ -14,7 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kdesched.model.selectors import LabelSelector
-from kdesched.policy.args import SYSTEM_CRITICAL_PRIORITY, effective_protections, format_go_duration
+from kdesched.policy.args import (
+    LEGACY_EVICTOR_FLAGS,
+    SYSTEM_CRITICAL_PRIORITY,
+    effective_protections,
+    format_go_duration,
+)
 from kdesched.policy.types import (
     DEFAULT_PROTECTIONS,
     EXTRA_PROTECTIONS,
@@ -34,6 +40,8 @@ from kdesched.policy.types import (
     RemovePodsViolatingNodeTaintsArgs,
     RemovePodsViolatingTopologySpreadConstraintArgs,
 )
+
+_LEGACY_FLAGS = tuple(flag for flag, _, _ in LEGACY_EVICTOR_FLAGS)
 
 
 def policy_to_v1alpha2(policy: Policy) -> dict[str, Any]:
@@ -55,6 +63,9 @@ def policy_to_v1alpha2(policy: Policy) -> dict[str, Any]:
         doc["metricsProviders"] = [_provider(p) for p in policy.metrics_providers]
     if policy.kdesched:
         doc["kdesched"] = _plain(policy.kdesched)
+    for key, value in policy.written.items():  # what the file wrote, even when it equals the default
+        if key not in doc and value is not None:
+            doc[key] = _plain(value)
     doc["profiles"] = [profile_to_v1alpha2(p) for p in policy.profiles]
     return doc
 
@@ -64,6 +75,15 @@ def profile_to_v1alpha2(profile: Profile) -> dict[str, Any]:
     for name, args in profile.plugin_args.items():
         entry: dict[str, Any] = {"name": name}
         dumped = args_to_v1alpha2(args)
+        skip = _LEGACY_FLAGS if name == "DefaultEvictor" else ()
+        written = profile.written_args.get(name, {})
+        if written:
+            # a field written with its default value is kept as written (the dumper leaves it out);
+            # legacy evictor flags are either dumped already or deliberately replaced by
+            # podProtections. Written fields come first, in the file's order.
+            kept = {k: dumped[k] if k in dumped else _plain(v) for k, v in written.items()
+                    if k in dumped or (k not in skip and v is not None)}
+            dumped = {**kept, **{k: v for k, v in dumped.items() if k not in kept}}
         if dumped:
             entry["args"] = dumped
         configs.append(entry)

@@ -33,14 +33,15 @@ Deliberate differences from upstream (v1alpha2):
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 from kdesched.model.errors import ModelError
+from kdesched.model.files import read_stdin
 from kdesched.model.selectors import parse_selector
 from kdesched.policy import v1alpha1
 from kdesched.policy.args import INT32_MAX, SYSTEM_CRITICAL_PRIORITY, UINT_MAX, Fields, show
@@ -66,6 +67,20 @@ TOP_LEVEL_FIELDS = (
     "gracePeriodSeconds", "metricsCollector", "metricsProviders", "kdesched",
 )
 UNUSED_EXTENSION_POINTS = ("presort", "sort")
+# top-level fields ``policy convert`` writes back as written when they equal their defaults
+WRITTEN_TOP_LEVEL = ("nodeSelector", "maxNoOfPodsToEvictPerNode", "maxNoOfPodsToEvictPerNamespace",
+                     "maxNoOfPodsToEvictTotal", "evictionFailureEventNotification", "gracePeriodSeconds",
+                     "metricsProviders", "kdesched")
+
+BlockCheck = Callable[[Any, Policy | None], list[str]]
+"""Validates the raw ``kdesched:`` block: ``(block, policy)`` -> one message per problem.
+
+The block's rules (settle windows, rate limits, the event map...) live in the reactor, a layer
+above this one, so the caller passes them in. ``policy`` is the loaded policy when everything else
+is valid, or None when other fields already failed: the block is checked either way, so that one
+report holds the plugin errors and the ``kdesched:`` errors together."""
+
+_BLOCK_CHECK: ContextVar[BlockCheck | None] = ContextVar("kdesched_block_check", default=None)
 METRICS_SOURCES = ("KubernetesMetrics", "Prometheus")
 
 
@@ -112,40 +127,65 @@ def parse_yaml(text: str, source: str) -> Any:
     if not docs:
         raise PolicyError(["the file is empty; expected a DeschedulerPolicy"], source)
     if len(docs) > 1:
+        if all(looks_like_snapshot(d) for d in docs):
+            raise PolicyError([SNAPSHOT_NOT_POLICY], source)
         raise PolicyError([f"holds {len(docs)} YAML documents; a policy file holds exactly one"], source)
     return docs[0]
 
 
-def load_policy(path: str) -> Policy:
-    """Load the policy file at ``path`` (``-`` reads standard input)."""
+SNAPSHOT_KINDS = ("Node", "Pod", "PodDisruptionBudget", "PriorityClass", "Namespace", "PersistentVolumeClaim")
+SNAPSHOT_NOT_POLICY = ("this looks like a cluster snapshot (Kubernetes objects such as Nodes and Pods), not a "
+                       "policy: give it as CLUSTER (kdesched simulate CLUSTER --policy POLICY)")
+
+
+def looks_like_snapshot(doc: Any) -> bool:
+    """Whether ``doc`` is a cluster object or a List of them (what ``kubectl get -o yaml`` writes)."""
+    if not isinstance(doc, Mapping):
+        return False
+    kind = doc.get("kind")
+    if kind in SNAPSHOT_KINDS and "apiVersion" in doc:
+        return True
+    return isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list)
+
+
+def load_policy(path: str, check_block: BlockCheck | None = None) -> Policy:
+    """Load the policy file at ``path`` (``-`` reads standard input); ``check_block`` also
+    validates the ``kdesched:`` block (see :data:`BlockCheck`)."""
     source = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            text = sys.stdin.read()
+            text = read_stdin()
         else:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
+    except ModelError as exc:
+        raise PolicyError([exc.message], source) from None
+    except IsADirectoryError:
+        raise PolicyError(["is a directory, expected a policy file (YAML or JSON)"], source) from None
     except OSError as exc:
         raise PolicyError([f"cannot read the policy file: {exc.strerror or exc}"], source) from None
     except UnicodeDecodeError as exc:
-        raise PolicyError([f"not a UTF-8 text file: {exc.reason}"], source) from None
-    return load_policy_text(text, source)
+        raise PolicyError([f"not a UTF-8 text file: invalid byte at offset {exc.start}"], source) from None
+    return load_policy_text(text, source, check_block)
 
 
-def load_policy_text(text: str, source: str) -> Policy:
+def load_policy_text(text: str, source: str, check_block: BlockCheck | None = None) -> Policy:
     """Load a policy from its YAML/JSON ``text``; ``source`` names it in messages."""
-    return policy_from_mapping(parse_yaml(text, source), source)
+    return policy_from_mapping(parse_yaml(text, source), source, check_block)
 
 
 # --------------------------------------------------------------------------- dispatch
 
-def policy_from_mapping(doc: Any, source: str) -> Policy:
+def policy_from_mapping(doc: Any, source: str, check_block: BlockCheck | None = None) -> Policy:
     """Validate a parsed policy document of any supported format into a :class:`Policy`."""
     errors: list[str] = []
+    token = _BLOCK_CHECK.set(check_block)
     try:
         policy = _dispatch(doc, source, errors)
     except RecursionError:
         raise PolicyError(["the document is nested too deeply"], source) from None
+    finally:
+        _BLOCK_CHECK.reset(token)
     if errors or policy is None:
         raise PolicyError(errors, source)
     return policy
@@ -156,6 +196,9 @@ def _dispatch(doc: Any, source: str, errors: list[str]) -> Policy | None:
         errors.append(f"expected a DeschedulerPolicy object (a YAML map), got {show(doc)}")
         return None
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if looks_like_snapshot(doc):
+        errors.append(SNAPSHOT_NOT_POLICY)
+        return None
     if kind == "ConfigMap" and api_version in ("v1", None):
         return _from_configmap(doc, source, errors)
     if api_version is None:
@@ -163,7 +206,7 @@ def _dispatch(doc: Any, source: str, errors: list[str]) -> Policy | None:
 
         values = deckhouse.find_values(doc)
         if values is not None:
-            return _from_deckhouse(values, source, errors)
+            return _from_deckhouse(values, source, errors, deckhouse.VALUES_FORMAT)
         errors.append(f"apiVersion: is required ({V1ALPHA2} or {V1ALPHA1})")
         if kind is None:
             errors.append(f"kind: is required ({KIND})")
@@ -175,7 +218,7 @@ def _dispatch(doc: Any, source: str, errors: list[str]) -> Policy | None:
         from kdesched.policy import deckhouse
 
         values = deckhouse.module_config_values(doc, errors)
-        return None if values is None else _from_deckhouse(values, source, errors)
+        return None if values is None else _from_deckhouse(values, source, errors, deckhouse.API_VERSION)
     if api_version not in (V1ALPHA2, V1ALPHA1):
         from kdesched.policy import presets
 
@@ -200,15 +243,17 @@ def _convert_v1alpha1(doc: Mapping[str, Any], errors: list[str]) -> tuple[dict[s
     return v1alpha1.convert(doc, errors)
 
 
-def _from_deckhouse(values: tuple[Mapping[str, Any], str], source: str, errors: list[str]) -> Policy | None:
-    """``values`` is ``(settings, field path prefix)`` as ``deckhouse.find_values`` returns it."""
+def _from_deckhouse(values: tuple[Mapping[str, Any], str], source: str, errors: list[str],
+                    detected: str) -> Policy | None:
+    """``values`` is ``(settings, field path prefix)`` as ``deckhouse.find_values`` returns it;
+    ``detected`` names the format the file really is (``Policy.api_version``)."""
     from kdesched.policy import deckhouse
 
     converted = deckhouse.to_v1alpha1(values, errors)
     if converted is None:
         return None
     v2doc, labels = _convert_v1alpha1(converted, errors)
-    return _v1alpha2(v2doc, errors, labels, source, api_version=deckhouse.API_VERSION)
+    return _v1alpha2(v2doc, errors, labels, source, api_version=detected)
 
 
 def _from_configmap(doc: Mapping[str, Any], source: str, errors: list[str]) -> Policy | None:
@@ -286,9 +331,12 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
             names.add(profile.name)
             profiles.append(profile)
     f.finish()
+    check = _BLOCK_CHECK.get()
     if len(errors) > start:
+        if check is not None:
+            errors.extend(check(kdesched, None))
         return None
-    return Policy(
+    policy = Policy(
         profiles=tuple(profiles),
         node_selector=node_selector or None,
         max_pods_to_evict_per_node=per_node,
@@ -300,7 +348,14 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
         kdesched=dict(kdesched or {}),
         source=source,
         api_version=api_version,
+        written={k: v for k, v in doc.items() if k in WRITTEN_TOP_LEVEL},
     )
+    if check is not None:
+        problems = check(kdesched, policy)
+        if problems:
+            errors.extend(problems)
+            return None
+    return policy
 
 
 def _metrics_providers(f: Fields, collector: bool) -> tuple[MetricsProvider, ...]:
@@ -374,6 +429,7 @@ def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str])
 
     # pluginConfig
     configs: dict[str, Any] = {}
+    written: dict[str, Mapping[str, Any]] = {}
     raw_configs = p.get("pluginConfig")
     if raw_configs is not None and not isinstance(raw_configs, list):
         p.error("pluginConfig", f"must be a list of {{name, args}}, got {show(raw_configs)}")
@@ -397,6 +453,8 @@ def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str])
         args, problems = parse_plugin_args(plugin, raw_args, f"{label} / plugin {plugin}")
         errors.extend(problems)
         configs[plugin] = args
+        if isinstance(raw_args, Mapping):
+            written[plugin] = raw_args
 
     # plugins
     enabled: dict[str, tuple[str, ...]] = {point: () for point in EXTENSION_POINTS}
@@ -454,6 +512,7 @@ def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str])
         balance=enabled["balance"],
         filter=("DefaultEvictor",),
         pre_eviction_filter=("DefaultEvictor",),
+        written_args=written,
     )
 
 

@@ -199,6 +199,9 @@ class Profile:
     balance: tuple[str, ...] = ()
     filter: tuple[str, ...] = ("DefaultEvictor",)
     pre_eviction_filter: tuple[str, ...] = ("DefaultEvictor",)
+    written_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
+    """Plugin name -> its ``args`` exactly as the file wrote them (``policy convert`` keeps every
+    field that was written, even one equal to its default). Not part of equality."""
 
     @property
     def evictor_args(self) -> DefaultEvictorArgs:
@@ -231,3 +234,5 @@ class Policy:
     kdesched: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""  # where it was loaded from, for messages
     api_version: str = "descheduler/v1alpha2"
+    written: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """Top-level fields exactly as the file wrote them (see :attr:`Profile.written_args`)."""

@@ -242,3 +242,25 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         broker_url=broker, safety=safety,
     )
+
+
+def _assume_configured() -> Policy:
+    """A stand-in policy that configures every plugin: used when the real profiles could not be
+    checked, so the event map is not blamed for what the profiles' own errors already explain."""
+    from kdesched.policy.plugins import PLUGINS
+    from kdesched.policy.types import Profile
+
+    return Policy(profiles=(Profile(name="", plugin_args=dict.fromkeys(PLUGINS)),))
+
+
+def block_problems(raw: Any, policy: Policy | None) -> list[str]:
+    """Every problem of a raw ``kdesched:`` block (+ env), one message each; [] when it is valid.
+
+    The :data:`kdesched.policy.load.BlockCheck` every command passes to the policy loader, so that
+    a policy's plugin errors and its ``kdesched:`` errors are reported together. Without ``policy``
+    (its profiles had errors) the event map is checked for everything but what needs the profiles."""
+    try:
+        parse_settings(raw, policy=policy if policy is not None else _assume_configured(), env=os.environ)
+    except PolicyError as exc:
+        return list(exc.errors)
+    return []
