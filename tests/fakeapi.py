@@ -392,15 +392,26 @@ class FakeApiServer:
         if uid and uid != pod["metadata"].get("uid"):
             raise Reply(409, f"Precondition failed: UID in precondition: {uid}, "
                              f"UID in object meta: {pod['metadata'].get('uid')}")
-        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        # The real (v1.24) API server's rules, checked in tests/realk8s/test_pdb_verdicts.py: a
+        # Pending, Succeeded, Failed or terminating pod ignores PDBs; a not-Ready pod passes without
+        # spending the budget while currentHealthy >= desiredHealthy > 0.
+        status = pod.get("status") or {}
+        ignores_pdbs = (status.get("phase") in ("Pending", "Succeeded", "Failed")
+                        or bool(pod["metadata"].get("deletionTimestamp")))
         pdbs = [b for b in self.objects["PodDisruptionBudget"].values()
                 if b["metadata"].get("namespace") == namespace
                 and (b.get("spec") or {}).get("selector") is not None
                 and LabelSelector.from_api(b["spec"]["selector"]).matches(pod["metadata"].get("labels") or {})]
-        if not terminal and len(pdbs) > 1:
+        if not ignores_pdbs and len(pdbs) > 1:
             raise Reply(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource "
                              "does not support.")
-        if not terminal and pdbs:
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        if pdbs and not ready:
+            health = pdbs[0].get("status") or {}
+            current, desired = health.get("currentHealthy"), health.get("desiredHealthy")
+            if isinstance(current, int) and isinstance(desired, int) and desired > 0 and current >= desired:
+                ignores_pdbs = True
+        if not ignores_pdbs and pdbs:
             pdb = pdbs[0]
             allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
             if allowed < 1:

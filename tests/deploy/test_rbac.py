@@ -19,7 +19,7 @@ from tests.deploy import KNATIVE, NAMESPACE, Doc, by_kind, find, install, main_c
 Grant = tuple[str, str, str, str | None]  # apiGroup, resource, verb, resourceName (None = any)
 
 EVICTOR: frozenset[Grant] = frozenset({
-    ("", "pods", "get", None), ("", "pods", "list", None), ("", "pods", "watch", None),
+    ("", "pods", "list", None), ("", "pods", "watch", None),
     ("", "pods/eviction", "create", None),
     ("", "nodes", "get", None), ("", "nodes", "list", None), ("", "nodes", "watch", None),
     ("", "namespaces", "list", None), ("", "namespaces", "watch", None),

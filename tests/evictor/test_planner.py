@@ -226,3 +226,63 @@ def test_min_replicas_counts_a_pod_toward_each_of_its_owners() -> None:
     ev = DefaultEvictor(DefaultEvictorArgs(min_replicas=3), st)
     assert st.owner_pod_count("ReplicaSet-rs") == 3
     assert ev.why_not(st.pods_on_node("a")[0]) is None
+
+
+# The Eviction API's own PDB rules (v1.24; the same cases run against a real API server in
+# tests/realk8s/test_pdb_verdicts.py): which pods it lets go without, or despite, a PDB.
+READY = [{"type": "Ready", "status": "True"}]
+NOT_READY = [{"type": "Ready", "status": "False"}]
+
+
+def health_pdb(name: str, allowed: int, current: int | None, desired: int | None,
+               labels: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = pdb_obj(name, labels or {"app": "x"}, disruptions_allowed=allowed)
+    if current is not None:
+        obj["status"]["currentHealthy"] = current
+    if desired is not None:
+        obj["status"]["desiredHealthy"] = desired
+    return obj
+
+
+def x_pod(name: str, **kwargs: Any) -> dict[str, Any]:
+    kwargs.setdefault("conditions", READY)
+    return pod_obj(name, "a", labels={"app": "x"}, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"phase": "Pending", "conditions": None}, {"phase": "Failed"}, {"phase": "Succeeded"}, {"deleting": True},
+], ids=["pending", "failed", "succeeded", "terminating"])
+def test_pods_the_api_evicts_without_consulting_a_pdb(kwargs: dict[str, Any]) -> None:
+    state, counter, (ev,) = setup([x_pod("r1"), x_pod("odd", **kwargs), health_pdb("x", 0, 1, 1)])
+    pods = pods_by_name(state)
+    assert evict(ev, pods["odd"])  # planned under a 0-budget PDB: the API server deletes it
+    assert counter.pdb_used == {}  # and no budget is spent on it
+    assert evict(ev, pods["r1"]) is False
+
+
+def test_pending_pod_under_two_pdbs_is_planned() -> None:
+    state, counter, (ev,) = setup([x_pod("p", phase="Pending", conditions=None), health_pdb("x", 0, 0, 1),
+                                   health_pdb("all", 0, 0, 1, labels={})])
+    assert evict(ev, pods_by_name(state)["p"])
+    assert counter.refusals == []
+
+
+@pytest.mark.parametrize("current,desired,allowed,expected", [
+    (2, 2, 0, [True, False]),      # healthy budget: the not-Ready pod goes free, the Ready one is refused
+    (3, 2, 1, [True, True]),       # ...and the not-Ready pod does not use the one disruption allowed
+    (1, 2, 0, [False, False]),     # unhealthy budget: the not-Ready pod needs the budget too
+    (2, 0, 0, [False, False]),     # desiredHealthy 0: the API spends the budget
+    (None, None, 0, [False, False]),  # health unknown: spend the budget (the cautious answer)
+], ids=["healthy", "healthy-with-one-allowed", "unhealthy", "desired-0", "unknown-health"])
+def test_not_ready_pod_goes_free_only_while_the_budget_is_healthy(
+        current: int | None, desired: int | None, allowed: int, expected: list[bool]) -> None:
+    state, _counter, (ev,) = setup([x_pod("n", conditions=NOT_READY), x_pod("r"),
+                                   health_pdb("x", allowed, current, desired)])
+    pods = pods_by_name(state)
+    assert [evict(ev, pods["n"]), evict(ev, pods["r"])] == expected
+
+
+def test_running_pod_without_a_ready_condition_is_not_ready() -> None:
+    # IsPodReady needs a Ready=True condition; a pod that reports none is not Ready
+    state, _counter, (ev,) = setup([x_pod("n", conditions=None), health_pdb("x", 0, 2, 2)])
+    assert evict(ev, pods_by_name(state)["n"])

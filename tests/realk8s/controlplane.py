@@ -3,7 +3,7 @@ scheduler and controller-manager, and a kubelet stand-in of our own.
 
 Why: tests/fakeapi.py cannot show what the real API server does (admission defaults, RBAC, the
 Eviction API's own PDB rules, watch bookmarks and 410s, Lease conflicts, the scheduler placing a
-replacement). This module runs the real binaries (v1.24, see ../shared/k8s/README.md) on free
+replacement). This module runs the real binaries (v1.24, from the k8s kit, see docs/testing.md) on free
 loopback ports with their data in a temporary directory, the way controller-runtime's envtest does,
 and stops them cleanly (terminate, wait, kill) even when a test fails: ``stop()`` is idempotent and
 also registered with ``atexit``.
@@ -15,9 +15,9 @@ Usable from pytest (tests/realk8s/conftest.py) and from scripts::
         cp.kubeconfig("/tmp/admin.kubeconfig")
         cp.start_scheduler(); cp.start_controller_manager(); cp.start_kubelet()
 
-Nothing is downloaded: the binaries come from ``$KDESCHED_K8S_BIN`` (a directory holding them), else
-``../shared/k8s`` beside the repository (unpacked by its ``unpack.sh``, which verifies checksums,
-into a cache directory). :func:`find_binaries` returns None when neither is there.
+Nothing is downloaded: the binaries come from ``$KDESCHED_K8S_BIN`` (a directory holding them),
+else the kit directory ``shared/k8s`` next to the repository checkout (unpacked by its
+``unpack.sh``, which verifies checksums, into a cache directory). :func:`find_binaries` returns None when neither is there.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ SHARED_KIT = REPO_ROOT.parent / "shared" / "k8s"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 SKIP_REASON = "real control-plane tier skipped: set KDESCHED_K8S_BIN or put the k8s kit at ../shared/k8s"
 
-# Controllers the controller-manager may run here (its README: nodelifecycle, serviceaccount-token,
-# nodeipam, route, cloud-node-lifecycle and service are to be skipped on this machine).
+# Controllers the controller-manager may run here (the kit's README: nodelifecycle,
+# serviceaccount-token, nodeipam, route, cloud-node-lifecycle and service are to be skipped).
 DEFAULT_CONTROLLERS = ("deployment", "replicaset", "statefulset", "disruption", "namespace", "garbagecollector")
 UNSUPPORTED_CONTROLLERS = frozenset({"nodelifecycle", "serviceaccount-token", "nodeipam", "route",
                                      "cloud-node-lifecycle", "service"})
@@ -77,7 +77,7 @@ def find_binaries(env: Mapping[str, str] | None = None) -> Path | None:
     """The directory holding the binaries, or None (the caller skips, or fails when required).
 
     ``$KDESCHED_K8S_BIN`` wins (a directory with the binaries, or a kit with ``unpack.sh``); then
-    ``../shared/k8s`` relative to the repository root: used in place if it holds unpacked binaries,
+    the kit ``shared/k8s`` next to the repository root: used in place if it holds unpacked binaries,
     else its ``unpack.sh`` unpacks the archive (checksums verified) into the cache directory.
     """
     env = os.environ if env is None else env
@@ -88,15 +88,13 @@ def find_binaries(env: Mapping[str, str] | None = None) -> Path | None:
             return candidate
         unpack = candidate / "unpack.sh"
         if unpack.is_file():
+            # idempotent: reuses an unpacked cache whose checksums still match (~2 s), else unpacks
             cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdesched-k8s"
-            if _complete(cache) and (cache / ".verified").is_file():
-                return cache
             done = subprocess.run(["bash", str(unpack), str(cache)], capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 raise RuntimeError(f"{unpack} failed: {done.stderr.strip() or done.stdout.strip()}")
             out = Path(done.stdout.strip().splitlines()[-1])
             if _complete(out):
-                (out / ".verified").touch()
                 return out
     return None
 

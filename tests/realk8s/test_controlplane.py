@@ -3,6 +3,11 @@ name, not as a puzzling failure elsewhere)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +129,39 @@ def test_a_second_control_plane_stops_cleanly(control_plane: ControlPlane) -> No
     other.stop()  # idempotent
     assert all(p is not None and p.popen.poll() is not None for p in procs)
     assert not workdir.exists()
+
+
+def test_no_stray_processes_when_the_test_run_is_killed(control_plane: ControlPlane) -> None:
+    # a test process killed with SIGKILL runs no atexit or finalizer: the children must still die
+    script = ("import sys, time\n"
+              "from tests.realk8s.controlplane import ControlPlane\n"
+              f"cp = ControlPlane({str(control_plane.bin_dir)!r}).start()\n"
+              "print(cp.etcd.popen.pid, cp.apiserver.popen.pid, cp.workdir, flush=True)\n"
+              "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              cwd=controlplane.REPO_ROOT)
+    children: list[int] = []
+    try:
+        assert parent.stdout is not None
+        etcd, apiserver, workdir = parent.stdout.readline().split()
+        children = [int(etcd), int(apiserver)]
+        assert all(_alive(pid) for pid in children)
+        parent.kill()
+        parent.wait(10)
+        control_plane.wait_for(lambda: not any(_alive(pid) for pid in children), 15, what="the orphans to die")
+    finally:
+        for pid in children:  # only if the assertion above failed: do not leave them running
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
+        if children:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except (FileNotFoundError, IndexError):
+        return False

@@ -24,9 +24,8 @@ def test_impersonated_service_account_is_held_to_its_rbac(control_plane: Control
                                                           tmp_path: Path) -> None:
     cluster.node("n1")
     path = control_plane.kubeconfig(tmp_path / "sa.kubeconfig", as_user="system:serviceaccount:default:nobody")
-    with KubeClient.from_config(str(path)) as client:
-        with pytest.raises(ApiError) as denied:
-            client.list_raw("Node")
+    with KubeClient.from_config(str(path)) as client, pytest.raises(ApiError) as denied:
+        client.list_raw("Node")
     assert denied.value.status == 403 and "system:serviceaccount:default:nobody" in str(denied.value)
 
 

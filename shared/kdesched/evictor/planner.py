@@ -5,6 +5,13 @@ Why: strategies decide; this is where a decision becomes a plan. Limits follow u
 difference: each PDB's ``status.disruptionsAllowed`` is a budget that planned evictions use up, so
 a run never plans more evictions of a PDB's pods than the PDB allows (upstream sends them and
 collects 429s). Refusals are recorded so the run report can say why a pod stayed.
+
+The budget follows the Eviction API's own rules (kube-apiserver's pod eviction REST storage,
+checked against a real v1.24 API server in tests/realk8s/test_pdb_verdicts.py): a pod that is
+Pending, Succeeded, Failed or already terminating is deleted without looking at any PDB; a pod that
+is not Ready is evicted without spending the budget while the PDB is healthy
+(``currentHealthy >= desiredHealthy > 0``); otherwise more than one PDB is refused and one PDB's
+``disruptionsAllowed`` is spent.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.pacing import Pacer
-from kdesched.model.records import Pod
+from kdesched.model.records import Pod, PodDisruptionBudget
 from kdesched.strategies.framework import (
     ClusterState,
     NamespaceLimitReached,
@@ -78,6 +85,22 @@ class LimitCounter:
         self.per_namespace[pod.namespace] = self.per_namespace.get(pod.namespace, 0) + 1
 
 
+def api_ignores_pdbs(pod: Pod) -> bool:
+    """The Eviction API deletes this pod without consulting any PDB (canIgnorePDB): it is Pending,
+    Succeeded or Failed, or already terminating. Its eviction disrupts nothing that is running."""
+    return pod.phase in ("Pending", "Succeeded", "Failed") or pod.terminating
+
+
+def spends_budget(pod: Pod, pdb: PodDisruptionBudget) -> bool:
+    """False when the Eviction API lets ``pod`` go without decrementing ``pdb``: the pod is not
+    Ready (no Ready=True condition) while the budget is healthy (currentHealthy >= desiredHealthy
+    > 0). Unknown health counts (no status) mean the budget is spent, the cautious answer."""
+    if any(c.type == "Ready" and c.status == "True" for c in pod.conditions):
+        return True
+    current, desired = pdb.current_healthy, pdb.desired_healthy
+    return not (current is not None and desired is not None and desired > 0 and current >= desired)
+
+
 Gate = Callable[[Pod], "str | None"]
 """An extra admission check (the reactor's cool-downs and token buckets): a reason to refuse, or None."""
 
@@ -115,13 +138,14 @@ class PlanningEvictor:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
                 log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)
                 return False
-        pdbs = self.state.snapshot.pdbs_for(pod)
+        pdbs = [] if api_ignores_pdbs(pod) else self.state.snapshot.pdbs_for(pod)
         if len(pdbs) > 1:
             names = ", ".join(f"{b.namespace}/{b.name}" for b in pdbs)
             why = f"pod is covered by {len(pdbs)} PodDisruptionBudgets ({names}); the API server refuses to evict it"
             self.counter.refusals.append(Refusal(pod, strategy, profile, why))
             log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
             return False
+        pdbs = [pdb for pdb in pdbs if spends_budget(pod, pdb)]
         for pdb in pdbs:
             if pdb.disruptions_allowed is None:
                 continue

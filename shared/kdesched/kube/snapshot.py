@@ -15,9 +15,13 @@ from typing import Any
 from kdesched.kube.client import KubeClient
 from kdesched.model.snapshot import KINDS, Snapshot
 
+# Items per LIST page (limit/continue). Read at call time so a test can make it small enough that a
+# modest real cluster is read in many pages.
+DEFAULT_PAGE_SIZE = 500
+
 
 def load_live_snapshot(client: KubeClient, *, pod_nodes: Collection[str] | None = None,
-                       include: Collection[str] = KINDS, page_size: int = 500) -> Snapshot:
+                       include: Collection[str] = KINDS, page_size: int | None = None) -> Snapshot:
     """List the ``include`` kinds and build a snapshot.
 
     Pods: one paginated cluster-wide LIST when ``pod_nodes`` is None, otherwise one LIST per node
@@ -25,6 +29,7 @@ def load_live_snapshot(client: KubeClient, *, pod_nodes: Collection[str] | None 
     API failures propagate as the typed errors of :mod:`kdesched.kube.errors`; a malformed object
     raises :class:`~kdesched.model.errors.ModelError` naming the object and field.
     """
+    page_size = page_size or DEFAULT_PAGE_SIZE
     unknown = set(include) - set(KINDS)
     if unknown:
         raise ValueError(f"unsupported kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")

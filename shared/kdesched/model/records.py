@@ -670,6 +670,10 @@ class PodDisruptionBudget:
     selector: LabelSelector | None  # None selects no pod; {} selects every pod in the namespace
     disruptions_allowed: int | None  # status.disruptionsAllowed; None when status is unknown
     expected_pods: int | None = None
+    # status.currentHealthy / desiredHealthy: the Eviction API lets a not-Ready pod go without
+    # spending the budget while currentHealthy >= desiredHealthy > 0 (evictor/planner.py)
+    current_healthy: int | None = None
+    desired_healthy: int | None = None
 
     @classmethod
     def from_api(cls, raw: Any) -> "PodDisruptionBudget":
@@ -685,6 +689,8 @@ class PodDisruptionBudget:
             None if sel is None else LabelSelector.from_api(sel, "spec.selector"),
             _int(allowed, "status.disruptionsAllowed"),
             _int(status.get("expectedPods"), "status.expectedPods"),
+            _int(status.get("currentHealthy"), "status.currentHealthy"),
+            _int(status.get("desiredHealthy"), "status.desiredHealthy"),
         )
 
     def selects(self, pod: Pod) -> bool:
