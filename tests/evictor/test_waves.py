@@ -108,7 +108,8 @@ def setup(fake: FakeApiServer, apps: dict[str, int], ready_after: dict[str, int 
 
 def run(cluster: Cluster, plan: Any, kube: KubeClient, settings: WaveSettings, *, reader: bool = True) -> list[Any]:
     return execute_waves(plan.evictions, plan.pacing, LiveExecutor(kube, NO_RETRY, sleep=cluster.sleep),
-                         dry_run=False, reader=LiveWorkloads(kube) if reader else None, settings=settings,
+                         dry_run=False, reader=LiveWorkloads(kube, clock=cluster.clock) if reader else None,
+                         settings=settings,
                          sleep=cluster.sleep, clock=cluster.clock)
 
 
@@ -158,6 +159,18 @@ def test_one_slow_workload_does_not_hold_another_back(
     api_second = next(t for t, n in cluster.evicted_at if n == "api-7d9f8-1")
     assert api_second < 20.0  # long before web's timeout
     assert max(cluster.samples["web"]) == 1 and max(cluster.samples["api"]) == 1
+
+
+def test_workloads_of_one_namespace_share_one_list_per_poll(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, plan = setup(fake_api, {"web": 2, "api": 2}, {"web": 1, "api": 1})
+    fake_api.clear_journal()
+    outcomes = execute_waves(plan.evictions, plan.pacing, LiveExecutor(kube, NO_RETRY, sleep=cluster.sleep),
+                             dry_run=False, reader=LiveWorkloads(kube, clock=cluster.clock),
+                             settings=WaveSettings(30.0, None, 2.0), sleep=cluster.sleep, clock=cluster.clock)
+    assert [o.result for o in outcomes] == ["evicted"] * 4
+    lists = [r for r in fake_api.requests("GET") if r.path == "/api/v1/namespaces/default/pods"]
+    assert 0 < len(lists) <= cluster.polls + 1  # one per poll round, not one per workload
 
 
 def test_the_run_budget_bounds_all_waiting(fake_api: FakeApiServer, kube: KubeClient) -> None:

@@ -41,22 +41,33 @@ class WorkloadReader(Protocol):
 
 
 class LiveWorkloads:
-    """:class:`WorkloadReader` through the kube layer: one LIST of the workload's namespace per poll."""
+    """:class:`WorkloadReader` through the kube layer: one LIST of a namespace's pods per poll,
+    shared by the workloads of that namespace read within ``fresh_seconds`` of it."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, fresh_seconds: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
+        self.fresh_seconds = fresh_seconds
+        self.clock = clock
+        self._lists: dict[str, tuple[float, dict[Workload, list[Pod]]]] = {}
 
     def status(self, workload: Workload) -> WorkloadStatus:
-        pods = []
-        for raw in self.client.list_raw("Pod", namespace=workload.namespace).items:
-            try:
-                pod = Pod.from_api(raw)
-            except ModelError as exc:  # one odd pod must not stop the wait; it cannot be ours anyway
-                log.debug("skipping a pod that does not parse: %s", exc)
-                continue
-            if pod.owner_refs and workload_of(pod) == workload:
-                pods.append(pod)
-        return workload_status(workload, pods)
+        now = self.clock()
+        cached = self._lists.get(workload.namespace)
+        if cached is None or now - cached[0] > self.fresh_seconds:
+            grouped: dict[Workload, list[Pod]] = {}
+            for raw in self.client.list_raw("Pod", namespace=workload.namespace).items:
+                try:
+                    pod = Pod.from_api(raw)
+                except ModelError as exc:  # one odd pod must not stop the wait; it cannot be ours anyway
+                    log.debug("skipping a pod that does not parse: %s", exc)
+                    continue
+                w = workload_of(pod)
+                if w is not None:
+                    grouped.setdefault(w, []).append(pod)
+            cached = (now, grouped)
+            self._lists[workload.namespace] = cached
+        return workload_status(workload, cached[1].get(workload, []))
 
 
 @dataclass(frozen=True, slots=True)
