@@ -10,9 +10,11 @@ The three node-event functions share one factory (:func:`kdesched_functions.comm
 
   Why: a node that joins or recovers is where pods should go now, not at the next timer tick. The
   run balances the whole cluster (balance strategies see every node), under the Lease, and a burst
-  of such events (an autoscaler adding twenty nodes) is coalesced into one run. A ``node.added``
-  for a node that is not Ready and schedulable yet is acknowledged with a report saying "waiting
-  for node.ready" and runs nothing: the classifier sends ``node.ready`` when it is.
+  of such events (an autoscaler adding twenty nodes) gives one run at once plus at most one
+  follow-up. ``node.ready`` means the node became *usable for ordinary pods* (Ready, uncordoned, no
+  NoSchedule/NoExecute taint such a pod is refused by: kdesched.reactor.lifecycle), sent once on
+  the write that completed it; a ``node.added`` for a node not usable yet (a cloud node still
+  ``uninitialized``) is acknowledged with a report saying why and runs nothing.
 
 - taints: ``node.taints.changed`` -> RemovePodsViolatingNodeTaints on that node only.
 

@@ -31,6 +31,8 @@ EVICTOR: frozenset[Grant] = frozenset({
 LEASE: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "get", "kdesched"),
     ("coordination.k8s.io", "leases", "update", "kdesched"),
+    ("coordination.k8s.io", "leases", "get", "kdesched-leader"),  # kdesched serve's leader election
+    ("coordination.k8s.io", "leases", "update", "kdesched-leader"),
     ("coordination.k8s.io", "leases", "create", None),  # create cannot be limited by name
 })
 NODE_READER: frozenset[Grant] = frozenset({
@@ -172,8 +174,13 @@ def test_evicting_functions_and_standalone_share_the_same_identity() -> None:
 
 
 def test_lease_name_matches_the_role() -> None:
+    from kdesched.reactor.serve import LEADER_SUFFIX
+    from kdesched.reactor.settings import parse_settings
+
     lease_rule_names = {name for (_, _, _, name) in LEASE if name}
-    assert lease_rule_names == {"kdesched"}
+    # exactly the Leases the code uses by default: the run Lease and serve's leader Lease
+    default = parse_settings({}, env={}).lease_name
+    assert lease_rule_names == {default, f"{default}{LEADER_SUFFIX}"} == {"kdesched", "kdesched-leader"}
     for doc in by_kind(install("knative"), "Service", "serving.knative.dev"):
         env = {e["name"]: e.get("value") for e in main_container(doc)["env"]}
         assert env["KDESCHED_LEASE_NAME"] in lease_rule_names

@@ -54,6 +54,9 @@ CASES = [
      [("update", n(2, unschedulable=False, ready=False))], []),
     ("taint added and removed", [n(1)],
      [("update", n(2, taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}])), ("update", n(3))],
+     [(TAINTS_CHANGED, "n1"), (NODE_READY, "n1"), (TAINTS_CHANGED, "n1")]),  # usable again on removal
+    ("PreferNoSchedule and the default NoExecute tolerations never make a node unusable", [n(1)],
+     [("update", n(2, taints=[{"key": "k", "effect": "PreferNoSchedule"}, UNREACHABLE])), ("update", n(3))],
      [(TAINTS_CHANGED, "n1"), (TAINTS_CHANGED, "n1")]),
     ("taint order is not a change", [n(1, taints=[UNREACHABLE, NOT_READY_TAINT])],
      [("update", n(2, taints=[NOT_READY_TAINT, UNREACHABLE]))], []),
@@ -103,8 +106,13 @@ def test_ready_payload_and_added_payload() -> None:
     assert added.data["after"]["ready"] is False
     assert added.data["after"]["taints"] == [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
     (ready, taints) = c.observe("update", n(2))
-    assert ready.data == {"node": "n1", "before": {"ready": False, "unschedulable": False},
-                          "after": {"ready": True, "unschedulable": False}}
+    assert added.data["after"]["usable"] is False
+    assert added.data["after"]["unusable"] == "NotReady; tainted node.kubernetes.io/not-ready:NoSchedule"
+    assert ready.data == {"node": "n1",
+                          "before": {"ready": False, "unschedulable": False, "taints": [NOT_READY_TAINT],
+                                     "usable": False,
+                                     "unusable": "NotReady; tainted node.kubernetes.io/not-ready:NoSchedule"},
+                          "after": {"ready": True, "unschedulable": False, "taints": [], "usable": True}}
     assert taints.type == TAINTS_CHANGED
 
 

@@ -11,6 +11,7 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor.coordination import (
     Coalescer,
+    CoalescingCore,
     LeaseGuard,
     LockBusy,
     NodeLocks,
@@ -140,7 +141,7 @@ def test_parallel_burst_becomes_one_or_two_runs_without_overlap() -> None:
             active[0] -= 1
         return list(reqs)
 
-    c: Coalescer[int, list[int]] = Coalescer(0.05, run)
+    c: Coalescer[int, list[int]] = Coalescer(run, delay_seconds=0.05)
     barrier = threading.Barrier(20)
     results: dict[int, Any] = {}
 
@@ -170,7 +171,7 @@ def test_events_during_a_run_form_exactly_one_pending_batch() -> None:
             release.wait(5)
         return len(batches)
 
-    c: Coalescer[str, int] = Coalescer(0.01, run)
+    c: Coalescer[str, int] = Coalescer(run, delay_seconds=0.01)
     first = threading.Thread(target=c.submit, args=("a",))
     first.start()
     assert started.wait(5)
@@ -180,7 +181,7 @@ def test_events_during_a_run_form_exactly_one_pending_batch() -> None:
     # all four are queued in the one pending batch behind the running one; wait until they joined
     for _ in range(500):
         with c._lock:
-            if c._open is not None and len(c._open.requests) == 4:
+            if c.core.open is not None and len(c.core.open.requests) == 4:
                 break
         threading.Event().wait(0.005)
     release.set()
@@ -194,12 +195,12 @@ def test_run_error_reaches_every_joined_request_and_stop_aborts() -> None:
     def boom(reqs: list[int]) -> int:
         raise LockBusy("held")
 
-    c: Coalescer[int, int] = Coalescer(0, boom)
+    c: Coalescer[int, int] = Coalescer(boom)
     with pytest.raises(LockBusy):
         c.submit(1)
     stop = threading.Event()
     stop.set()
-    c2: Coalescer[int, int] = Coalescer(10, lambda r: 1, stop=stop)
+    c2: Coalescer[int, int] = Coalescer(lambda r: 1, delay_seconds=10, stop=stop)
     with pytest.raises(ShuttingDown):
         c2.submit(1)
 
@@ -207,7 +208,7 @@ def test_run_error_reaches_every_joined_request_and_stop_aborts() -> None:
 def test_lock_timeout_gives_lock_busy() -> None:
     lock = threading.Lock()
     lock.acquire()
-    c: Coalescer[int, int] = Coalescer(0, lambda r: 1, run_lock=lock, lock_timeout=0.05)
+    c: Coalescer[int, int] = Coalescer(lambda r: 1, run_lock=lock, lock_timeout=0.05)
     with pytest.raises(LockBusy):
         c.submit(1)
 
@@ -252,3 +253,110 @@ def test_dry_run_clone_spends_a_copy() -> None:
     dry = rl.clone()
     assert dry.admit("n", "a") is None and dry.admit("n", "a") is None and dry.admit("n", "a") is not None
     assert rl.admit("n", "a") is None and rl.admit("n", "a") is None  # the real budget is untouched
+
+
+# --- leading edge, on a fake clock ---------------------------------------------------------------
+
+
+def simulate(core: CoalescingCore[int, None], arrivals: list[float], run_seconds: float) -> list[tuple[float, list[int]]]:
+    """Drive the real timing rule through a discrete-event simulation: requests arrive at
+    ``arrivals`` (fake seconds), each run lasts ``run_seconds``. Returns (start time, requests) per run."""
+    runs: list[tuple[float, list[int]]] = []
+    pending = sorted(enumerate(arrivals), key=lambda x: x[1])
+    running_until: float | None = None
+    now = 0.0
+    while pending or core.open is not None or core.running is not None:
+        candidates = []
+        if pending:
+            candidates.append(pending[0][1])
+        if core.running is not None and running_until is not None:
+            candidates.append(running_until)
+        elif core.open is not None:
+            candidates.append(core.start_time(core.open))
+        now = max(now, min(candidates))
+        if core.running is not None and running_until is not None and running_until <= now:
+            core.end(core.running)
+            running_until = None
+            continue
+        if pending and pending[0][1] <= now:
+            i, _ = pending.pop(0)
+            core.offer(i, now)
+            continue
+        if core.open is not None and core.running is None and core.start_time(core.open) <= now:
+            batch = core.open
+            core.begin(batch, now)
+            runs.append((now, list(batch.requests)))
+            running_until = now + run_seconds
+    return runs
+
+
+def test_a_lone_event_runs_at_once_node_scoped_and_after_the_gather_delay_balance() -> None:
+    node = simulate(CoalescingCore(0.0, 0.0), [5.0], run_seconds=0.2)
+    assert node == [(5.0, [0])]
+    balance = simulate(CoalescingCore(0.5, 10.0), [5.0], run_seconds=2.0)
+    assert balance == [(5.5, [0])]
+
+
+def test_a_burst_of_20_nodes_over_10s_gives_at_most_two_balance_runs() -> None:
+    arrivals = [i * 10.0 / 19 for i in range(20)]  # 20 nodes, first at 0 s, last at 10 s
+    for run_seconds in (0.1, 1.0, 3.0, 12.0):
+        runs = simulate(CoalescingCore(0.5, 10.0), arrivals, run_seconds)
+        assert len(runs) <= 2, (run_seconds, runs)
+        assert runs[0][0] == 0.5  # leading edge: the first run does not wait for the burst to end
+        assert sorted(i for _, reqs in runs for i in reqs) == list(range(20))  # every event served once
+        # the follow-up decides on state read after the last event of the burst
+        assert runs[-1][0] >= arrivals[-1]
+
+
+def test_events_during_a_run_coalesce_into_one_follow_up_started_after_the_run() -> None:
+    # node-scoped (no spacing): a, then b c d while a runs -> exactly one follow-up right after a
+    runs = simulate(CoalescingCore(0.0, 0.0), [0.0, 0.1, 0.2, 0.3], run_seconds=1.0)
+    assert runs == [(0.0, [0]), (1.0, [1, 2, 3])]
+    # a later, separate event after things went quiet runs at once again (leading edge)
+    runs = simulate(CoalescingCore(0.5, 10.0), [0.0, 30.0], run_seconds=1.0)
+    assert runs == [(0.5, [0]), (30.5, [1])]
+
+
+def test_a_follow_up_waits_for_the_min_interval_measured_from_the_previous_start() -> None:
+    core: CoalescingCore[int, None] = CoalescingCore(0.5, 10.0)
+    first, _ = core.offer(1, now=0.0)
+    assert core.start_time(first) == 0.5
+    core.begin(first, now=0.5)
+    follow, opened = core.offer(2, now=1.0)
+    assert opened and follow is not first
+    joined, opened_again = core.offer(3, now=2.0)
+    assert joined is follow and not opened_again  # one follow-up batch, however many events
+    assert core.start_time(follow) == 10.5
+    core.end(first)
+    core.abandon(follow)
+    assert core.open is None and core.runs == 1
+
+
+def test_offer_without_waiting_frees_a_joining_caller_and_the_run_still_serves_it() -> None:
+    started, release = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def run(reqs: list[int]) -> int:
+        batches.append(list(reqs))
+        if len(batches) == 1:
+            started.set()
+            release.wait(5)
+        return len(batches)
+
+    c: Coalescer[int, int] = Coalescer(run)
+    leader = threading.Thread(target=c.submit, args=(0,))
+    leader.start()
+    assert started.wait(5)
+    follow = threading.Thread(target=c.offer, args=(1,), kwargs={"wait": False})  # opens the follow-up: leads it
+    follow.start()
+    for _ in range(500):
+        with c._lock:
+            if c.core.open is not None:
+                break
+        threading.Event().wait(0.005)
+    # joiners of the queued follow-up return at once, without waiting for either run
+    assert [c.offer(i, wait=False) for i in (2, 3, 4)] == [None, None, None]
+    release.set()
+    leader.join(5)
+    follow.join(5)
+    assert batches == [[0], [1, 2, 3, 4]] and c.runs == 2

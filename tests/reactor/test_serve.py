@@ -107,7 +107,7 @@ def test_only_the_leader_watches(fake_api: FakeApiServer, kube: KubeClient) -> N
     srv = ReactorServer(default_like_policy(), settings, kube, port=0, sweep_interval_seconds=0, identity="follower")
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    wait_for(lambda: fake_api.requests("GET", "/apis/coordination.k8s.io/v1/namespaces/kdesched/leases/kdesched-leader"))
+    wait_for(srv.checked.is_set)
     assert not srv.is_leader.is_set() and srv.ready() == (True, "standby (not the leader)")
     srv.shutdown()
     thread.join(timeout=10)

@@ -20,17 +20,18 @@ def settings(block: Any = None, env: dict[str, str] | None = None, **kw: Any) ->
 def test_defaults() -> None:
     s = settings()
     assert s.settle_seconds == 10 and s.lease_wait_seconds == 5 and s.lease_name == "kdesched"
+    assert s.balance_delay_seconds == 0.5
     assert s.lease_namespace == "kdesched" and s.cooldown_workload_seconds == 300 and not s.dry_run
     assert s.rate_limits.global_ == BucketSettings(60, 30)
     assert s.events[ev.NODE_READY] == ("LowNodeUtilization", "RemoveDuplicates")
 
 
 def test_values_and_env() -> None:
-    s = settings({"settleSeconds": 0.5, "cooldown": {"workloadSeconds": 60}, "rateLimits": {"perNode": None,
+    s = settings({"settleSeconds": 0.5, "balanceDelaySeconds": 0, "cooldown": {"workloadSeconds": 60}, "rateLimits": {"perNode": None,
                   "global": {"perMinute": 6, "burst": 2}}, "topologyKeys": ["rack"],
                   "events": {ev.TAINTS_CHANGED: ["RemovePodsViolatingNodeTaints", "RemoveDuplicates"]}},
                  env={"KDESCHED_LEASE_NAME": "ds", "POD_NAMESPACE": "ops", "KDESCHED_DRY_RUN": "true", "K_SINK": "http://b"})
-    assert s.settle_seconds == 0.5 and s.cooldown_workload_seconds == 60 and s.cooldown_node_seconds == 300
+    assert s.settle_seconds == 0.5 and s.balance_delay_seconds == 0 and s.cooldown_workload_seconds == 60 and s.cooldown_node_seconds == 300
     assert s.rate_limits.per_node is None and s.rate_limits.global_ == BucketSettings(6, 2)
     assert s.topology_keys == ("rack",) and s.lease_name == "ds" and s.lease_namespace == "ops"
     assert s.dry_run and s.broker_url == "http://b"
@@ -41,6 +42,8 @@ def test_values_and_env() -> None:
 BAD = [
     ({"settleSeconds": "x"}, {}, 'kdesched.settleSeconds: must be a number >= 0, got "x"'),
     ({"settleSeconds": -1}, {}, "kdesched.settleSeconds: must be a number >= 0, got -1"),
+    ({"balanceDelaySeconds": "soon"}, {}, 'kdesched.balanceDelaySeconds: must be a number >= 0, got "soon"'),
+    ({"safety": {"controlPlaneTaints": "yes"}}, {}, 'kdesched.safety.controlPlaneTaints: must be true or false, got "yes"'),
     ({"leaseDurationSeconds": 1}, {}, "kdesched.leaseDurationSeconds: must be an integer >= 5, got 1"),
     ({"cooldown": {"nodeSeconds": True}}, {}, "kdesched.cooldown.nodeSeconds: must be a number >= 0, got true"),
     ({"cooldown": {"nodeSecs": 1}}, {}, "kdesched.cooldown.nodeSecs: unknown field"),

@@ -41,6 +41,10 @@ UNUSED_BY_FUNCTIONS: dict[str, dict[Grant, str]] = {
         (g, r, "watch", None): "kdesched serve (standalone) watches"
         for g, r in (("", "pods"), ("", "nodes"), ("", "namespaces"), ("scheduling.k8s.io", "priorityclasses"),
                      ("policy", "poddisruptionbudgets"), ("", "persistentvolumeclaims"))
+    } | {
+        # only `kdesched serve` elects a leader (tests/realk8s/test_serve.py runs it with this RBAC)
+        ("coordination.k8s.io", "leases", verb, "kdesched-leader"): "kdesched serve's leader election"
+        for verb in ("get", "update")
     },
     "kdesched-classifier": {
         # kdesched-node-reader is shared with the ApiServerSource adapter (kdesched-node-source),

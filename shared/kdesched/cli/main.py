@@ -197,6 +197,16 @@ def _safety(loaded: LoadedPolicy, event_path: bool) -> Any:
     return loaded.settings.safety.resolve(Path.EVENT if event_path else Path.PARITY)
 
 
+def parity_policy(policy: Any) -> Any:
+    """``simulate`` / ``run`` without --event: the safety defaults apply only when the policy turns
+    them on (``kdesched.safety.enabled: true``, as the shipped policies do); a plain upstream policy
+    keeps upstream semantics (kdesched.policy.safety, Path.PARITY)."""
+    from kdesched.policy.control_plane import exclude_control_plane_taints, policy_safety
+    from kdesched.policy.safety import Path
+
+    return exclude_control_plane_taints(policy, policy_safety(policy, Path.PARITY))[0]
+
+
 # --- commands --------------------------------------------------------------------------------------
 
 
@@ -245,6 +255,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
+    else:
+        policy = parity_policy(policy)
     safety = _safety(loaded, event_path=bool(args.event))
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
@@ -288,6 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
         return EXIT_RUNTIME
     freeze_heap()
+    policy = parity_policy(policy)
     try:
         plan = plan_run(policy, snapshot, safety=safety)
     except PlanError as exc:

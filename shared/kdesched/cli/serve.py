@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import threading
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from kdesched_functions import FUNCTIONS
 
 log = logging.getLogger("kdesched.cli.serve")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 
@@ -57,9 +60,12 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
         "serve", parents=[common] if common is not None else [], help="the standalone reactor (no Knative needed)",
         description="Watch Nodes through the API server, classify changes, run the strategies each change affects "
                     "(in-process, coordinated by a Lease), sweep periodically, and serve POST / for "
-                    "dev.kdesched.run.requested CloudEvents plus /healthz /readyz /metrics. Only the leader (Lease "
-                    "<name>-leader) watches and runs. SIGTERM stops cleanly (exit 0). Mode: the event path, with "
-                    "kdesched's safety defaults on (somewhere to go, per-workload pacing) unless the policy sets "
+                    "dev.kdesched.run.requested CloudEvents plus /healthz /readyz /metrics. Two Leases in the "
+                    "--lease-namespace: 'kdesched' serialises balance runs and keeps the eviction history, "
+                    "'kdesched-leader' elects the one replica that watches and runs ($KDESCHED_LEASE_NAME renames "
+                    "both: NAME and NAME-leader). A missing namespace or RBAC refusing a Lease stops serve at start "
+                    "with exit 1. SIGTERM stops cleanly (exit 0). Mode: the event path, with kdesched's safety "
+                    "defaults on (somewhere to go, per-workload pacing) unless the policy sets "
                     "kdesched.safety.enabled: false.")
     p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default: the default policy)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[], help="a named preset profile; repeatable")
@@ -73,6 +79,10 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
                    help="run without the leader Lease (only with a single replica)")
     p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME or host name + random)")
+    p.add_argument("--lease-namespace", metavar="NAMESPACE",
+                   help="namespace of the Leases kdesched and kdesched-leader (default: $KDESCHED_LEASE_NAMESPACE, "
+                        "else the pod's namespace in a cluster, else the kubeconfig context's namespace, else "
+                        "'default'); it must exist, with the Role kdesched-lease bound there")
     p.set_defaults(func=cmd_serve)
     return p
 
@@ -109,6 +119,59 @@ def _load(policy_path: str | None, profiles: list[str], dry_run: bool) -> Any:
     return load_policy_arg(policy_path, profiles, dry_run_flag=dry_run)
 
 
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context in use ("" if none is set or the file cannot be read):
+    ``--kubeconfig`` else the first file of $KUBECONFIG else ~/.kube/config; ``--context`` else
+    current-context."""
+    import yaml
+
+    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or os.path.expanduser(
+        "~/.kube/config")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    name = context or doc.get("current-context")
+    for entry in doc.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            ns = (entry.get("context") or {}).get("namespace")
+            return ns if isinstance(ns, str) else ""
+    return ""
+
+
+def lease_namespace(flag: str | None, kubeconfig: str | None, context: str | None,
+                    env: Any = None, sa_file: str = SERVICE_ACCOUNT_NAMESPACE) -> tuple[str, str]:
+    """(namespace, where it came from) for serve's Leases: --lease-namespace, else
+    $KDESCHED_LEASE_NAMESPACE / $POD_NAMESPACE, else the pod's namespace (in a cluster: the service
+    account's namespace file), else the kubeconfig context's namespace, else "default"."""
+    from kdesched.reactor.settings import LEASE_NAMESPACE_ENV
+
+    env = os.environ if env is None else env
+    if flag:
+        return flag, "--lease-namespace"
+    for key in (LEASE_NAMESPACE_ENV, "POD_NAMESPACE"):
+        if env.get(key):
+            return env[key], f"${key}"
+    if not kubeconfig and env.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            with open(sa_file, encoding="utf-8") as fh:
+                ns = fh.read().strip()
+            if ns:
+                return ns, "the pod's namespace"
+        except OSError:
+            pass
+    ns = kubeconfig_namespace(kubeconfig, context)
+    if ns:
+        return ns, "the kubeconfig context's namespace"
+    return "default", "default (no namespace in the kubeconfig context)"
+
+
 def _on_signals(stop: Any) -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: shutting down", signum)
@@ -129,6 +192,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     policy, settings = loaded.policy, loaded.settings
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
+    namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
+    settings = replace(settings, lease_namespace=namespace)
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context)
     except ConfigError as exc:
@@ -137,8 +204,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
                            identity=args.identity)
     _on_signals(server.shutdown)
-    log.info("kdesched serve: settle=%gs sweep=%gs lease=%s/%s", settings.settle_seconds,
-             server.sweep_interval, settings.lease_namespace, settings.lease_name)
+    log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "
+             "(namespace from %s)", settings.balance_delay_seconds, settings.settle_seconds,
+             server.sweep_interval, namespace, settings.lease_name, namespace, settings.lease_name, origin)
     return server.run()
 
 

@@ -1,5 +1,8 @@
 """Node watch events -> semantic events (``node.added``, ``.ready``, ``.taints.changed``, ``.labels.changed``).
 
+``node.ready`` means "became usable for ordinary pods" (:mod:`kdesched.reactor.lifecycle`): sent
+once, on the write that completes Ready + uncordoned + no refusing taint, whichever comes last.
+
 Why: ApiServerSource (and a plain WATCH) hands over only the new Node object, never the old one,
 and most Node writes are status heartbeats that change nothing a strategy cares about. This
 module keeps a small per-node digest of what matters (Ready, ``spec.unschedulable``, taints,
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.lifecycle import unusable_reason
 
 MAX_TOMBSTONES = 1000
 Taints = tuple[tuple[str, str, str], ...]  # (key, value, effect), sorted
@@ -43,8 +47,17 @@ class NodeDigest:
 
     @property
     def schedulable(self) -> bool:
-        """Ready and not cordoned: a place the scheduler can put pods."""
+        """Ready and not cordoned (taints aside)."""
         return self.ready and not self.unschedulable
+
+    @property
+    def unusable_reason(self) -> str:
+        """Why ordinary pods cannot land here ("" = usable), see :mod:`kdesched.reactor.lifecycle`."""
+        return unusable_reason(self.ready, self.unschedulable, self.taints)
+
+    @property
+    def usable(self) -> bool:
+        return not self.unusable_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +144,20 @@ def changes(old: NodeDigest | None, new: NodeDigest) -> list[SemanticEvent]:
     """The semantic events between two digests of one node (``old`` None = a node not seen before)."""
     base = f"{new.uid or new.name}-{new.resource_version}"
     if old is None or old.uid != new.uid:
+        # ``usable`` tells the rebalance function whether this event is the trigger (usable now) or
+        # only an announcement (node.ready follows on the transition to usable)
         after = {"ready": new.ready, "unschedulable": new.unschedulable, "taints": _taints_json(new.taints),
-                 "labels": dict(new.labels)}
+                 "labels": dict(new.labels), "usable": new.usable,
+                 **({"unusable": new.unusable_reason} if not new.usable else {})}
         return [SemanticEvent(NODE_ADDED, f"{base}-added", new.name, {"node": new.name, "before": {}, "after": after})]
     out: list[SemanticEvent] = []
-    if new.schedulable and not old.schedulable:
+    if new.usable and not old.usable:
         out.append(SemanticEvent(NODE_READY, f"{base}-ready", new.name, {
             "node": new.name,
-            "before": {"ready": old.ready, "unschedulable": old.unschedulable},
-            "after": {"ready": new.ready, "unschedulable": new.unschedulable}}))
+            "before": {"ready": old.ready, "unschedulable": old.unschedulable, "taints": _taints_json(old.taints),
+                       "usable": False, "unusable": old.unusable_reason},
+            "after": {"ready": new.ready, "unschedulable": new.unschedulable, "taints": _taints_json(new.taints),
+                      "usable": True}}))
     if new.taints != old.taints:
         out.append(SemanticEvent(TAINTS_CHANGED, f"{base}-taints", new.name, {
             "node": new.name, "before": {"taints": _taints_json(old.taints)},

@@ -5,10 +5,14 @@ ten seconds; a node flaps. Without coordination that is twenty overlapping runs 
 same stale state and evicting the same workload twenty times. Three mechanisms, from the inside
 out:
 
-* :class:`Coalescer` (per process, threads): the first request of a burst opens a settle window,
-  later ones join it, then ONE run on fresh state serves all of them (each delivery gets the same
-  report, marked coalesced). Requests arriving while a run is in progress open the next window;
-  there is never more than one pending batch per key. Runs of one key never overlap (its run lock).
+* :class:`Coalescer` (per process, threads), leading edge: when nothing of its key is queued or
+  running, the first request starts a run at once (after ``delay_seconds``: 0 for node-scoped
+  keys, a short gather for balance runs). Requests arriving while a batch is queued join it;
+  requests arriving while a run is in flight open ONE follow-up batch, which starts when that
+  run ends and no sooner than ``min_interval_seconds`` after it started, and decides on fresh
+  state for all of them (each delivery gets the same report, marked coalesced). So a burst gives
+  one immediate run plus at most one follow-up per interval. The timing rule is the pure
+  :class:`CoalescingCore` (tested with a fake clock); runs of one key never overlap (its run lock).
 * :class:`NodeLocks`: one lock per node, shared by every node-scoped function of the process, so
   taints and affinity runs on the same node never overlap.
 * :class:`LeaseGuard` (across processes): the ``coordination.k8s.io/v1`` Lease. Balance runs take it
@@ -37,6 +41,7 @@ from kdesched.reactor.limits import HISTORY_ANNOTATION, EvictionHistory
 
 log = logging.getLogger("kdesched.reactor.coordination")
 
+WAIT_SLICE_SECONDS = 0.1
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
@@ -51,6 +56,7 @@ class ShuttingDown(Exception):
 
 @dataclass
 class _Batch(Generic[Req, Res]):
+    opened_at: float
     requests: list[Req] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     result: Res | None = None
@@ -65,34 +71,99 @@ class Served(Generic[Res]):
     coalesced: int
 
 
-class Coalescer(Generic[Req, Res]):
-    """Debounce concurrent requests into batches; run each batch once, serialised by ``run_lock``.
+class CoalescingCore(Generic[Req, Res]):
+    """The timing rule of one key, without threads or clocks (the caller passes ``now``).
 
-    ``run(batch)`` is called in the thread of the request that opened the batch, after the settle
-    window and once ``run_lock`` is free. ``stop`` (a threading.Event) cuts windows short and makes
-    pending batches fail with :class:`ShuttingDown`.
+    At most one *open* batch (queued, still joinable) and one *running* batch. A batch may start at
+    :meth:`start_time`: ``opened_at + delay`` (leading edge), but never before
+    ``last_start + min_interval`` (a follow-up of a burst waits), and only once the running batch
+    has ended (the caller's run lock). Not thread-safe: :class:`Coalescer` guards it.
     """
 
-    def __init__(self, settle_seconds: float, run: Callable[[Sequence[Req]], Res], *,
-                 run_lock: threading.Lock | None = None, stop: threading.Event | None = None,
-                 lock_timeout: float | None = None) -> None:
-        self.settle_seconds = settle_seconds
+    def __init__(self, delay_seconds: float = 0.0, min_interval_seconds: float = 0.0) -> None:
+        self.delay_seconds = delay_seconds
+        self.min_interval_seconds = min_interval_seconds
+        self.open: _Batch[Req, Res] | None = None
+        self.running: _Batch[Req, Res] | None = None
+        self.last_start: float | None = None
+        self.runs = 0
+
+    def offer(self, request: Req, now: float) -> tuple[_Batch[Req, Res], bool]:
+        """Add ``request`` to the open batch (opening one if there is none): (batch, opened it)."""
+        batch, opened = self.open, False
+        if batch is None:
+            batch, opened = _Batch(opened_at=now), True
+            self.open = batch
+        batch.requests.append(request)
+        return batch, opened
+
+    def start_time(self, batch: _Batch[Req, Res]) -> float:
+        """The earliest time ``batch`` may start (the running batch must also have ended)."""
+        at = batch.opened_at + self.delay_seconds
+        if self.last_start is not None:
+            at = max(at, self.last_start + self.min_interval_seconds)
+        return at
+
+    def begin(self, batch: _Batch[Req, Res], now: float) -> None:
+        """``batch`` starts running: it is no longer joinable; later requests open the follow-up."""
+        if self.open is batch:
+            self.open = None
+        self.running = batch
+        self.last_start = now
+        self.runs += 1
+
+    def end(self, batch: _Batch[Req, Res]) -> None:
+        if self.running is batch:
+            self.running = None
+
+    def abandon(self, batch: _Batch[Req, Res]) -> None:
+        """``batch`` will never run (shutdown, lock timeout): close it."""
+        if self.open is batch:
+            self.open = None
+
+
+class Coalescer(Generic[Req, Res]):
+    """Leading-edge coalescing of concurrent requests into batches, each run once, serialised by
+    ``run_lock`` (see :class:`CoalescingCore` for the timing).
+
+    ``run(batch)`` is called in the thread of the request that opened the batch, once its start
+    time has come and ``run_lock`` is free. ``stop`` (a threading.Event) cuts waits short and
+    makes pending batches fail with :class:`ShuttingDown`.
+    """
+
+    def __init__(self, run: Callable[[Sequence[Req]], Res], *, delay_seconds: float = 0.0,
+                 min_interval_seconds: float = 0.0, run_lock: threading.Lock | None = None,
+                 stop: threading.Event | None = None, lock_timeout: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.run = run
+        self.core: CoalescingCore[Req, Res] = CoalescingCore(delay_seconds, min_interval_seconds)
         self.run_lock = run_lock or threading.Lock()
         self.stop = stop or threading.Event()
         self.lock_timeout = lock_timeout  # None = wait for the run lock as long as it takes
+        self.clock = clock
         self._lock = threading.Lock()
-        self._open: _Batch[Req, Res] | None = None
-        self.runs = 0  # for tests and metrics
+
+    @property
+    def runs(self) -> int:
+        """How many batches have started (for tests and metrics)."""
+        return self.core.runs
 
     def submit(self, request: Req) -> Served[Res]:
+        """Join or open a batch and wait for its run's result (what an HTTP request needs)."""
+        served = self.offer(request, wait=True)
+        assert served is not None
+        return served
+
+    def offer(self, request: Req, *, wait: bool) -> Served[Res] | None:
+        """Like :meth:`submit`; with ``wait=False`` a request that joined a batch opened by another
+        request returns None at once (that batch's run serves it), so a caller with a bounded
+        thread pool (``kdesched serve``) does not hold a thread per waiting event. The request that
+        opens a batch always leads its run and gets the result."""
         with self._lock:
-            batch = self._open
-            leader = batch is None
-            if batch is None:
-                batch = self._open = _Batch()
-            batch.requests.append(request)
+            batch, leader = self.core.offer(request, self.clock())
         if not leader:
+            if not wait:
+                return None
             batch.done.wait()
         else:
             self._lead(batch)
@@ -102,14 +173,16 @@ class Coalescer(Generic[Req, Res]):
         return Served(batch.result, len(batch.requests))
 
     def _lead(self, batch: _Batch[Req, Res]) -> None:
+        began = False
         try:
-            if self.settle_seconds > 0:
-                self.stop.wait(self.settle_seconds)
+            while not self.stop.is_set():
+                with self._lock:
+                    remaining = self.core.start_time(batch) - self.clock()
+                if remaining <= 0:
+                    break
+                # short slices: the clock is injectable (tests drive it), and stop cuts the wait short
+                self.stop.wait(min(remaining, WAIT_SLICE_SECONDS))
             acquired = self._acquire()
-            # the batch stays open (joinable) until its run starts
-            with self._lock:
-                if self._open is batch:
-                    self._open = None
             if self.stop.is_set():
                 if acquired:
                     self.run_lock.release()
@@ -117,7 +190,10 @@ class Coalescer(Generic[Req, Res]):
             if not acquired:
                 raise LockBusy(f"another run is in progress (waited {self.lock_timeout:g}s)")
             try:
-                self.runs += 1
+                # the batch stays open (joinable) until its run starts
+                with self._lock:
+                    self.core.begin(batch, self.clock())
+                began = True
                 batch.result = self.run(list(batch.requests))
             finally:
                 self.run_lock.release()
@@ -125,8 +201,10 @@ class Coalescer(Generic[Req, Res]):
             batch.error = exc
         finally:
             with self._lock:
-                if self._open is batch:
-                    self._open = None
+                if began:
+                    self.core.end(batch)
+                else:
+                    self.core.abandon(batch)
             batch.done.set()
 
     def _acquire(self) -> bool:

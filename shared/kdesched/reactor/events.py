@@ -24,8 +24,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kdesched.model.snapshot import Snapshot
+from kdesched.policy.control_plane import exclude_control_plane_taints, policy_safety
 from kdesched.policy.plugins import PLUGINS, parse_plugin_args
+from kdesched.policy.safety import Path as SafetyPath
+from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy, Profile
+from kdesched.reactor.lifecycle import unusable_reason
 
 PREFIX = "dev.kdesched."
 NODE_ADDED = "dev.kdesched.node.added"
@@ -129,11 +133,15 @@ def validate_event_map(raw: Any, policy: Policy | None, errors: list[str]) -> tu
     return result, frozenset(overridden)
 
 
-def event_policy(policy: Policy, strategies: Iterable[str]) -> Policy:
-    """``policy`` with every strategy of ``strategies`` enabled somewhere, so that an event can run a
-    strategy the profiles do not enable: in the first profile holding a pluginConfig for it, else
-    in the first profile with default args (a new profile ``kdesched-events`` if there is none).
+def event_policy(policy: Policy, strategies: Iterable[str], safety: Safety | None = None) -> Policy:
+    """``policy`` as the event path runs it: every strategy of ``strategies`` enabled somewhere, so
+    that an event can run a strategy the profiles do not enable (in the first profile holding a
+    pluginConfig for it, else in the first profile with default args, a new profile
+    ``kdesched-events`` if there is none), and the safety defaults of the event path applied
+    (``safety``: default = the policy's ``kdesched.safety`` resolved for the event path): no taint
+    evictions for control-plane taints (:mod:`kdesched.policy.control_plane`).
     Raises EventScopeError if a strategy needs args the policy does not give."""
+    policy, _ = exclude_control_plane_taints(policy, safety or policy_safety(policy, SafetyPath.EVENT))
     profiles = list(policy.profiles)
     changed = False
     for name in dict.fromkeys(strategies):
@@ -229,6 +237,16 @@ def scope_for_event(settings: Any, policy: Policy, event_type: str, node: str, s
             else:
                 reasons.append("changed labels unknown: topology strategies run too")
     if event_type in (NODE_ADDED, NODE_READY):
+        # the rebalance trigger is the transition to usable (reactor.lifecycle): a node the snapshot
+        # shows as not usable for ordinary pods yet runs nothing, as in the rebalance function
+        target = snapshot.nodes.get(node) if snapshot is not None else None
+        if target is not None:
+            why = unusable_reason(target.ready, target.unschedulable,
+                                  [(t.key, t.value, t.effect) for t in target.taints])
+            if why:
+                short = event_type.removeprefix(PREFIX)
+                return RunScope((), None, f"{short}: node {node} is not usable for ordinary pods yet ({why}): no "
+                                          f"run; waiting for node.ready (sent once it becomes usable)")
         # balance strategies see every node: a new or recovered node is a destination, not a source
         nodes: tuple[str, ...] | None = None
         reasons.insert(0, f"node {node} joined the schedulable set: balance the cluster")

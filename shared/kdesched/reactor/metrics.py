@@ -1,6 +1,6 @@
 """Reactor metrics, registered in the evictor's registry so ``/metrics`` serves one registry.
 
-Why: an operator tuning ``settleSeconds`` or the rate limits needs to see how many events came
+Why: an operator tuning ``settleSeconds``/``balanceDelaySeconds`` or the rate limits needs to see how many events came
 in, how many runs they became, how often the Lease was busy and why evictions were refused.
 """
 
@@ -36,3 +36,8 @@ def refusal_kind(reason: str) -> str:
     if reason.startswith("rate limit"):
         return "rate-limit"
     return "other"
+
+
+WAITING = Counter("kdesched_reactor_not_usable_total",
+                  "Rebalance triggers that ran nothing because their node was not usable for ordinary pods yet.",
+                  ["type"], registry=REGISTRY)

@@ -30,8 +30,9 @@ from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.snapshot import Snapshot
+from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.plugins import PLUGINS
-from kdesched.policy.safety import Path
+from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import digest_of
@@ -61,6 +62,7 @@ from kdesched.reactor.events import (
     scope_for_event,
     validate_node_name,
 )
+from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
 from kdesched.reactor.limits import EvictionHistory, RateLimiter, make_gate
 from kdesched.reactor.settings import ReactorSettings
 
@@ -138,6 +140,23 @@ def parse_run_request(data: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...
     return strategies, nodes, dry_run
 
 
+def parse_sweep_data(data: Any) -> bool | None:
+    """The sweep's (PingSource) data -> dryRun or None. The sweep always runs the whole policy; its
+    data may only say ``{"dryRun": true|false}`` (``false`` cannot override a dry-run deployment).
+    A PingSource without data sends none (or an empty string)."""
+    if data is None or data == "" or data == b"":
+        return None
+    if not isinstance(data, Mapping):
+        raise RequestError('data: a sweep takes a JSON object {"dryRun": true|false} or no data', "data")
+    for key in data:
+        if key != "dryRun":
+            raise RequestError(f"data.{key}: unknown field for a sweep (known: dryRun)", f"data.{key}")
+    dry_run = data.get("dryRun")
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise RequestError(f"data.dryRun: must be true or false, got {dry_run!r}", "data.dryRun")
+    return dry_run
+
+
 def parse_node_event(data: Any) -> tuple[str, frozenset[str] | None]:
     """A node event's data -> (node, changed label keys or None when unknown)."""
     if not isinstance(data, Mapping):
@@ -167,7 +186,9 @@ class Reactor:
                  executor_factory: Callable[[bool], Executor] | None = None, loader: SnapshotLoader = default_loader,
                  identity: str | None = None, wall_clock: Callable[[], float] = time.time,
                  mono_clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> None:
-        self.policy = policy
+        # the event path's safety defaults (kdesched.policy.safety), resolved once for this process
+        self.safety = settings.safety.resolve(SafetyPath.EVENT)
+        self.policy, self.safety_note = exclude_control_plane_taints(policy, self.safety)
         self.settings = settings
         self.client = client
         self.executor_factory = executor_factory or self._default_executor
@@ -180,8 +201,12 @@ class Reactor:
         self.node_locks = NodeLocks()
         self._history_lock = threading.Lock()
         self._unsaved = EvictionHistory()  # evictions of lock-free runs, not yet written to the Lease
+        # leading edge: the first balance event runs after a short gather, a burst's follow-up no
+        # sooner than settleSeconds after it; node-scoped runs start at once (docs/reactor.md)
         self.balance_events: Coalescer[Trigger, dict[str, Any]] = Coalescer(
-            settings.settle_seconds, self._balance_batch, run_lock=self.balance_lock, stop=self.stop)
+            self._balance_batch, delay_seconds=settings.balance_delay_seconds,
+            min_interval_seconds=settings.settle_seconds, run_lock=self.balance_lock, stop=self.stop,
+            clock=mono_clock)
         self.node_events: KeyedCoalescers[_NodeReq, dict[str, Any]] = KeyedCoalescers(self._node_coalescer)
         self.active_runs = 0
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
@@ -194,16 +219,24 @@ class Reactor:
         self._paced_scheduled: set[str] = set()
 
     # -- public entry points ----------------------------------------------------------------------
-    def node_event(self, trigger: Trigger, data: Any) -> dict[str, Any]:
-        """A semantic node event (rebalance, taints, affinity functions)."""
+    def node_event(self, trigger: Trigger, data: Any, *, wait: bool = True) -> dict[str, Any]:
+        """A semantic node event (rebalance, taints, affinity functions). ``wait=False`` (``kdesched
+        serve``): a balance event that joins a batch another event opened returns at once with a
+        short ``joined`` report instead of holding the caller's thread until that run ends."""
         node, changed = parse_node_event(data)
         trigger = Trigger(trigger.type, trigger.id, trigger.source, node)
         if trigger.type in (NODE_ADDED, NODE_READY):
-            if trigger.type == NODE_ADDED:
-                waiting = self._not_schedulable(node)
-                if waiting:
-                    return self._reply(trigger, empty_report(self._dry(), waiting), (), 1, [trigger])
-            served = self.balance_events.submit(trigger)
+            waiting = self._not_usable(trigger.type, node, data)
+            if waiting:
+                m.WAITING.labels(trigger.type.removeprefix("dev.kdesched.")).inc()
+                log.info("%s for %s: no run (%s)", trigger.type, node, waiting)
+                return self._reply(trigger, empty_report(self._dry(), waiting), (), 1, [trigger])
+            offered = self.balance_events.offer(trigger, wait=wait)
+            if offered is None:
+                m.COALESCED.labels("rebalance").inc()
+                note = "joined the queued balance run (its report lists this event in coalescedTriggers)"
+                return {**self._reply(trigger, empty_report(self._dry(), note), (), 1, [trigger]), "joined": True}
+            served = offered
             if served.coalesced > 1:
                 m.COALESCED.labels("rebalance").inc()
             return self._reply_from(trigger, served.result, served.coalesced)
@@ -216,7 +249,7 @@ class Reactor:
     def run_requested(self, trigger: Trigger, data: Any) -> dict[str, Any]:
         """``run.requested`` (manual) or the PingSource sweep (whole policy)."""
         if trigger.type == PING:
-            strategies, nodes, dry = None, None, None
+            strategies, nodes, dry = None, None, parse_sweep_data(data)
         elif trigger.type == RUN_REQUESTED:
             strategies, nodes, dry = parse_run_request(data)
         else:
@@ -250,8 +283,8 @@ class Reactor:
 
     def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, dict[str, Any]]:
         kind, node = key.split("/", 1)
-        return Coalescer(self.settings.settle_seconds, lambda reqs: self._node_batch(kind, node, reqs),
-                         run_lock=self.node_locks.get(node), stop=self.stop)
+        return Coalescer(lambda reqs: self._node_batch(kind, node, reqs), run_lock=self.node_locks.get(node),
+                         stop=self.stop)
 
     def _node_batch(self, kind: str, node: str, reqs: Sequence[_NodeReq]) -> dict[str, Any]:
         etype = reqs[0].trigger.type
@@ -285,7 +318,7 @@ class Reactor:
             history.merge(self._unsaved)
         all_pods, why = needs_all_pods(policy, scope.strategies)
         snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
-        if not all_pods and self.settings.safety.resolve(Path.EVENT).enabled:
+        if not all_pods and self.safety.enabled:
             # somewhere to go needs other nodes' usage, pacing the workload's other pods: read them
             # all, but only when the node's pods give the strategies something to evict
             probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(self.wall_clock(), UTC),
@@ -301,6 +334,7 @@ class Reactor:
             self._try_flush()
         base = self._base(report, scope.strategies, triggers)
         base["notes"] = [scope.reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
+                         *([self.safety_note] if self.safety_note and TAINTS_PLUGIN in scope.strategies else []),
                          *base.get("notes", [])]
         self._repeat_if_paced(f"{kind}/{node}", reqs[-1], base)
         return base
@@ -321,7 +355,7 @@ class Reactor:
                 return
             if any(e.get("result") == "evicted" for e in evictions) or key not in self._paced_progress:
                 self._paced_progress[key] = now
-            bound = max(self.settings.safety.replacement_timeout_seconds, delay)
+            bound = max(self.safety.replacement_timeout_seconds, delay)
             if now - self._paced_progress[key] >= bound:
                 self._paced_progress.pop(key, None)
                 base.setdefault("notes", []).append(
@@ -395,7 +429,7 @@ class Reactor:
                                        workload_seconds=self.settings.cooldown_workload_seconds,
                                        node_seconds=self.settings.cooldown_node_seconds, consume=True)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
-                            nodes=nodes, gate=gate, safety=self.settings.safety.resolve(Path.EVENT))
+                            nodes=nodes, gate=gate, safety=self.safety)
             for why in refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             if guard is not None and guard.lost:
@@ -451,16 +485,37 @@ class Reactor:
     def _default_executor(self, dry_run: bool) -> Executor:
         return RecordingExecutor() if dry_run else LiveExecutor(self.client)
 
-    def _not_schedulable(self, node: str) -> str:
-        """Why a just-added node is not a destination yet ("" if it is)."""
+    def _not_usable(self, etype: str, node: str, data: Any) -> str:
+        """Why a rebalance trigger runs nothing ("" = it runs): the node is not usable for ordinary
+        pods (:mod:`kdesched.reactor.lifecycle`). Decided on the event's own ``after`` when it says
+        (the classifier's view at that write: so exactly one event of a node's way to usable runs,
+        however late it is delivered); else, for a ``node.added`` without those fields, on the node
+        as the API server has it now."""
+        after = data.get("after") if isinstance(data, Mapping) else None
+        after = after if isinstance(after, Mapping) else {}
+        usable = after.get("usable")
+        if isinstance(usable, bool):
+            if usable:
+                return ""
+            why = after.get("unusable")
+            if not isinstance(why, str) or not why:
+                taints = taints_from_json(after.get("taints")) or []
+                why = unusable_reason(bool(after.get("ready")), bool(after.get("unschedulable")), taints) \
+                    or "not usable"
+            return self._waiting_note(etype, node, why)
+        if etype == NODE_READY:
+            return ""  # a node.ready without the field: a sender that only sends it on the transition
         raw = self.client.get_raw("Node", node)
         if raw is None:
             return f"node {node} no longer exists; nothing to do"
-        d = digest_of(raw)
-        if not d.schedulable:
-            state = "NotReady" if not d.ready else "cordoned"
-            return f"node {node} is {state}: waiting for node.ready"
-        return ""
+        why = digest_of(raw).unusable_reason
+        return self._waiting_note(etype, node, why) if why else ""
+
+    @staticmethod
+    def _waiting_note(etype: str, node: str, why: str) -> str:
+        short = etype.removeprefix("dev.kdesched.")
+        return (f"{short}: node {node} is not usable for ordinary pods yet ({why}): no run; waiting for "
+                f"node.ready (sent once it becomes usable)")
 
     def _base(self, report: RunReport, strategies: Sequence[str], triggers: Sequence[Trigger]) -> dict[str, Any]:
         j = report.to_json()

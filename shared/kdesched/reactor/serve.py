@@ -6,9 +6,15 @@ dispatch each semantic event to the same reactor code the functions call (thread
 coalesce exactly as with containerConcurrency > 1), run the periodic sweep, and serve the
 CloudEvents HTTP endpoint for manual runs plus /healthz, /readyz and /metrics.
 
-Leader election: only the holder of the ``<lease>-leader`` Lease watches and runs; the others
-wait (and still answer HTTP; manual runs are coordinated by the run Lease anyway). The leader
-Lease is separate from the run Lease, because a run releases the run Lease when it ends.
+Leader election: only the holder of the ``<lease>-leader`` Lease (default ``kdesched-leader``)
+watches and runs; the others wait (and still answer HTTP; manual runs are coordinated by the run
+Lease ``<lease>``, default ``kdesched``, anyway). The leader Lease is separate from the run Lease,
+because a run releases the run Lease when it ends.
+
+Never idle silently: before campaigning, :meth:`ReactorServer.preflight` reads both Leases and
+makes the first leader-election attempt with errors surfaced. A namespace that does not exist or
+RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace and the fix, and
+``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
 
 Shutdown (SIGTERM -> :meth:`ReactorServer.shutdown`): a threading.Event stops the watch, cuts
 settle windows short, abandons a run that has not started evicting, lets an eviction loop in
@@ -26,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kdesched.kube.client import KubeClient
-from kdesched.kube.lease import LeaseLock
+from kdesched.kube.errors import ApiError, Forbidden, NotFound
+from kdesched.kube.lease import LeaseLock, get_lease
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
@@ -39,6 +46,23 @@ from kdesched.reactor.watch import NodeWatcher
 log = logging.getLogger("kdesched.reactor.serve")
 
 SOURCE = "/kdesched/serve"
+LEADER_SUFFIX = "-leader"
+
+
+class LeaseAccessError(Exception):
+    """``kdesched serve`` cannot use its Leases (namespace missing, RBAC refusing): exit 1 at start."""
+
+
+def lease_access_message(exc: ApiError, verb: str, namespace: str, name: str, names: tuple[str, ...]) -> str:
+    """The start-up error for a refused Lease request, naming the namespace and the fix."""
+    if isinstance(exc, NotFound):
+        return (f"the Lease namespace {namespace!r} does not exist ({verb} Lease {namespace}/{name}: {exc}). "
+                f"Fix: create it (kubectl create namespace {namespace}) or pass --lease-namespace with the namespace "
+                f"kdesched is installed in (the Deployment sets it from the pod's namespace)")
+    return (f"RBAC refuses {verb} on Lease {namespace}/{name} ({exc}). Fix: bind a Role in namespace {namespace!r} "
+            f"allowing get and update on leases named {', '.join(names)} and create on leases (the Role "
+            f"kdesched-lease in knative/common/rbac-evictor.yaml), or pass --lease-namespace with the namespace "
+            f"where that Role is bound")
 AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
 
 
@@ -61,8 +85,10 @@ class ReactorServer:
                                    watch_timeout_seconds=watch_timeout_seconds)
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
-        self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}-leader", self.identity,
-                                     settings.lease_duration_seconds)
+        self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
+                                     self.identity, settings.lease_duration_seconds)
+        self.checked = threading.Event()  # preflight passed
+        self.election_error = ""  # the last leader-election failure ("" = none)
         self.is_leader = threading.Event()
         self.retry_delay_seconds = retry_delay_seconds
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
@@ -74,6 +100,13 @@ class ReactorServer:
 
     # -- readiness ---------------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
+        """Ready = leader-capable: a standby that can take the Lease over is ready; one that cannot
+        (not checked yet, or the last election attempt failed) says why."""
+        if not self.checked.is_set():
+            return False, (f"starting: checking the Leases in namespace {self.settings.lease_namespace!r}"
+                           + (f" ({self.election_error})" if self.election_error else ""))
+        if self.election_error:
+            return False, f"not leader-capable: {self.election_error}"
         if not self.is_leader.is_set():
             return True, "standby (not the leader)"
         if not self.classifier.seeded:
@@ -92,10 +125,16 @@ class ReactorServer:
         trigger = Trigger(e.type, e.id, SOURCE, e.node)
         for attempt in range(1, attempts + 1):
             try:
-                report = self.reactor.node_event(trigger, dict(e.data))
+                # wait=False: a balance event joining a queued run frees this worker at once (a burst
+                # of nodes must not hold one thread per node)
+                report = self.reactor.node_event(trigger, dict(e.data), wait=False)
                 self._keep(report)
-                log.info("%s on %s: %d eviction(s), %d blocked", e.type, e.node, len(report.get("evictions", [])),
-                         len(report.get("blocked", [])))
+                if report.get("joined"):
+                    log.info("%s on %s: joined the queued balance run", e.type, e.node)
+                else:
+                    log.info("%s on %s: %d eviction(s), %d blocked%s", e.type, e.node,
+                             len(report.get("evictions", [])), len(report.get("blocked", [])),
+                             f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
                 return
             except ShuttingDown:
                 return
@@ -131,14 +170,59 @@ class ReactorServer:
                 self.sweep_once()
 
     # -- leadership ---------------------------------------------------------------------------------
+    def lease_names(self) -> tuple[str, ...]:
+        run = self.settings.lease_name
+        return (run, f"{run}{LEADER_SUFFIX}") if self.leader_election else (run,)
+
+    def preflight(self) -> bool:
+        """Check, before anything else, that this identity can use its Leases: GET both (RBAC get),
+        then the first leader-election attempt with its errors surfaced (create: the namespace must
+        exist; update). The run Lease is created now if it is missing (then released), so a refused
+        create shows here and not at the first event. Returns whether we lead already; raises
+        :class:`LeaseAccessError` (exit 1). A Lease held by another replica cannot prove ``update``
+        without taking it: that is checked at the takeover, and a refusal then turns /readyz 503."""
+        ns = self.settings.lease_namespace
+        names = self.lease_names()
+        for name in names:
+            try:
+                get_lease(self.client, ns, name)
+            except (Forbidden, NotFound) as exc:
+                raise LeaseAccessError(lease_access_message(exc, "get", ns, name, names)) from None
+        run_lock = LeaseLock(self.client, ns, self.settings.lease_name, self.identity,
+                             self.settings.lease_duration_seconds)
+        try:
+            if get_lease(self.client, ns, self.settings.lease_name) is None and run_lock.try_acquire():
+                run_lock.release()
+        except (Forbidden, NotFound) as exc:
+            raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.settings.lease_name,
+                                                        names)) from None
+        leading = True
+        if self.leader_election:
+            try:
+                leading = self.leader_lock.try_acquire()
+            except (Forbidden, NotFound) as exc:
+                raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.leader_lock.name,
+                                                            names)) from None
+        self.checked.set()
+        log.info("Leases %s in namespace %s: usable (%s)", ", ".join(names), ns,
+                 "leading" if leading else f"standby, leader Lease held by {self.leader_lock.holder() or 'another'}")
+        return leading
+
     def _acquire_leadership(self) -> bool:
         if not self.leader_election:
             return True
         try:
-            return self.leader_lock.try_acquire()
-        except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-            log.warning("leader election failed: %s", exc)
+            taken = self.leader_lock.try_acquire()
+        except Exception as exc:  # noqa: BLE001 - boundary: reported (log + /readyz), never raised further
+            if isinstance(exc, (Forbidden, NotFound)):
+                self.election_error = lease_access_message(exc, "create/update", self.settings.lease_namespace,
+                                                           self.leader_lock.name, self.lease_names())
+            else:
+                self.election_error = f"leader election failed: {exc}"
+            log.warning("%s", self.election_error)
             return False
+        self.election_error = ""
+        return taken
 
     def _lead(self) -> None:
         """Watch and sweep while we hold the leader Lease (renewed every third of its duration)."""
@@ -172,11 +256,23 @@ class ReactorServer:
         log.info("serving HTTP on %s:%d", self.host, self.port)
 
     def run(self) -> int:
-        """Block until :meth:`shutdown`; returns the exit code (0)."""
+        """Block until :meth:`shutdown`; returns the exit code: 0, or 1 when the Leases cannot be used
+        (:meth:`preflight`: the error names the namespace and the fix)."""
         self.start_http()
         try:
+            try:
+                leading = self.preflight()
+            except LeaseAccessError as exc:
+                self.election_error = str(exc)
+                log.error("cannot start: %s", exc)
+                return 1
+            except ApiError as exc:  # API server unreachable or failing: not a configuration error
+                self.election_error = f"leader election failed: {exc}"
+                log.warning("checking the Leases failed, retrying: %s", exc)
+                self.checked.set()
+                leading = False
             while not self.stop.is_set():
-                if self._acquire_leadership():
+                if leading or self._acquire_leadership():
                     self._lead()
                     break
                 self.stop.wait(max(1.0, self.settings.lease_duration_seconds / 3))

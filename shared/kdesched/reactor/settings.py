@@ -11,7 +11,9 @@ Defaults (also in docs/reactor.md):
 ==============================  =========  ==================================================
 key                             default    meaning
 ==============================  =========  ==================================================
-settleSeconds                   10         coalescing window: a burst of events -> one run
+balanceDelaySeconds             0.5        leading edge: a balance run starts this soon after the first event
+settleSeconds                   10         a burst's follow-up balance run starts no sooner than this after
+                                           the previous one started (node-scoped runs: right after)
 leaseWaitSeconds                5          how long a balance run waits for a busy Lease (429 after)
 leaseDurationSeconds            60         Lease duration; renewed every third of it while held
 cooldown.workloadSeconds        300        no second eviction of the same owner (uid) before this
@@ -76,7 +78,8 @@ class ReactorSettings:
 
     events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # filled by from_policy
     events_overridden: frozenset[str] = frozenset()  # event types the policy mapped explicitly
-    settle_seconds: float = 10.0
+    settle_seconds: float = 10.0  # min spacing of two balance runs (the follow-up of a burst)
+    balance_delay_seconds: float = 0.5  # leading edge: gather time of the first balance event
     lease_wait_seconds: float = 5.0
     lease_duration_seconds: int = 60
     lease_name: str = "kdesched"
@@ -175,7 +178,7 @@ class _Reader:
         return BucketSettings(per_minute, burst)
 
 
-KNOWN_KEYS = ("events", "settleSeconds", "leaseWaitSeconds", "leaseDurationSeconds", "cooldown", "rateLimits",
+KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds", "cooldown", "rateLimits",
               "topologyKeys", "sweepIntervalSeconds", "historyMaxEntries", "dryRun", "safety")
 
 
@@ -189,6 +192,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     r = _Reader(errors)
     block = r.mapping(raw, "kdesched", KNOWN_KEYS)
     settle = r.number(block, "settleSeconds", "kdesched", 10.0)
+    balance_delay = r.number(block, "balanceDelaySeconds", "kdesched", 0.5)
     lease_wait = r.number(block, "leaseWaitSeconds", "kdesched", 5.0)
     lease_duration = r.integer(block, "leaseDurationSeconds", "kdesched", 60, minimum=5)
     sweep = r.number(block, "sweepIntervalSeconds", "kdesched", 900.0)
@@ -236,7 +240,8 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     if errors:
         raise PolicyError(errors, source)
     return ReactorSettings(
-        events=events, events_overridden=overridden, settle_seconds=settle, lease_wait_seconds=lease_wait,
+        events=events, events_overridden=overridden, settle_seconds=settle, balance_delay_seconds=balance_delay,
+        lease_wait_seconds=lease_wait,
         lease_duration_seconds=lease_duration, lease_name=lease_name, lease_namespace=lease_ns,
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,

@@ -1,0 +1,50 @@
+"""The control-plane taint rule (kdesched.policy.control_plane) from the one Safety value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints, policy_safety
+from kdesched.policy.safety import CONTROL_PLANE_TAINTS, Path, SafetySettings
+
+from tests.reactor.policies import make_policy
+
+
+def excluded(policy: Any) -> tuple[str, ...]:
+    return tuple(policy.profiles[0].plugin_args[TAINTS_PLUGIN].excluded_taints)
+
+
+def test_event_path_excludes_them_and_says_so() -> None:
+    policy = make_policy({TAINTS_PLUGIN: {"excludedTaints": ["team"]}})
+    out, note = exclude_control_plane_taints(policy, SafetySettings().resolve(Path.EVENT))
+    assert excluded(out) == ("team", *CONTROL_PLANE_TAINTS)
+    assert "controlPlaneTaints: true" in note
+    again, note2 = exclude_control_plane_taints(out, SafetySettings().resolve(Path.EVENT))
+    assert again == out and note2 == ""  # idempotent: the result names them
+
+
+@pytest.mark.parametrize("settings,path", [
+    (SafetySettings(), Path.PARITY),  # a plain upstream policy in simulate/run
+    (SafetySettings(control_plane_taints=True), Path.EVENT),  # opted in
+    (SafetySettings(enabled=False), Path.EVENT),  # safety off
+])
+def test_unchanged_when_safety_is_off_or_opted_in(settings: SafetySettings, path: Path) -> None:
+    policy = make_policy({TAINTS_PLUGIN: None})
+    assert exclude_control_plane_taints(policy, settings.resolve(path)) == (policy, "")
+
+
+@pytest.mark.parametrize("args", [
+    {"excludedTaints": ["node.kubernetes.io/unschedulable"]},
+    {"includedTaints": ["node.kubernetes.io/disk-pressure=true"]},
+])
+def test_a_policy_that_names_them_runs_as_written(args: dict[str, Any]) -> None:
+    policy = make_policy({TAINTS_PLUGIN: args})
+    assert exclude_control_plane_taints(policy, SafetySettings().resolve(Path.EVENT)) == (policy, "")
+
+
+def test_shipped_policy_switch_applies_in_simulate_run() -> None:
+    policy = make_policy({TAINTS_PLUGIN: None}, kdesched={"safety": {"enabled": True}})
+    safety = policy_safety(policy, Path.PARITY)
+    assert safety.enabled
+    assert excluded(exclude_control_plane_taints(policy, safety)[0]) == CONTROL_PLANE_TAINTS
