@@ -233,3 +233,18 @@ def test_a_pdb_stricter_than_the_allowance_still_wins() -> None:
     plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
     assert [e.pod.name for e in plan.evictions] == ["web-7d9f8-0"]
     assert len(plan.refusals) == 2 and all("PodDisruptionBudget default/web" in r.reason for r in plan.refusals)
+
+
+def test_evictions_held_for_a_later_wave_do_not_pass_the_gate() -> None:
+    # the reactor's gate spends tokens and cool-downs: only what this run really sends may spend them
+    asked: list[str] = []
+
+    def gate(p: Any) -> None:
+        asked.append(p.name)
+
+    plan = plan_run(taints_policy(), snapshot(tainted_cluster()), now=NOW, safety=safety(), gate=gate)
+    assert waves(plan) == {"web-7d9f8-0": 0, "web-7d9f8-1": 1, "web-7d9f8-2": 2}
+    assert asked == ["web-7d9f8-0"]
+    asked.clear()
+    plan_run(taints_policy(), snapshot(tainted_cluster()), now=NOW, gate=gate)  # parity: every eviction
+    assert asked == ["web-7d9f8-0", "web-7d9f8-1", "web-7d9f8-2"]

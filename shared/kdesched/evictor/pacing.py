@@ -306,6 +306,20 @@ class Pacer:
         return None, f"nowhere to go: no other Ready node fits the pod ({shown}{more})"
 
     # -- waves -------------------------------------------------------------------------------------
+    def _wave(self, pod: Pod, workload: Workload) -> tuple[int, int]:
+        """(wave, allowance) the pod would get as the workload's next planned eviction."""
+        pacing = self.pacing_of(workload, pod)
+        n = self._planned.get(workload, 0)
+        a = pacing.allowance
+        first = max(0, a - pacing.status.unavailable)
+        return (0 if n < first else 1 + (n - first) // a), a
+
+    def held(self, pod: Pod) -> bool:
+        """Would the pod, planned now, wait for a later wave? (Such an eviction does not happen in
+        this run on the event path, so it must not spend the reactor's tokens.)"""
+        workload = workload_of(pod)
+        return workload is not None and not pod.terminal and self._wave(pod, workload)[0] > 0
+
     def admit(self, pod: Pod, destination: Node | None) -> PacedStep:
         """Record a planned eviction: reserve its destination and give it its wave."""
         self._since_sort += 1
@@ -320,12 +334,8 @@ class Pacer:
         if workload is None or pod.terminal:  # a terminal pod is unavailable already: nothing to pace
             step = PacedStep(workload, 0, 0, dest)
         else:
-            pacing = self.pacing_of(workload, pod)
-            n = self._planned.get(workload, 0)
-            self._planned[workload] = n + 1
-            a = pacing.allowance
-            first = max(0, a - pacing.status.unavailable)
-            wave = 0 if n < first else 1 + (n - first) // a
+            wave, a = self._wave(pod, workload)
+            self._planned[workload] = self._planned.get(workload, 0) + 1
             step = PacedStep(workload, wave, a, dest)
         self._steps[id(pod)] = step
         return step

@@ -132,7 +132,9 @@ class PlanningEvictor:
             log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
             return False
         self.counter.check(pod)  # raises the limit errors
-        if self.gate is not None:
+        # a paced eviction held for a later wave is not sent in this run: it must not spend the
+        # reactor's cool-downs and tokens (the run that sends it passes the gate then)
+        if self.gate is not None and not (self.pacer is not None and self.pacer.held(pod)):
             refused = self.gate(pod)
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
