@@ -213,8 +213,8 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
 
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
     fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n1", conditions=ready))
-    r = reactor(kube, {"cooldown": {"workloadSeconds": 0, "nodeSeconds": 0}})
-    assert r.paced_recheck_seconds == 10.0  # the shortest delay; longer when cool-downs are set
+    r = reactor(kube)  # default cool-downs (300 s): the chain's own evictions do not hold its repeats
+    assert r.paced_recheck_seconds == 10.0
     r.paced_recheck_seconds = 0.05
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
     assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
