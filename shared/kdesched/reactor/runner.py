@@ -360,8 +360,10 @@ class Reactor:
         delay = self.paced_recheck_seconds
         with self._paced_lock:
             if not any(e.get("result") == "paced" for e in evictions) or self.stop.is_set():
-                self._paced_progress.pop(key, None)
-                self._paced_chain.pop(key, None)
+                # another event's run in between (say, a second delivery) leaves a scheduled chain alone
+                if self.stop.is_set() or req.trigger.id.endswith(PACED_SUFFIX) or key not in self._paced_scheduled:
+                    self._paced_progress.pop(key, None)
+                    self._paced_chain.pop(key, None)
                 return
             owners, chain_nodes = self._paced_chain.setdefault(key, (set(), set()))
             for o in report.outcomes:
