@@ -4,6 +4,12 @@ Why: the CLI (simulate/run), the Knative functions and ``kdesched serve`` all ru
 same way: upstream's cycle order (all Deschedule plugins of every profile, then all Balance
 plugins), fewer than two Ready nodes -> nothing, one shared set of limits, plan-aware state. The
 only thing that differs between a simulation and a live run is the executor passed in.
+
+With kdesched's safety defaults on (``safety``, resolved by the caller from
+:mod:`kdesched.policy.safety`), every eviction of every strategy must also have somewhere to go
+and fits a per-workload allowance, and a plan is carried out in waves
+(:mod:`kdesched.evictor.pacing`, :mod:`kdesched.evictor.waves`). Without it (a plain upstream
+policy in ``simulate``/``run``), nothing of that runs: upstream parity.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor
+from kdesched.evictor.metrics import mark_workload_below, workloads_below
+from kdesched.evictor.pacing import PacedStep, Pacer, PacingPlan, workload_status
 from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor, Refusal
+from kdesched.evictor.waves import WaveSettings, WorkloadReader, execute_waves
 from kdesched.model.gcpause import paused_gc
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
+from kdesched.policy.safety import Safety
 from kdesched.policy.types import DefaultEvictorArgs, Policy, PriorityThreshold
 from kdesched.strategies.framework import (
     ClusterState,
@@ -61,6 +71,8 @@ class RunPlan:
     nodes: tuple[str, ...]  # the nodes the run worked on (Ready, matching nodeSelector)
     pods_before: Mapping[str, int]  # non-terminal pods per node before the run
     now: datetime
+    safety: Safety | None = None  # None: the caller did not say (treated as off: upstream parity)
+    pacing: PacingPlan | None = None  # set when the safety defaults are on
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +99,63 @@ class RunReport:
                 after[o.eviction.node] -= 1
         return after
 
+    def mode(self) -> dict[str, Any]:
+        """Which mode the run decided in: kdesched's safety defaults, or upstream parity."""
+        safety = self.plan.safety
+        if safety is None:
+            return {"enabled": False, "why": "no safety settings given: upstream parity"}
+        return safety.to_json()
+
+    def eviction_json(self) -> list[dict[str, Any]]:
+        """Each outcome; with pacing, also its wave, workload and the evictions it waits for."""
+        pacing = self.plan.pacing
+        rows = [o.to_json() for o in self.outcomes]
+        if pacing is None or len(pacing.steps) != len(rows):
+            return rows
+        by_wave: dict[tuple[Any, int], list[str]] = {}
+        for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
+            if s.workload is not None:
+                by_wave.setdefault((s.workload, s.wave), []).append(f"{e.pod.namespace}/{e.pod.name}")
+        out: list[dict[str, Any]] = []
+        for row, step in zip(rows, pacing.steps, strict=True):
+            extra: dict[str, Any] = {"wave": step.wave, "workload": str(step.workload) if step.workload else ""}
+            if step.wave > 0:
+                extra["waitsFor"] = list(by_wave.get((step.workload, step.wave - 1), ()))
+            if step.destination:
+                extra["likelyDestination"] = step.destination
+            out.append({**row, **extra})
+        return out
+
+    def waves_json(self) -> list[dict[str, Any]]:
+        """The waves in order: which evictions happen at once (wave 0), which wait (wave k waits for
+        its workload's wave k-1 replacements to be Ready)."""
+        pacing = self.plan.pacing
+        if pacing is None:
+            return []
+        grouped: list[list[tuple[PlannedEviction, PacedStep]]] = [[] for _ in range(pacing.waves)]
+        for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
+            grouped[s.wave].append((e, s))
+        waves: list[dict[str, Any]] = []
+        for k, members in enumerate(grouped):
+            waves.append({"wave": k, "evictions": [f"{e.pod.namespace}/{e.pod.name}" for e, _ in members],
+                          "after": "" if k == 0 else f"the replacements of wave {k - 1} of each workload are Ready",
+                          "workloads": sorted({str(s.workload) for _, s in members if s.workload})})
+        return waves
+
     def to_json(self) -> dict[str, Any]:
         by_strategy: dict[str, int] = {}
         for o in self.outcomes:
             by_strategy[o.eviction.strategy] = by_strategy.get(o.eviction.strategy, 0) + 1
         after = self.pods_after()
+        pacing = self.plan.pacing
+        paced: dict[str, Any] = {}
+        if pacing is not None:
+            paced = {"waves": self.waves_json(),
+                     "workloads": [p.to_json() for p in pacing.workloads.values()],
+                     "paced": [o.to_json() for o in self.outcomes if o.result == "paced"]}
         return {
             "dryRun": self.dry_run,
-            "evictions": [o.to_json() for o in self.outcomes],
+            "evictions": self.eviction_json(),
             "blocked": [r.to_json() for r in self.plan.refusals]
             + [o.to_json() for o in self.outcomes if o.result == "blocked"],
             "summary": {
@@ -112,6 +173,8 @@ class RunReport:
                 "notes": list(self.plan.notes),
                 "errors": list(self.plan.errors),
                 "durationSeconds": round(self.duration_seconds, 6),
+                "safety": self.mode(),
+                **({"pacing": paced} if paced else {}),
                 **dict(self.extra),
             },
         }
@@ -139,10 +202,12 @@ def plan_run(
     nodes: Collection[str] | None = None,
     registry: Registry | None = None,
     gate: Gate | None = None,
+    safety: Safety | None = None,
 ) -> RunPlan:
     """Decide a run. ``strategies`` limits which plugins run (None = all enabled in the policy);
     ``nodes`` scopes Deschedule plugins to those nodes (Balance plugins always see every node);
-    ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets)."""
+    ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets);
+    ``safety`` (resolved for the command) turns on "somewhere to go" and per-workload pacing."""
     registry = registry if registry is not None else default_registry()
     now = now or datetime.now(timezone.utc)
     node_sel = parse_selector(policy.node_selector, "nodeSelector") if policy.node_selector else None
@@ -154,9 +219,16 @@ def plan_run(
     counter = LimitCounter(Limits(policy.max_pods_to_evict_per_node, policy.max_pods_to_evict_per_namespace,
                                   policy.max_pods_to_evict_total))
 
+    pacer = Pacer(safety, state) if safety is not None and safety.enabled else None
+
     def done() -> RunPlan:
+        pacing = None
+        if pacer is not None:
+            pacing = pacer.plan(e.pod for e in state.planned)
+            notes.extend(pacer.notes)
+            _refresh_below(pacer)
         return RunPlan(tuple(state.planned), tuple(counter.refusals), tuple(runs), tuple(notes), tuple(errors),
-                       tuple(n.name for n in state.nodes), pods_before, now)
+                       tuple(n.name for n in state.nodes), pods_before, now, safety, pacing)
 
     if len(state.nodes) < 2:
         notes.append(f"{len(state.nodes)} Ready node(s) selected; at least 2 are needed, nothing to do")
@@ -169,7 +241,7 @@ def plan_run(
             notes.append(f"node {name} is not a Ready node selected by the policy; skipped")
     evictors = {
         p.name: PlanningEvictor(state, DefaultEvictor(resolve_evictor_args(p.evictor_args, snapshot, p.name), state),
-                                counter, gate)
+                                counter, gate, pacer)
         for p in policy.profiles
     }
     for ext in ("deschedule", "balance"):
@@ -204,12 +276,34 @@ def plan_run(
     return done()
 
 
+def _refresh_below(pacer: Pacer) -> None:
+    """Drop from ``kdesched_workloads_below_ready`` the workloads this snapshot shows back at their
+    Ready count (only workloads kdesched evicted from are tracked; see evictor.metrics)."""
+    tracked = workloads_below()
+    if not tracked:
+        return
+    for w, pods in pacer.index().items():
+        if str(w) in tracked and workload_status(w, pods).unavailable == 0:
+            mark_workload_below(str(w), False)
+
+
 def execute_plan(plan: RunPlan, executor: Executor, *, dry_run: bool, trigger: str = "manual",
                  grace_period_seconds: int | None = None, failure_events: bool = False,
-                 started: float | None = None) -> RunReport:
-    """Carry a plan out through ``executor`` (live or recording) and report."""
+                 started: float | None = None, reader: WorkloadReader | None = None,
+                 waves: WaveSettings | None = None) -> RunReport:
+    """Carry a plan out through ``executor`` (live or recording) and report.
+
+    A paced plan (safety on) is carried out in waves: ``reader`` reads workloads back (live) and
+    ``waves`` says how long held evictions may wait; without them nothing waits and held evictions
+    are reported ``paced`` (what the event path wants)."""
     t0 = started if started is not None else time.perf_counter()
     with paused_gc():  # outcomes are many small cycle-free objects on a large heap
-        outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,
-                                    failure_events=failure_events)
+        if plan.pacing is None:
+            outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,
+                                        failure_events=failure_events)
+        else:
+            settings = waves or WaveSettings(plan.pacing.safety.replacement_timeout_seconds, budget_seconds=0)
+            outcomes = execute_waves(plan.evictions, plan.pacing, executor, dry_run=dry_run, reader=reader,
+                                     settings=settings, grace_period_seconds=grace_period_seconds,
+                                     failure_events=failure_events)
     return RunReport(plan, tuple(outcomes), dry_run, trigger, time.perf_counter() - t0)

@@ -125,7 +125,7 @@ def test_default_policy_is_the_seed_articles_policy() -> None:
     }
     example = load_policy(str(EXAMPLES / "default-v1alpha1.yaml"))
     # the shipped copy adds only kdesched's safety switch (policy.safety: the shipped policies turn it on)
-    assert policy.kdesched == {"safety": {"enabled": True}}
+    assert policy.kdesched == {"safety": {"enabled": True}} and example.kdesched == {}
     assert replace(example, source=policy.source, kdesched=policy.kdesched) == policy
 
 

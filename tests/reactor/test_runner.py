@@ -44,7 +44,9 @@ def taint_cluster(fake: FakeApiServer) -> None:
 def test_taints_changed_evicts_only_the_intolerant_pod_reading_only_that_node(fake_api: FakeApiServer,
                                                                              kube: KubeClient) -> None:
     taint_cluster(fake_api)
-    r = reactor(kube)
+    # reading only the node's pods is the rule without the safety defaults (which need every pod:
+    # see test_safety_defaults_read_every_pod_to_find_somewhere_to_go)
+    r = reactor(kube, {"safety": {"enabled": False}})
     fake_api.clear_journal()
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"taints": []},
                                                                    "after": {"taints": [TAINT]}})
@@ -181,3 +183,66 @@ def test_unknown_strategy_is_named() -> None:
     with pytest.raises(RequestError) as err:
         parse_run_request({"strategies": ["LowNodeUtilization", "Typo"]})
     assert "'Typo'" in str(err.value)
+
+
+def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    # the event path's safety defaults judge other nodes' usage and the workload's other pods
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", cpu="1"))
+    fake_api.add(pod_obj("intolerant", "n1", cpu="500m", owner_name="web"),
+                 pod_obj("hog", "n2", cpu="800m", owner_name="db"))
+    r = reactor(kube)
+    fake_api.clear_journal()
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
+    # the node's pods first (something to evict there?), then every pod
+    assert len(pod_lists) == 2 and "spec.nodeName=n1" in pod_lists[0] and "spec.nodeName" not in pod_lists[1]
+    assert evicted(fake_api) == [] and out["evictions"] == []
+    assert [b["pod"] for b in out["blocked"]] == ["intolerant"]
+    assert "nowhere to go" in out["blocked"][0]["reason"] and "insufficient cpu" in out["blocked"][0]["reason"]
+    assert any("safety defaults" in n for n in out["notes"])
+
+
+def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(fake_api: FakeApiServer,
+                                                                              kube: KubeClient) -> None:
+    import time as _time
+
+    ready = [{"type": "Ready", "status": "True"}]
+
+    def web(name: str, node: str, **kw: Any) -> dict[str, Any]:
+        return pod_obj(name, node, owner_name="web-7d9f8", labels={"app": "web", "pod-template-hash": "7d9f8"}, **kw)
+
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
+    fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n1", conditions=ready))
+    r = reactor(kube)  # default cool-downs (300 s): the chain's own evictions do not hold its repeats
+    assert r.paced_recheck_seconds == 10.0
+    r.paced_recheck_seconds = 0.05
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
+                                                                   ("web-7d9f8-b", "paced")]
+    assert any("repeated in 0.05s" in n for n in out["notes"])
+    # the ReplicaSet's replacement exists but is not Ready: repeats keep pacing, evict nothing
+    fake_api.add(web("web-7d9f8-c", "n2", phase="Pending"))
+    _time.sleep(0.5)
+    assert evicted(fake_api) == ["web-7d9f8-a"]
+    replacement = fake_api.get("Pod", "web-7d9f8-c", "default")
+    assert replacement is not None
+    replacement["status"].update(phase="Running", conditions=ready)
+    fake_api.update(replacement)
+    deadline = _time.monotonic() + 20
+    while evicted(fake_api) != ["web-7d9f8-a", "web-7d9f8-b"] and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+    assert evicted(fake_api) == ["web-7d9f8-a", "web-7d9f8-b"]
+    r.stop.set()
+
+
+def test_safety_defaults_keep_the_node_only_read_when_the_node_has_nothing_to_evict(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"),
+                 pod_obj("tolerant", "n1", owner_name="api",
+                         tolerations=[{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]),
+                 pod_obj("elsewhere", "n2", owner_name="db"))
+    r = reactor(kube)
+    fake_api.clear_journal()
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
+    assert out["evictions"] == [] and len(pod_lists) == 1 and "spec.nodeName=n1" in pod_lists[0]

@@ -162,9 +162,12 @@ def test_two_replicas_one_leader_and_a_leader_killed_mid_run(control_plane: Cont
     wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 8})
     set_unschedulable(real, "node-1", False)
     before = uids(real, "shop")
-    a = start(serves, tmp_path, control_plane.admin_kubeconfig, "a", sweep_interval=3)
+    # all 8 in one run, as this leader-failover story needs (the safety defaults would pace them one
+    # at a time, and after a leader change the sweep meets the Lease's cool-downs: docs/safety.md)
+    policy = write_file(tmp_path, "policy.yaml", policy_text(safety={"enabled": True, "maxUnavailable": "100%"}))
+    a = start(serves, tmp_path, control_plane.admin_kubeconfig, "a", sweep_interval=3, policy=policy)
     wait_leading(control_plane, real, a)
-    b = start(serves, tmp_path, control_plane.admin_kubeconfig, "b", sweep_interval=3)
+    b = start(serves, tmp_path, control_plane.admin_kubeconfig, "b", sweep_interval=3, policy=policy)
     control_plane.wait_for(lambda: b.readyz()[0] == 200 and "standby" in b.readyz()[1], 60, what="b standby")
     assert leader(real) == "a"
     # a taint evicts all 8: kill the leader as soon as the first eviction is visible

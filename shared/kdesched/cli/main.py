@@ -190,6 +190,13 @@ def parse_event(text: str) -> tuple[str, str]:
     return etype, node
 
 
+def _safety(loaded: LoadedPolicy, event_path: bool) -> Any:
+    """The run's safety mode (kdesched.policy.safety): the policy's switch, else the command's default."""
+    from kdesched.policy.safety import Path
+
+    return loaded.settings.safety.resolve(Path.EVENT if event_path else Path.PARITY)
+
+
 def parity_policy(policy: Any) -> Any:
     """``simulate`` / ``run`` without --event: the safety defaults apply only when the policy turns
     them on (``kdesched.safety.enabled: true``, as the shipped policies do); a plain upstream policy
@@ -250,8 +257,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
     else:
         policy = parity_policy(policy)
+    safety = _safety(loaded, event_path=bool(args.event))
     try:
-        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes)
+        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
@@ -265,6 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kdesched.cli.output import write_report
     from kdesched.engine import PlanError, execute_plan, plan_run
     from kdesched.evictor.execute import LiveExecutor, RecordingExecutor
+    from kdesched.evictor.waves import LiveWorkloads, WaveSettings
     from kdesched.kube.client import KubeClient
     from kdesched.kube.errors import ApiError, ConfigError, Unavailable
     from kdesched.kube.snapshot import load_live_snapshot
@@ -272,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     loaded = load_policy_arg(args.policy, args.profile, dry_run_flag=args.dry_run)
     policy = loaded.policy
+    safety = _safety(loaded, event_path=False)
     log.info("kdesched run: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live run",
              loaded.dry_run_why)
     try:
@@ -292,13 +302,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     freeze_heap()
     policy = parity_policy(policy)
     try:
-        plan = plan_run(policy, snapshot)
+        plan = plan_run(policy, snapshot, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     executor = RecordingExecutor() if loaded.dry_run else LiveExecutor(client)
+    # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements
     report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
                           grace_period_seconds=policy.grace_period_seconds,
-                          failure_events=policy.eviction_failure_event_notification, started=started)
+                          failure_events=policy.eviction_failure_event_notification, started=started,
+                          reader=LiveWorkloads(client),
+                          waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
@@ -389,6 +402,12 @@ examples:
   kdesched run --dry-run
   kdesched policy validate policy.yaml
 
+modes (printed in every report): simulate and run decide exactly as upstream for a plain policy
+(upstream parity); serve, the functions and simulate --event apply kdesched's safety defaults
+(somewhere to go, at most maxUnavailable pods of a workload unavailable at once, evictions in
+waves). kdesched.safety.enabled: true|false in the policy overrides both; the shipped policies
+turn them on.
+
 exit codes: 0 ok, 1 runtime failure, 2 bad input (the message names the file and field)
 """
 
@@ -400,6 +419,10 @@ Nothing is contacted; the output is what `kdesched run` would do.
 Ages (PodLifeTime, minPodAge, failed pods) are measured against a clock: --now if given,
 else the time the snapshot recorded (annotation kdesched.dev/snapshot-time on its List, as
 the examples have), else the current time. The report says which one was used.
+
+Mode: upstream parity for a plain policy; kdesched's safety defaults (somewhere to go,
+per-workload pacing, shown as waves) with --event or when the policy sets
+kdesched.safety.enabled: true (the shipped default policy does). The report says which.
 """
 
 
@@ -444,7 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="one full pass against a live cluster",
                          description="Read the cluster, decide with every strategy of the policy, and evict through "
-                                     "the Eviction API with retries (what the upstream descheduler Job does).")
+                                     "the Eviction API with retries (what the upstream descheduler Job does). Mode: "
+                                     "upstream parity for a plain policy; with kdesched.safety.enabled: true, "
+                                     "kdesched's safety defaults: somewhere to go, and evictions in waves that wait "
+                                     "for each workload's replacements to be Ready (replacementTimeoutSeconds).")
     run.add_argument("--policy", metavar="FILE", help=policy_help)
     run.add_argument("--profile", metavar="NAME", action="append", default=[], help=profile_help)
     run.add_argument("--kubeconfig", metavar="FILE",

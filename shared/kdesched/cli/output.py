@@ -31,20 +31,29 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
     if dry_run_why or clock:
         out.write("\n")
     outcomes = report.outcomes
+    pacing = report.plan.pacing
+    steps = pacing.steps if pacing is not None and len(pacing.steps) == len(outcomes) else None
     if outcomes:
         out.write(f"EVICTIONS{mode}\n")
-        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", "RESULT", "REASON"]]
-        for o in outcomes:
+        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", *(["WAVE"] if steps else []), "RESULT", "REASON"]]
+        for i, o in enumerate(outcomes):
             e = o.eviction
             result = "would evict" if o.result == "dry-run" else o.result
             reason = e.reason if o.result in ("evicted", "dry-run") else f"{e.reason} [{o.message}]"
-            rows.append([e.pod.namespace, e.pod.name, e.node, e.strategy, result, reason])
+            wave = [str(steps[i].wave)] if steps else []
+            rows.append([e.pod.namespace, e.pod.name, e.node, e.strategy, *wave, result, reason])
         _table(rows, out)
+    if steps and pacing is not None and pacing.waves > 1:
+        out.write("\nWAVES (wave N of a workload starts once its wave N-1 replacements are Ready)\n")
+        for w in report.waves_json():
+            when = ("at once" if w["wave"] == 0 else
+                     f"once the replacements of wave {w['wave'] - 1} are Ready: {', '.join(w['workloads'])}")
+            out.write(f"wave {w['wave']} ({when}): {', '.join(w['evictions'])}\n")
     else:
         out.write(f"No evictions{mode}.\n")
     blocked = list(report.plan.refusals)
     if blocked:
-        out.write("\nKEPT (a strategy wanted to evict, a budget or limit said no)\n")
+        out.write("\nKEPT (a strategy wanted to evict, a budget, limit or safety check said no)\n")
         rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", "WHY"]]
         for r in blocked:
             rows.append([r.pod.namespace, r.pod.name, r.pod.node_name, r.strategy, r.reason])
@@ -58,11 +67,14 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
         _table(rows, out)
     for note in report.plan.notes:
         out.write(f"note: {note}\n")
+    safety = report.mode()
+    out.write(f"mode: {'kdesched safety defaults' if safety['enabled'] else 'upstream parity'} ({safety['why']})\n")
     for err in report.plan.errors:
         out.write(f"error: {err}\n")
     counts = report.counts()
     names = {"dry-run": "would be evicted (dry run)", "evicted": "evicted", "already-gone": "already gone",
-             "blocked": "blocked by a PodDisruptionBudget", "failed": "failed"}
+             "blocked": "blocked by a PodDisruptionBudget", "failed": "failed",
+             "paced": "paced (held for the workload's replacements)"}
     summary = ", ".join(f"{v} {names.get(k, k)}" for k, v in sorted(counts.items())) or "nothing to evict"
     out.write(f"\n{len(report.plan.evictions)} eviction(s) planned on {len(report.plan.nodes)} node(s): {summary}.\n")
 

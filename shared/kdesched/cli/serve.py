@@ -64,7 +64,9 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                     "--lease-namespace: 'kdesched' serialises balance runs and keeps the eviction history, "
                     "'kdesched-leader' elects the one replica that watches and runs ($KDESCHED_LEASE_NAME renames "
                     "both: NAME and NAME-leader). A missing namespace or RBAC refusing a Lease stops serve at start "
-                    "with exit 1. SIGTERM stops cleanly (exit 0).")
+                    "with exit 1. SIGTERM stops cleanly (exit 0). Mode: the event path, with kdesched's safety "
+                    "defaults on (somewhere to go, per-workload pacing) unless the policy sets "
+                    "kdesched.safety.enabled: false.")
     p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default: the default policy)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[], help="a named preset profile; repeatable")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
@@ -91,7 +93,8 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
         "function", parents=[common] if common is not None else [], help="serve one Knative function",
         description="Serve one function over HTTP (the container command on Knative). The policy comes from "
                     "--policy or $KDESCHED_POLICY (default policy otherwise); the cluster from the in-cluster "
-                    "service account or $KUBECONFIG.")
+                    "service account or $KUBECONFIG. Mode: the event path, with kdesched's safety defaults on "
+                    "(somewhere to go, per-workload pacing) unless the policy sets kdesched.safety.enabled: false.")
     p.add_argument("name", nargs="?", default=os.environ.get("KDESCHED_FUNCTION"), choices=list(FUNCTIONS),
                    metavar="NAME", help="the function to serve (default $KDESCHED_FUNCTION): "
                    + "; ".join(f"{f.name}: {f.summary}" for f in FUNCTIONS.values()))

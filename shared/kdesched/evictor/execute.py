@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kdesched.evictor.metrics import record_eviction
+from kdesched.evictor.metrics import record_eviction, record_paced
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
 from kdesched.strategies.framework import PlannedEviction
@@ -27,11 +27,12 @@ from tenacity.wait import wait_base
 
 log = logging.getLogger("kdesched.evictor")
 
-RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "failed")
+RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "failed", "paced")
 REASON_ANNOTATION = "kdesched.dev/reason"
 REQUESTED_BY_ANNOTATION = "kdesched.dev/requested-by"
 REQUESTED_BY = "kdesched"
 FAILURE_EVENT_REASON = "EvictionFailed"
+PACED_EVENT_REASON = "EvictionPaced"
 
 Sleep = Callable[[float], None]
 
@@ -75,6 +76,22 @@ class Executor(Protocol):
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
                 failure_events: bool = False) -> list[EvictionOutcome]: ...
 
+    def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
+        """Report evictions the per-workload allowance held back (``paced``, with why): log, metrics
+        and, live, an Event on each pod. Nothing is evicted."""
+        ...
+
+
+def _paced(held: Sequence[tuple[PlannedEviction, str]], record_metrics: bool) -> list[EvictionOutcome]:
+    out = []
+    for e, why in held:
+        log.info("pacing %s (%s): %s", _label(e), e.strategy, why)
+        if record_metrics:
+            record_eviction("paced", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace, node=e.node)
+            record_paced(strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace)
+        out.append(EvictionOutcome(e, "paced", why, 0))
+    return out
+
 
 def _label(e: PlannedEviction) -> str:
     return f"{e.pod.key} from {e.node or '-'}"
@@ -98,6 +115,11 @@ class RecordingExecutor:
                 record_eviction("dry-run", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace,
                                 node=e.node)
             out.append(EvictionOutcome(e, "dry-run", "dry run: not evicted", 0))
+        self.outcomes.extend(out)
+        return out
+
+    def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
+        out = _paced(held, self.record_metrics)
         self.outcomes.extend(out)
         return out
 
@@ -171,6 +193,16 @@ class LiveExecutor:
             self._report(outcome, failure_events)
             outcomes.append(outcome)
         return outcomes
+
+    def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
+        out = _paced(held, True)
+        if self.events:
+            for o in out:
+                pod = o.eviction.pod
+                self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                                         reason=PACED_EVENT_REASON,
+                                         note=f"pod eviction from {o.eviction.node} node by kdesched paced: {o.message}")
+        return out
 
     def _retrying(self, e: PlannedEviction) -> Retrying:
         s = self.retry

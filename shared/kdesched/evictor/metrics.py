@@ -9,12 +9,13 @@ an embedding process can expose it next to its own.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -43,6 +44,17 @@ RUNS = Counter(
     "kdesched_runs_total",
     "Descheduling runs, by trigger and outcome.",
     ["trigger", "outcome"],
+    registry=REGISTRY,
+)
+EVICTIONS_PACED = Counter(
+    "kdesched_evictions_paced_total",
+    "Evictions held back by the per-workload allowance (reported as paced), by strategy, profile and namespace.",
+    ["strategy", "profile", "namespace"],
+    registry=REGISTRY,
+)
+WORKLOADS_BELOW_READY = Gauge(
+    "kdesched_workloads_below_ready",
+    "Workloads kdesched evicted from that are not yet back at their Ready count.",
     registry=REGISTRY,
 )
 BUILD_INFO = Info("kdesched_build", "kdesched build information.", registry=REGISTRY)
@@ -92,3 +104,29 @@ def evicted_count(result: str, *, strategy: str, profile: str, namespace: str, n
     value = REGISTRY.get_sample_value("kdesched_pods_evicted_total", {
         "result": result, "strategy": strategy, "profile": profile, "namespace": namespace, "node": node})
     return value or 0.0
+
+
+# Workloads (their names) kdesched evicted from and has not yet seen back at their Ready count.
+_below: set[str] = set()
+_below_lock = threading.Lock()
+
+
+def record_paced(*, strategy: str, profile: str, namespace: str) -> None:
+    EVICTIONS_PACED.labels(strategy=strategy, profile=profile, namespace=namespace).inc()
+
+
+def mark_workload_below(workload: str, below: bool) -> None:
+    """Track one workload for ``kdesched_workloads_below_ready``: below its Ready count because
+    kdesched evicted from it (True), or back (False). Only workloads kdesched evicted from are
+    ever added, so a workload that is down for its own reasons never counts."""
+    with _below_lock:
+        if below:
+            _below.add(workload)
+        else:
+            _below.discard(workload)
+        WORKLOADS_BELOW_READY.set(len(_below))
+
+
+def workloads_below() -> frozenset[str]:
+    with _below_lock:
+        return frozenset(_below)

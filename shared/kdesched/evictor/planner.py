@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
+from kdesched.evictor.pacing import Pacer
 from kdesched.model.records import Pod, PodDisruptionBudget
 from kdesched.strategies.framework import (
     ClusterState,
@@ -108,11 +109,12 @@ class PlanningEvictor:
     """The :class:`~kdesched.strategies.framework.EvictorView` of one profile in one run."""
 
     def __init__(self, state: ClusterState, evictor: DefaultEvictor, counter: LimitCounter,
-                 gate: Gate | None = None) -> None:
+                 gate: Gate | None = None, pacer: Pacer | None = None) -> None:
         self.state = state
         self.default_evictor = evictor
         self.counter = counter
         self.gate = gate
+        self.pacer = pacer  # safety defaults on: "somewhere to go" and per-workload waves
 
     def filter(self, pod: Pod) -> bool:
         return not self.state.is_planned(pod) and self.default_evictor.filter(pod)
@@ -130,7 +132,9 @@ class PlanningEvictor:
             log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
             return False
         self.counter.check(pod)  # raises the limit errors
-        if self.gate is not None:
+        # a paced eviction held for a later wave is not sent in this run: it must not spend the
+        # reactor's cool-downs and tokens (the run that sends it passes the gate then)
+        if self.gate is not None and not (self.pacer is not None and self.pacer.held(pod)):
             refused = self.gate(pod)
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
@@ -154,10 +158,19 @@ class PlanningEvictor:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, why))
                 log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
                 return False
+        destination = None
+        if self.pacer is not None:
+            destination, nowhere = self.pacer.destination(pod)
+            if nowhere:
+                self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere))
+                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, nowhere)
+                return False
         for pdb in pdbs:
             key = (pdb.namespace, pdb.name)
             self.counter.pdb_used[key] = self.counter.pdb_used.get(key, 0) + 1
         self.counter.count(pod)
         self.state.mark_planned(PlannedEviction(pod, pod.node_name, strategy, profile, reason))
+        if self.pacer is not None:
+            self.pacer.admit(pod, destination)
         log.debug("planned eviction of %s from %s (%s/%s): %s", pod.key, pod.node_name, profile, strategy, reason)
         return True

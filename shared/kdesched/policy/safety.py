@@ -6,7 +6,7 @@ Knative functions, ``simulate --event``) acts far more often than a timer and mu
 one. Every safety default (per-workload pacing, "somewhere to go", no drain on control-plane
 taints) reads its switch from one :class:`Safety` value resolved here, never from its own flag.
 
-The rule (README "Safety defaults and parity"):
+The rule (docs/safety.md, "Safety defaults and parity"):
 
 * ``kdesched.safety.enabled: true`` or ``false`` in the policy wins everywhere;
 * otherwise the defaults are on in the event path and off in ``simulate`` / ``run``.

@@ -63,13 +63,15 @@ from kdesched.reactor.events import (
     validate_node_name,
 )
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.limits import EvictionHistory, RateLimiter, make_gate
+from kdesched.reactor.limits import EvictionHistory, RateLimiter, make_gate, owner_uid
 from kdesched.reactor.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.reactor")
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 MAX_TRIGGERS_LISTED = 20
+PACED_RECHECK_SECONDS = 10.0  # delay before a node-scoped run with paced evictions is repeated
+PACED_SUFFIX = "/paced"  # trigger id suffix of such a repeat
 
 
 class RequestError(ValueError):
@@ -210,6 +212,14 @@ class Reactor:
         self.active_runs = 0
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
+        # paced evictions of node-scoped runs: the run is repeated later (never waited for in a run)
+        self.paced_recheck_seconds = PACED_RECHECK_SECONDS
+        self._paced_lock = threading.Lock()
+        self._paced_progress: dict[str, float] = {}  # node-run key -> when it last evicted (monotonic)
+        self._paced_scheduled: set[str] = set()
+        # node-run key -> the owner uids and nodes its chain evicted from: a repeat continues the same
+        # run, so its own evictions do not put it in cool-down (pacing already waits for the Ready count)
+        self._paced_chain: dict[str, tuple[set[str], set[str]]] = {}
 
     # -- public entry points ----------------------------------------------------------------------
     def node_event(self, trigger: Trigger, data: Any, *, wait: bool = True) -> dict[str, Any]:
@@ -309,8 +319,23 @@ class Reactor:
         history = read_history(self.client, self.settings.lease_namespace, self.settings.lease_name)
         with self._history_lock:
             history.merge(self._unsaved)
+        if any(r.trigger.id.endswith(PACED_SUFFIX) for r in reqs):
+            with self._paced_lock:
+                owners, chain_nodes = self._paced_chain.get(f"{kind}/{node}", (set(), set()))
+                for uid in owners:
+                    history.owners.pop(uid, None)
+                for name in chain_nodes:
+                    history.nodes.pop(name, None)
         all_pods, why = needs_all_pods(policy, scope.strategies)
         snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
+        if not all_pods and self.safety.enabled:
+            # somewhere to go needs other nodes' usage, pacing the workload's other pods: read them
+            # all, but only when the node's pods give the strategies something to evict
+            probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(self.wall_clock(), UTC),
+                             strategies=scope.strategies, nodes=scope.nodes)
+            if probe.evictions:
+                all_pods, why = True, "safety defaults: somewhere to go and per-workload pacing read every pod"
+                snapshot = self.loader(self.client, None, kinds_needed(policy))
         report, recorded = self._plan_and_execute(policy, snapshot, scope.strategies, scope.nodes, dry_run,
                                                   history, kind)
         if recorded:
@@ -321,7 +346,60 @@ class Reactor:
         base["notes"] = [scope.reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
                          *([self.safety_note] if self.safety_note and TAINTS_PLUGIN in scope.strategies else []),
                          *base.get("notes", [])]
+        self._repeat_if_paced(f"{kind}/{node}", reqs[-1], base, report)
         return base
+
+    def _repeat_if_paced(self, key: str, req: _NodeReq, base: dict[str, Any], report: RunReport) -> None:
+        """A node-scoped run that held evictions back (``paced``) is repeated on a timer: no lock,
+        request or thread waits for it. The repeat re-decides from fresh state, as a continuation of
+        the same run (its own evictions do not put it in cool-down); the chain stops when nothing is
+        paced, or when no eviction happened within max(replacementTimeoutSeconds, the delay). A
+        restart loses the timer, not the safety: the next event or sweep re-decides the same way."""
+        evictions = base.get("evictions", [])
+        now = time.monotonic()
+        delay = self.paced_recheck_seconds
+        with self._paced_lock:
+            if not any(e.get("result") == "paced" for e in evictions) or self.stop.is_set():
+                # another event's run in between (say, a second delivery) leaves a scheduled chain alone
+                if self.stop.is_set() or req.trigger.id.endswith(PACED_SUFFIX) or key not in self._paced_scheduled:
+                    self._paced_progress.pop(key, None)
+                    self._paced_chain.pop(key, None)
+                return
+            owners, chain_nodes = self._paced_chain.setdefault(key, (set(), set()))
+            for o in report.outcomes:
+                if o.result in ("evicted", "already-gone"):
+                    owners.add(owner_uid(o.eviction.pod))
+                    chain_nodes.add(o.eviction.node)
+            if any(e.get("result") == "evicted" for e in evictions) or key not in self._paced_progress:
+                self._paced_progress[key] = now
+            bound = max(self.safety.replacement_timeout_seconds, delay)
+            if now - self._paced_progress[key] >= bound:
+                self._paced_progress.pop(key, None)
+                self._paced_chain.pop(key, None)
+                base.setdefault("notes", []).append(
+                    f"paced evictions: no progress for {bound:g}s; left to the next event or sweep")
+                return
+            if key in self._paced_scheduled:
+                return
+            self._paced_scheduled.add(key)
+        base.setdefault("notes", []).append(f"paced evictions: this run is repeated in {delay:g}s, to evict the "
+                                            "next pods of each workload once it is back at its Ready count")
+        trigger_id = req.trigger.id if req.trigger.id.endswith(PACED_SUFFIX) else req.trigger.id + PACED_SUFFIX
+        again = _NodeReq(Trigger(req.trigger.type, trigger_id, req.trigger.source,
+                                 req.trigger.node), req.changed_labels)
+        timer = threading.Timer(delay, self._repeat, (key, again))
+        timer.daemon = True
+        timer.start()
+
+    def _repeat(self, key: str, req: _NodeReq) -> None:
+        with self._paced_lock:
+            self._paced_scheduled.discard(key)
+        if self.stop.is_set():
+            return
+        try:
+            self.node_events.get(key).submit(req)
+        except Exception as exc:  # noqa: BLE001 - best effort: the next event or sweep re-decides
+            log.warning("repeating the paced run %s failed: %s", key, exc)
 
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
@@ -370,13 +448,15 @@ class Reactor:
                                        workload_seconds=self.settings.cooldown_workload_seconds,
                                        node_seconds=self.settings.cooldown_node_seconds, consume=True)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
-                            nodes=nodes, gate=gate)
+                            nodes=nodes, gate=gate, safety=self.safety)
             for why in refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             if guard is not None and guard.lost:
                 raise LockBusy("the Lease was lost while deciding; not evicting")
             if self.stop.is_set():
                 raise ShuttingDown("shutting down: plan abandoned before evicting")
+            # the event path never waits for replacements inside a run: held evictions are reported
+            # "paced" and the next run re-decides (evictor/waves.py)
             report = execute_plan(plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
                                   grace_period_seconds=policy.grace_period_seconds,
                                   failure_events=policy.eviction_failure_event_notification, started=started)

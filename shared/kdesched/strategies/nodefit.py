@@ -15,12 +15,23 @@ from kdesched.strategies.framework import ClusterState
 
 def node_fit_failure(pod: Pod, node: Node, state: ClusterState) -> str | None:
     """The first reason ``pod`` does not fit ``node`` (upstream order), or None if it fits."""
+    return static_fit_failure(pod, node) or dynamic_fit_failure(pod, node, state)
+
+
+def static_fit_failure(pod: Pod, node: Node) -> str | None:
+    """The checks that depend only on the pod's spec and the node (cordon, node selector and
+    affinity, taints): the same for every pod of one template, so callers may cache them."""
     if node.unschedulable:
         return f"node {node.name} is unschedulable"
     if not matches_node_selector(pod, node):
         return f"pod's nodeSelector/required node affinity does not match node {node.name}"
     if not tolerates_all(pod.tolerations, node.taints):
         return f"pod does not tolerate the taints of node {node.name}"
+    return None
+
+
+def dynamic_fit_failure(pod: Pod, node: Node, state: ClusterState) -> str | None:
+    """The checks that depend on what runs on the node (required anti-affinity, free resources)."""
     if pod.affinity is not None and pod.affinity.pod_anti_affinity_required:
         for term in pod.affinity.pod_anti_affinity_required:
             if term.label_selector is None or term.topology_key not in node.labels:
