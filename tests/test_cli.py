@@ -30,6 +30,19 @@ def test_simulate_table_output_names_strategy_reason_and_counts(capsys: pytest.C
     assert "nginx-6d4cf56db6-f9qzt" in out and "RemoveDuplicates" in out and "would evict" in out
     assert "PODS PER NODE" in out
     assert "1 eviction(s) planned on 3 node(s)" in out
+    # a report that lists an eviction never also says there were none (with or without waves)
+    assert "No evictions" not in out
+
+
+def test_simulate_table_says_no_evictions_only_when_there_are_none(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n"
+                      "- name: p\n  plugins:\n    deschedule:\n      enabled: [RemovePodsViolatingNodeTaints]\n")
+    code, out, _ = run(capsys, "simulate", SEED, "--policy", str(policy), "-q")
+    assert code == 0
+    assert "No evictions (dry run: nothing was evicted)." in out
+    assert "EVICTIONS" not in out
 
 
 def test_simulate_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

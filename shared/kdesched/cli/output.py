@@ -49,7 +49,7 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
             when = ("at once" if w["wave"] == 0 else
                      f"once the replacements of wave {w['wave'] - 1} are Ready: {', '.join(w['workloads'])}")
             out.write(f"wave {w['wave']} ({when}): {', '.join(w['evictions'])}\n")
-    else:
+    if not outcomes:
         out.write(f"No evictions{mode}.\n")
     blocked = list(report.plan.refusals)
     if blocked:
