@@ -214,16 +214,18 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
     fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n1", conditions=ready))
     r = reactor(kube)  # default cool-downs (300 s): the chain's own evictions do not hold its repeats
-    assert r.paced_recheck_seconds == 10.0
-    r.paced_recheck_seconds = 0.05
+    assert (r.paced_recheck_first_seconds, r.paced_recheck_seconds) == (1.0, 10.0)
+    r.paced_recheck_first_seconds, r.paced_recheck_seconds = 0.05, 0.2
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
     assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
                                                                    ("web-7d9f8-b", "paced")]
     assert any("repeated in 0.05s" in n for n in out["notes"])
-    # the ReplicaSet's replacement exists but is not Ready: repeats keep pacing, evict nothing
+    # the ReplicaSet's replacement exists but is not Ready: repeats keep pacing, evict nothing, and
+    # back off (0.05 -> 0.1 -> 0.2 s, no further)
     fake_api.add(web("web-7d9f8-c", "n2", phase="Pending"))
-    _time.sleep(0.5)
+    _time.sleep(1.2)
     assert evicted(fake_api) == ["web-7d9f8-a"]
+    assert r._paced_delay["taints/n1"] == 0.2
     replacement = fake_api.get("Pod", "web-7d9f8-c", "default")
     assert replacement is not None
     replacement["status"].update(phase="Running", conditions=ready)

@@ -70,7 +70,8 @@ log = logging.getLogger("kdesched.reactor")
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 MAX_TRIGGERS_LISTED = 20
-PACED_RECHECK_SECONDS = 10.0  # delay before a node-scoped run with paced evictions is repeated
+PACED_RECHECK_FIRST_SECONDS = 1.0  # first repeat of a node-scoped run with paced evictions, after it evicted
+PACED_RECHECK_SECONDS = 10.0  # longest delay between repeats: the delay doubles while nothing moves
 PACED_SUFFIX = "/paced"  # trigger id suffix of such a repeat
 
 
@@ -213,7 +214,9 @@ class Reactor:
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
         # paced evictions of node-scoped runs: the run is repeated later (never waited for in a run)
+        self.paced_recheck_first_seconds = PACED_RECHECK_FIRST_SECONDS
         self.paced_recheck_seconds = PACED_RECHECK_SECONDS
+        self._paced_delay: dict[str, float] = {}  # node-run key -> its next repeat's delay (backoff)
         self._paced_lock = threading.Lock()
         self._paced_progress: dict[str, float] = {}  # node-run key -> when it last evicted (monotonic)
         self._paced_scheduled: set[str] = set()
@@ -353,17 +356,20 @@ class Reactor:
         """A node-scoped run that held evictions back (``paced``) is repeated on a timer: no lock,
         request or thread waits for it. The repeat re-decides from fresh state, as a continuation of
         the same run (its own evictions do not put it in cool-down); the chain stops when nothing is
-        paced, or when no eviction happened within max(replacementTimeoutSeconds, the delay). A
-        restart loses the timer, not the safety: the next event or sweep re-decides the same way."""
+        paced, or when no eviction happened within max(replacementTimeoutSeconds, the longest delay).
+        The first repeat after an eviction comes ``paced_recheck_first_seconds`` (1 s) later, since a
+        replacement is usually Ready within a second or two; each repeat that evicts nothing doubles
+        the delay up to ``paced_recheck_seconds`` (10 s), so a slow replacement costs a few cheap
+        node-scoped reads, not one a second. A restart loses the timer, not the safety: the next
+        event or sweep re-decides the same way."""
         evictions = base.get("evictions", [])
         now = time.monotonic()
-        delay = self.paced_recheck_seconds
+        longest = max(self.paced_recheck_seconds, self.paced_recheck_first_seconds)
         with self._paced_lock:
             if not any(e.get("result") == "paced" for e in evictions) or self.stop.is_set():
                 # another event's run in between (say, a second delivery) leaves a scheduled chain alone
                 if self.stop.is_set() or req.trigger.id.endswith(PACED_SUFFIX) or key not in self._paced_scheduled:
-                    self._paced_progress.pop(key, None)
-                    self._paced_chain.pop(key, None)
+                    self._forget_chain(key)
                 return
             owners, chain_nodes = self._paced_chain.setdefault(key, (set(), set()))
             for o in report.outcomes:
@@ -371,11 +377,15 @@ class Reactor:
                     owners.add(owner_uid(o.eviction.pod))
                     chain_nodes.add(o.eviction.node)
             if any(e.get("result") == "evicted" for e in evictions) or key not in self._paced_progress:
+                # progress: the replacement is usually Ready within a second or two, look again soon
                 self._paced_progress[key] = now
-            bound = max(self.safety.replacement_timeout_seconds, delay)
+                delay = self.paced_recheck_first_seconds
+            else:  # nothing moved since the last look: back off, up to the longest delay
+                delay = min(longest, self._paced_delay.get(key, self.paced_recheck_first_seconds) * 2)
+            self._paced_delay[key] = delay
+            bound = max(self.safety.replacement_timeout_seconds, longest)
             if now - self._paced_progress[key] >= bound:
-                self._paced_progress.pop(key, None)
-                self._paced_chain.pop(key, None)
+                self._forget_chain(key)
                 base.setdefault("notes", []).append(
                     f"paced evictions: no progress for {bound:g}s; left to the next event or sweep")
                 return
@@ -390,6 +400,12 @@ class Reactor:
         timer = threading.Timer(delay, self._repeat, (key, again))
         timer.daemon = True
         timer.start()
+
+    def _forget_chain(self, key: str) -> None:
+        """Drop a finished (or abandoned) paced chain's state; the caller holds ``_paced_lock``."""
+        self._paced_progress.pop(key, None)
+        self._paced_chain.pop(key, None)
+        self._paced_delay.pop(key, None)
 
     def _repeat(self, key: str, req: _NodeReq) -> None:
         with self._paced_lock:
