@@ -292,8 +292,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("client limits: %g requests/s, burst %d, up to %d evictions in flight", limits.qps, limits.burst,
              limits.max_concurrent_evictions)
     try:
-        # from the API server's watch cache (resourceVersion=0), as upstream's informers read
-        snapshot = load_live_snapshot(client, from_cache=True)
+        # from the API server's watch cache (resourceVersion=0), as upstream's informers read, unless
+        # --consistent-read asks for etcd's current state page by page
+        snapshot = load_live_snapshot(client, from_cache=not args.consistent_read)
     except Unavailable as exc:
         check = ("the kubeconfig's certificate-authority and server address" if "TLS" in exc.message
                  else "that it is running and reachable from here, and the kubeconfig's server address")
@@ -554,6 +555,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
     run.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
     add_client_limit_flags(run)
+    run.add_argument("--consistent-read", action="store_true",
+                     help="read the cluster from etcd page by page (500 objects per LIST, a quorum read) instead of "
+                          "from the API server's watch cache (resourceVersion=0, one response per kind, as upstream's "
+                          "informers read; possibly a moment stale, evictions still carry the pod's uid)")
     run.set_defaults(func=cmd_run)
 
     try:
