@@ -15,7 +15,9 @@ exit), evictions, the requests and response bytes the API server counted
 (``apiserver_request_total`` and ``apiserver_response_sizes`` from its /metrics, before and after:
 only the contender talks to it meanwhile; the eviction handler's own PDB LISTs and PDB status
 writes, which the server counts under the same metrics, are taken out), and for kdesched its own phase split (read / plan /
-evict, from its log) and the seconds its requests waited for the client-side rate limit.
+evict, from its log), the seconds its requests waited for the client-side rate limit, and the CPU
+seconds of the contender and of the API server + etcd during the pass (``getrusage`` of the child,
+/proc of the servers): the machine has few cores, so who burns them matters.
 
     python bench/bench_run_vs_upstream.py                          # 500x30, 1 repeat, three variants
     python bench/bench_run_vs_upstream.py --repeat 3 --variants upstream,kdesched-unthrottled
@@ -192,28 +194,44 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v - before.get(k, 0)}
 
 
-def run_variant(name: str, kubeconfig: Path, policy: Path, binary: Path, workdir: Path) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a running process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_variant(name: str, kubeconfig: Path, policy: Path, binary: Path, workdir: Path,
+                server_pids: Sequence[int] = ()) -> dict[str, Any]:
     if name == "upstream":
         cmd = [str(binary), "--policy-config-file", str(policy), "--kubeconfig", str(kubeconfig),
                "--secure-port", "0", "--v", "3", *UPSTREAM_FLAGS]
     else:
         cmd = [sys.executable, "-m", "kdesched", "run", "--policy", str(policy), "--kubeconfig", str(kubeconfig),
                "-o", "json", *VARIANTS[name]]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    wall = time.perf_counter() - t0
-    (workdir / f"{name}.log").write_text(proc.stderr + ("" if name != "upstream" else proc.stdout))
-    out: dict[str, Any] = {"variant": name, "wall_s": round(wall, 3), "exit": proc.returncode}
+    server_cpu = sum(cpu_seconds(p) for p in server_pids)
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        t0 = time.perf_counter()
+        popen = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, text=True)
+        _, status, usage = os.wait4(popen.pid, 0)
+        wall = time.perf_counter() - t0
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read(), err_f.read()
+    (workdir / f"{name}.log").write_text(stderr + ("" if name != "upstream" else stdout))
+    out: dict[str, Any] = {"variant": name, "wall_s": round(wall, 3), "exit": popen.returncode,
+                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+                           "server_cpu_s": round(sum(cpu_seconds(p) for p in server_pids) - server_cpu, 2)}
     if name == "upstream":
-        out["evictions"] = len(_UPSTREAM_EVICTED.findall(proc.stdout + proc.stderr))
+        out["evictions"] = len(_UPSTREAM_EVICTED.findall(stdout + stderr))
         return out
     try:
-        report = json.loads(proc.stdout)
+        report = json.loads(stdout)
         out["evictions"] = sum(1 for e in report.get("evictions", []) if e.get("result") == "evicted")
         out["results"] = dict(sorted(report.get("summary", {}).get("results", {}).items()))
     except ValueError:
         out["evictions"] = None
-    log = proc.stderr
+    log = stderr
     if m := _READ.search(log):
         out.update(read_s=float(m[1]), pods=int(m[2]), read_requests=int(m[4]), read_bytes=int(m[5]))
     if m := _PLAN.search(log):
@@ -268,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{reload_s + first:.1f}s), load average {os.getloadavg()[0]:.2f}", flush=True)
                 first = 0.0
                 before = server_counters(cp.api)
-                run = run_variant(name, cp.admin_kubeconfig, policy, bin_dir / "descheduler", workdir)
+                pids = [p.popen.pid for p in (cp.apiserver, cp.etcd) if p is not None]
+                run = run_variant(name, cp.admin_kubeconfig, policy, bin_dir / "descheduler", workdir, pids)
                 after = server_counters(cp.api)
                 by_verb = _delta(after[0], before[0])
                 run.update(repeat=r + 1, server_requests=client_requests(by_verb), server_requests_by_verb=by_verb,

@@ -22,6 +22,19 @@ from kdesched.model.snapshot import KINDS, Snapshot
 DEFAULT_PAGE_SIZE = 500
 
 
+def _etcd_key(item: Pod | dict[str, Any]) -> str:
+    """``namespace/name`` (``name`` if cluster-scoped): the order etcd keeps objects of a kind in.
+    Anything malformed sorts first and is reported by the model's parser as usual."""
+    if isinstance(item, Pod):
+        return f"{item.namespace}/{item.name}"
+    meta = item.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    ns, name = meta.get("namespace"), meta.get("name")
+    name = name if isinstance(name, str) else ""
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else name
+
+
 def load_live_snapshot(client: KubeClient, *, pod_nodes: Collection[str] | None = None,
                        include: Collection[str] = KINDS, page_size: int | None = None,
                        from_cache: bool = False) -> Snapshot:
@@ -49,9 +62,16 @@ def load_live_snapshot(client: KubeClient, *, pod_nodes: Collection[str] | None 
     full = [k for k in kinds if not (k == "Pod" and pod_nodes is not None)]
     # every cluster-wide LIST at once (the small kinds are read while the pods are decoded); the
     # results are consumed in KINDS order, so the model's errors and their order are unchanged
+    def read(kind: str) -> list[Pod | dict[str, Any]]:
+        items = client.list_for_snapshot(kind, page_size=page_size, from_cache=from_cache)
+        if from_cache:
+            # the watch cache answers in no particular order (a Go map in v1.24); decisions follow
+            # the snapshot's order, so put it back in etcd's key order, what a paged read returns
+            items.sort(key=_etcd_key)
+        return items
+
     with ThreadPoolExecutor(max_workers=max(1, len(full)), thread_name_prefix="kdesched-list") as pool:
-        lists = {k: pool.submit(client.list_for_snapshot, k, page_size=page_size, from_cache=from_cache)
-                 for k in full}
+        lists = {k: pool.submit(read, k) for k in full}
 
         def objects() -> Iterator[tuple[str, Pod | dict[str, Any]]]:
             for kind in kinds:
