@@ -25,7 +25,8 @@ seconds of the contender and of the API server + etcd during the pass (``getrusa
 Variants: ``upstream`` (the binary, qps/burst 1000), ``kdesched`` (``kdesched run`` at its
 defaults), ``kdesched-unthrottled`` (``--kube-api-qps 1000 --kube-api-burst 1000``), and
 ``kdesched-sequential`` (unthrottled, ``--max-concurrent-evictions 1``: what concurrency buys) and
-``kdesched-consistent`` (unthrottled, ``--consistent-read``: pages from etcd instead of the watch cache).
+``kdesched-consistent`` (unthrottled, ``--consistent-read``: pages from etcd instead of the watch cache)
+and ``kdesched-64`` (unthrottled, 64 evictions in flight instead of 16).
 The policy is the seed articles' policy (kdesched's default policy without its ``kdesched:`` block,
 converted to descheduler/v1alpha2, which upstream v0.36 needs), so kdesched decides in upstream
 parity mode. Results go to stdout (a table) and bench/out/run-vs-upstream.json.
@@ -61,6 +62,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kdesched-unthrottled": ("--kube-api-qps", "1000", "--kube-api-burst", "1000"),
     "kdesched-sequential": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--max-concurrent-evictions", "1"),
     "kdesched-consistent": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--consistent-read"),
+    "kdesched-64": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--max-concurrent-evictions", "64"),
 }
 SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 _UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
