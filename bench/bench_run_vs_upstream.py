@@ -26,7 +26,8 @@ Variants: ``upstream`` (the binary, qps/burst 1000), ``kdesched`` (``kdesched ru
 defaults), ``kdesched-unthrottled`` (``--kube-api-qps 1000 --kube-api-burst 1000``), and
 ``kdesched-sequential`` (unthrottled, ``--max-concurrent-evictions 1``: what concurrency buys) and
 ``kdesched-consistent`` (unthrottled, ``--consistent-read``: pages from etcd instead of the watch cache)
-and ``kdesched-64`` (unthrottled, 64 evictions in flight instead of 16).
+``kdesched-64`` (unthrottled, 64 evictions in flight instead of 16) and ``kdesched-dry``
+(unthrottled, ``--dry-run``: what reading and planning alone cost, client and server).
 The policy is the seed articles' policy (kdesched's default policy without its ``kdesched:`` block,
 converted to descheduler/v1alpha2, which upstream v0.36 needs), so kdesched decides in upstream
 parity mode. Results go to stdout (a table) and bench/out/run-vs-upstream.json.
@@ -63,6 +64,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kdesched-sequential": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--max-concurrent-evictions", "1"),
     "kdesched-consistent": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--consistent-read"),
     "kdesched-64": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--max-concurrent-evictions", "64"),
+    "kdesched-dry": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--dry-run"),
 }
 SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 _UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
@@ -322,8 +324,8 @@ def print_table(runs: Sequence[dict[str, Any]], variants: Sequence[str], conditi
     print(f"\nmachine: {conditions['cpus']} CPUs ({conditions['cpu']}), Python {conditions['python']}, "
           f"commit {conditions['commit']}, load average before {conditions['loadavg']}")
     print("| variant | wall s (median) | runs | evictions | API requests | read MB | read s | plan s | evict s |"
-          " rate-limit wait s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          " rate-limit wait s | CPU s | server CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     upstream = [r["wall_s"] for r in runs if r["variant"] == "upstream"]
     for v in variants:
         rs = [r for r in runs if r["variant"] == v]
@@ -340,7 +342,8 @@ def print_table(runs: Sequence[dict[str, Any]], variants: Sequence[str], conditi
         print(f"| {v} | {med('wall_s')}{ratio} | {walls} | {'/'.join(str(r.get('evictions')) for r in rs)} | "
               f"{'/'.join(str(r['server_requests']) for r in rs)} | "
               f"{statistics.median(r['server_read_bytes'] for r in rs) / 1e6:.1f} | {med('read_s')} | "
-              f"{med('plan_s')} | {med('evict_s')} | {med('rate_limit_wait_s')} |")
+              f"{med('plan_s')} | {med('evict_s')} | {med('rate_limit_wait_s')} | {med('cpu_s')} | "
+              f"{med('server_cpu_s')} |")
 
 
 if __name__ == "__main__":
