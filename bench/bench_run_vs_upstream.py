@@ -70,7 +70,7 @@ SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 _UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
 _READ = re.compile(r"read the cluster in ([\d.]+)s: (\d+) pods, (\d+) nodes; (\d+) requests, (\d+) bytes")
 _PLAN = re.compile(r"planned in ([\d.]+)s: (\d+) eviction")
-_EVICT = re.compile(r"evicted in ([\d.]+)s: (\d+) requests, (\d+) bytes; requests waited ([\d.]+)s")
+_EVICT = re.compile(r"carried out the plan in ([\d.]+)s: (\d+) requests, (\d+) bytes; requests waited ([\d.]+)s")
 
 
 def machine() -> dict[str, Any]:

@@ -89,3 +89,16 @@ def test_run_reads_from_the_watch_cache_unless_asked_for_a_consistent_read(
                                         "/apis/policy/v1/poddisruptionbudgets"}
     assert {r.query.get("resourceVersion") for r in lists} == {expected_rv}
     assert all(r.query["limit"] == "500" for r in lists)
+
+
+def test_run_logs_its_limits_and_phases(fake_api: FakeApiServer, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    fake_api.add(node_obj("a"), pod_obj("p", node="a"))
+    code = main(["run", "--dry-run", "-o", "json", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url),
+                 "--kube-api-qps", "20", "--kube-api-burst", "5", "--max-concurrent-evictions", "3"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "client limits: 20 requests/s, burst 5, up to 3 evictions in flight" in err
+    assert "read the cluster in " in err and ": 1 pods, 1 nodes; 6 requests, " in err
+    assert "planned in " in err
+    assert "carried out the plan in " in err and ": 0 requests, 0 bytes; requests waited " in err

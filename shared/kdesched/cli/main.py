@@ -325,8 +325,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
     total = client.stats
     waited = client.rate_limiter.waited_seconds if client.rate_limiter is not None else 0.0
-    log.info("evicted in %.3fs: %d requests, %d bytes; requests waited %.3fs in all for the client-side rate "
-             "limit", time.perf_counter() - plan_done, total.requests - read.requests,
+    log.info("carried out the plan in %.3fs: %d requests, %d bytes; requests waited %.3fs in all for the "
+             "client-side rate limit", time.perf_counter() - plan_done, total.requests - read.requests,
              total.bytes_read - read.bytes_read, waited)
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)

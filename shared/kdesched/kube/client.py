@@ -6,7 +6,9 @@ goes through ``ApiClient.param_serialize`` + ``call_api`` (auth, TLS, proxies an
 still come from the official client) with a path we build, and each response body is parsed once
 with ``json.loads``. HTTP and transport failures become the typed errors of
 :mod:`kdesched.kube.errors` here, once. Every request and every byte read is counted, so a run can
-report (and a benchmark can compare) what it cost the API server.
+report (and a benchmark can compare) what it cost the API server, and every request first takes a
+token from the client-side rate limit (:class:`TokenBucket`), so no caller can flood it. The client
+is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them.
 """
 
 from __future__ import annotations
