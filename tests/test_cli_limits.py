@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from kdesched.cli.main import main
+
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.test_cli_run import kubeconfig

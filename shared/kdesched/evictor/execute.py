@@ -249,7 +249,7 @@ class LiveExecutor:
                 outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1)
             try:
                 self._report(outcome, failure_events, sender)
-            except Exception:  # noqa: BLE001 - the outcome stands even if reporting it failed
+            except Exception:  # the outcome stands even if reporting it failed
                 log.exception("reporting the eviction of %s failed unexpectedly", _label(e))
             return outcome
 
