@@ -60,6 +60,10 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    # neither format shows threads, processes or source lines: do not collect them per record
+    # (a 150,000-pod simulate logs ~33,000 lines; docs/benchmarks.md)
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

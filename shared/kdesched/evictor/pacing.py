@@ -35,6 +35,7 @@ MAX_UNAVAILABLE_ANNOTATION = "kdesched.dev/max-unavailable"
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 MAX_REASONS_SHOWN = 3
 RESORT_EVERY = 512  # admissions between re-sorting the destinations by free CPU (an estimate either way)
+_NO_RESERVATION: Mapping[str, int] = {}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -217,17 +218,19 @@ class Pacer:
         return known
 
     # -- somewhere to go ---------------------------------------------------------------------------
-    def _free_cpu(self, node: Node) -> int:
-        return node.allocatable.get("cpu", 0) - self.state.usage(node.name).get("cpu", 0) \
-            - self._reserved.get(node.name, {}).get("cpu", 0)
-
     def _destinations(self) -> list[Node]:
         """Ready nodes, most free CPU first (re-sorted every RESORT_EVERY admissions, so the order
         is close to exact while a large run costs a few sorts, not a scan of every node per pod)."""
         if self._nodes is None or self._since_sort >= RESORT_EVERY:
             nodes = self._nodes if self._nodes is not None else [
                 n for n in self.state.snapshot.nodes.values() if n.ready]
-            self._nodes = sorted(nodes, key=lambda n: (-self._free_cpu(n), n.name))
+            # (-free CPU, name): allocatable - usage - reserved, inlined: this runs over every node each
+            # RESORT_EVERY admissions (53 sorts of 5,000 nodes for 27,000 evictions at 150,000 pods)
+            usage, reserved, none = self.state.usage, self._reserved, _NO_RESERVATION
+            keyed = [(usage(n.name).get("cpu", 0) + reserved.get(n.name, none).get("cpu", 0)
+                      - n.allocatable.get("cpu", 0), n.name, n) for n in nodes]
+            keyed.sort()  # node names are unique: the node itself is never compared
+            self._nodes = [k[2] for k in keyed]
             self._since_sort = 0
             self._order_version += 1
         return self._nodes
