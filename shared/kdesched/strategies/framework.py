@@ -78,6 +78,18 @@ class ClusterState:
         self._live: dict[str, list[Pod]] = {}
         self._owner_counts: dict[str, int] = dict(snapshot.owner_pod_counts)
         self.planned: list[PlannedEviction] = []
+        self._memos: list[tuple[Any, dict[Any, Any]]] = []
+
+    def memo(self, owner: Any) -> dict[Any, Any]:
+        """A dictionary for memoizing facts about this run that never change during it, shared by
+        every caller passing an ``owner`` equal to this one (e.g. the DefaultEvictors of several
+        profiles with the same arguments)."""
+        for known, memo in self._memos:
+            if known == owner:
+                return memo
+        memo = {}
+        self._memos.append((owner, memo))
+        return memo
 
     # -- pods ------------------------------------------------------------------------------------
     def is_planned(self, pod: Pod) -> bool:

@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kdesched.model.records import Node, NodeSelectorTerm, Pod, Taint, Toleration
+from kdesched.model.records import Node, NodeSelectorTerm, OwnerRef, Pod, Taint, Toleration
 from kdesched.model.scheduling import matches_node_selector, tolerates_all
 from kdesched.policy.types import RemoveDuplicatesArgs, namespace_allowed
 from kdesched.strategies.framework import (
@@ -120,6 +120,8 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
     excluded = frozenset(args.exclude_owner_kinds)
     occurrence: dict[OwnerKey, int] = {}
     dups: dict[OwnerKey, dict[str, list[Pod]]] = {}
+    # (namespace, owner refs, images) -> (owner keys, signature): a workload's replicas share them
+    identities: dict[tuple[str, tuple[OwnerRef, ...], tuple[str, ...]], tuple[list[OwnerKey], tuple[str, ...]]] = {}
 
     # Steps 1-3.
     for node in nodes:
@@ -135,12 +137,17 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
             if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
                 continue
             ns = pod.namespace
-            images = sorted(pod.images)
-            images_hash = "#".join(images)
-            keys = [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs]
+            shape = (ns, refs, pod.images)
+            known = identities.get(shape)
+            if known is None:
+                images = sorted(pod.images)
+                images_hash = "#".join(images)
+                known = identities[shape] = (
+                    [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs],
+                    tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images)))
+            keys, signature = known
             for k in keys:
                 occurrence[k] = occurrence.get(k, 0) + 1
-            signature = tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images))
             if signature not in seen:
                 seen.add(signature)
                 continue
