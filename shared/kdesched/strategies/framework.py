@@ -117,7 +117,9 @@ class ClusterState:
 
     # -- resources -------------------------------------------------------------------------------
     def usage(self, node: str) -> Mapping[str, int]:
-        """Requested resources of the node's remaining non-terminal pods, plus ``pods``."""
+        """Requested resources of the node's remaining non-terminal pods, plus ``pods``. The same
+        mapping for the whole run, updated in place as pods of the node are planned (the pacer
+        keeps it to sort nodes by free CPU)."""
         cached = self._usage.get(node)
         if cached is None:
             cached = {"cpu": 0, "memory": 0, "pods": 0}
