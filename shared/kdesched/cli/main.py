@@ -272,7 +272,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                           started=started)
     write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
                  clock={"time": now.isoformat(), "from": clock_from})
-    return EXIT_RUNTIME if plan.errors else EXIT_OK
+    code = EXIT_RUNTIME if plan.errors else EXIT_OK
+    if getattr(args, "exit_when_done", False):
+        exit_now(code)  # before the snapshot and the plan are freed object by object
+    return code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -517,8 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def exit_now(code: int) -> None:
     """End the process once the output is written, without freeing the heap object by object:
-    at 150,000 pods that teardown alone takes ~0.3 s (docs/benchmarks.md). Used on the command
-    line only (``main()`` without ``argv``), never in-process."""
+    at 150,000 pods freeing the snapshot and the plan takes ~0.4 s (docs/benchmarks.md). Used on
+    the command line only (``main()`` without ``argv``), never in-process."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -529,10 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(-1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0), getattr(args, "log_format", None))
     try:
-        code = int(args.func(args))
-        if argv is None and args.func is cmd_simulate:
-            exit_now(code)
-        return code
+        args.exit_when_done = argv is None  # the command line, not an in-process call: see exit_now
+        return int(args.func(args))
     except InputError as exc:
         print(f"kdesched: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
