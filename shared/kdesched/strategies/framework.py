@@ -22,6 +22,8 @@ from kdesched.model.snapshot import Snapshot
 
 log = logging.getLogger("kdesched.strategies")
 
+_TERMINAL_PHASES = ("Succeeded", "Failed")  # Pod.terminal, for the loops that run over every pod
+
 
 class LimitReached(Exception):
     """An eviction was refused by a per-run limit. Subclasses tell the strategy what to do next."""
@@ -102,7 +104,8 @@ class ClusterState:
         cached = self._live.get(node)
         if cached is None:
             planned = self._planned
-            cached = [p for p in self.snapshot.pods_by_node.get(node, ()) if not p.terminal and id(p) not in planned]
+            cached = [p for p in self.snapshot.pods_by_node.get(node, ())
+                      if p.phase not in _TERMINAL_PHASES and id(p) not in planned]  # not p.terminal, inlined
             self._live[node] = cached
         return list(cached)
 
@@ -124,7 +127,7 @@ class ClusterState:
         if cached is None:
             cached = {"cpu": 0, "memory": 0, "pods": 0}
             for p in self.snapshot.pods_by_node.get(node, ()):
-                if not p.terminal and id(p) not in self._planned:
+                if p.phase not in _TERMINAL_PHASES and id(p) not in self._planned:  # not p.terminal
                     add_resources(cached, p.requests)
                     cached["pods"] += 1
             self._usage[node] = cached

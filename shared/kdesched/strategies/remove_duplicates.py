@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kdesched.model.records import Node, NodeSelectorTerm, OwnerRef, Pod, Taint, Toleration
+from kdesched.model.records import Node, NodeSelectorTerm, Pod, Taint, Toleration
 from kdesched.model.scheduling import matches_node_selector, tolerates_all
 from kdesched.policy.types import RemoveDuplicatesArgs, namespace_allowed
 from kdesched.strategies.framework import (
@@ -120,8 +120,8 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
     excluded = frozenset(args.exclude_owner_kinds)
     occurrence: dict[OwnerKey, int] = {}
     dups: dict[OwnerKey, dict[str, list[Pod]]] = {}
-    # (namespace, owner refs, images) -> (owner keys, signature): a workload's replicas share them
-    identities: dict[tuple[str, tuple[OwnerRef, ...], tuple[str, ...]], tuple[list[OwnerKey], tuple[str, ...]]] = {}
+    # (namespace, id(owner refs), images) -> (owner keys, signature): a workload's replicas share them
+    identities: dict[tuple[str, int, tuple[str, ...]], tuple[list[OwnerKey], tuple[str, ...]]] = {}
 
     # Steps 1-3.
     for node in nodes:
@@ -137,7 +137,7 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
             if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
                 continue
             ns = pod.namespace
-            shape = (ns, refs, pod.images)
+            shape = (ns, id(refs), pod.images)  # refs: alive for the run; the loader shares equal ones
             known = identities.get(shape)
             if known is None:
                 images = sorted(pod.images)
