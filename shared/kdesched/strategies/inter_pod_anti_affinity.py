@@ -98,6 +98,7 @@ class _Index:
                 if value is not None:
                     by_label.setdefault((ns, k, value), []).append(entry)
         self.terms: dict[tuple[tuple[str, ...], LabelSelector, str], _Domains] = {}
+        self.removed: set[int] = set()  # id() of the pods planned away (alive for the run)
 
     def _candidates(self, namespace: str, selector: LabelSelector) -> list[tuple[Pod, Node]]:
         """A superset of the namespace's pods ``selector`` matches, as small as the index allows."""
@@ -123,9 +124,10 @@ class _Index:
         found = self.terms.get(key)
         if found is None:
             found = _Domains(term.topology_key)
+            removed = self.removed
             for ns in namespaces:
                 for pod, node in self._candidates(ns, selector):
-                    if selector.matches(pod.labels):
+                    if selector.matches(pod.labels) and id(pod) not in removed:
                         found.add(pod, node, 1)
             self.terms[key] = found
         return found
@@ -135,13 +137,9 @@ class _Index:
         for (namespaces, selector, _), domains in self.terms.items():
             if pod.namespace in namespaces and selector.matches(pod.labels):
                 domains.add(pod, node, -1)
-        # Terms resolved later must not see it either.
-        for bucket in [self.by_namespace.get(pod.namespace, [])] + [
-                self.by_label.get((pod.namespace, k, v), []) for k, v in pod.labels.items()]:
-            for i, (p, _) in enumerate(bucket):
-                if p is pod:
-                    del bucket[i]
-                    break
+        # Terms resolved later must not see it either (skipped there: deleting it from every
+        # bucket scanned lists of thousands; any bucket is only a superset to match against).
+        self.removed.add(id(pod))
 
 
 def _lookup_keys(pods: Iterable[Pod]) -> set[str]:
