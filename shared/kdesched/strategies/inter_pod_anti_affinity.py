@@ -190,7 +190,10 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
         handle.logger.debug("no pod with required anti-affinity on the %d node(s)", len(nodes))
         return
 
-    everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name) if listed(p)]
+    if args.namespaces is None and selector is None:  # every pod is listed: no call per pod
+        everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name)]
+    else:
+        everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name) if listed(p)]
     # only the label keys the candidates' terms look up are indexed (at 150,000 pods, indexing
     # every label of every pod was most of this strategy's time)
     index = _Index(everyone, _lookup_keys(p for pods in candidates.values() for p in pods))
