@@ -114,14 +114,24 @@ class TargetNodes:
         return cached
 
 
+@dataclass(slots=True)
+class _Identity:
+    """What the listed pods of one (namespace, owner refs, images) share."""
+
+    keys: list[OwnerKey]
+    signature: tuple[str, ...]
+    pods: int = 0
+
+
 def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> None:
     log = handle.logger
     state = handle.state
     excluded = frozenset(args.exclude_owner_kinds)
     occurrence: dict[OwnerKey, int] = {}
     dups: dict[OwnerKey, dict[str, list[Pod]]] = {}
-    # (namespace, id(owner refs), images) -> (owner keys, signature): a workload's replicas share them
-    identities: dict[tuple[str, int, tuple[str, ...]], tuple[list[OwnerKey], tuple[str, ...]]] = {}
+    # (namespace, id(owner refs), images) -> owner keys, signature and listed pods: a workload's
+    # replicas share one entry (occurrences are summed per entry, then per key, below)
+    identities: dict[tuple[str, int, tuple[str, ...]], _Identity] = {}
 
     # Steps 1-3.
     for node in nodes:
@@ -142,12 +152,11 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
             if known is None:
                 images = sorted(pod.images)
                 images_hash = "#".join(images)
-                known = identities[shape] = (
+                known = identities[shape] = _Identity(
                     [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs],
                     tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images)))
-            keys, signature = known
-            for k in keys:
-                occurrence[k] = occurrence.get(k, 0) + 1
+            known.pods += 1
+            keys, signature = known.keys, known.signature
             if signature not in seen:
                 seen.add(signature)
                 continue
@@ -156,6 +165,10 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
                 dups.setdefault(k, {}).setdefault(node.name, []).append(pod)
         if found:
             log.debug("node %s: %d duplicate pod(s)", node.name, found)
+
+    for ident in identities.values():
+        for k in ident.keys:
+            occurrence[k] = occurrence.get(k, 0) + ident.pods
 
     # Steps 4-5.
     targets = TargetNodes(nodes)
