@@ -12,7 +12,6 @@ import string
 from typing import Any
 
 import pytest
-
 from kdesched.cli.output import dumps_indented
 
 

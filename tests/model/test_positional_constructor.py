@@ -8,7 +8,6 @@ import dataclasses
 from datetime import UTC, datetime
 
 import pytest
-
 from kdesched.model.records import OwnerRef, Pod, Toleration, new_pod, positional_constructor
 
 
@@ -25,7 +24,7 @@ def test_builds_the_same_record_as_the_dataclass() -> None:
     for f in dataclasses.fields(Pod):
         assert getattr(fast, f.name) == getattr(slow, f.name)
     assert fast.key == "ns/p" and fast.terminal is False and repr(fast) == repr(slow)
-    assert fast != slow and fast == fast  # Pods compare by identity (eq=False)
+    assert fast != slow  # Pods compare by identity (eq=False), as before
     assert dataclasses.replace(fast, name="q").name == "q"
 
 
