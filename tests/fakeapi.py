@@ -97,6 +97,12 @@ class FakeApiServer:
         self.journal: list[Request] = []
         self.scripts: dict[tuple[str, str], deque[int | tuple[int, float]]] = {}
         self._bookmarks = 0
+        # eviction concurrency: how many eviction requests are being handled at once, the most seen,
+        # and an optional gate that holds them until that many are in flight (see gather_evictions)
+        self.evictions_in_flight = 0
+        self.max_evictions_in_flight = 0
+        self._gather = 0
+        self._gather_timeout = 0.0
         self._uids = itertools.count(1)
         self._stopping = False
         self._sockets: set[socket.socket] = set()
@@ -193,6 +199,30 @@ class FakeApiServer:
     def script_eviction(self, pod_key: str, responses: Iterable[int | tuple[int, float]]) -> None:
         namespace, name = pod_key.split("/", 1)
         self.script("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", responses)
+
+    def gather_evictions(self, count: int, timeout: float = 10.0) -> None:
+        """Hold eviction requests until ``count`` are in flight at once (or ``timeout`` passed for
+        the waiting ones), then let them all through; only once. Proves overlap without timing: a
+        client that sends one at a time never gets past ``max_evictions_in_flight == 1``."""
+        with self._lock:
+            self._gather, self._gather_timeout = count, timeout
+
+    def _eviction_started(self) -> None:
+        with self._lock:
+            self.evictions_in_flight += 1
+            self.max_evictions_in_flight = max(self.max_evictions_in_flight, self.evictions_in_flight)
+            self._lock.notify_all()
+            deadline = time.monotonic() + self._gather_timeout
+            while self._gather and self.evictions_in_flight < self._gather and not self._stopping:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+            self._gather = 0  # gathered (or given up): from now on every eviction goes straight through
+
+    def _eviction_finished(self) -> None:
+        with self._lock:
+            self.evictions_in_flight -= 1
 
     def requests(self, method: str | None = None, path: str | None = None) -> list[Request]:
         with self._lock:
@@ -510,7 +540,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.fake.admit("GET", split.path, query, None, {k.lower(): v for k, v in self.headers.items()})
                 self.fake.watch(self, split.path, query)
                 return
-            code, payload = self.fake.handle(self.command, split.path, query, body, {k.lower(): v for k, v in self.headers.items()})
+            eviction = self.command == "POST" and split.path.endswith("/eviction")
+            if eviction:
+                self.fake._eviction_started()
+            try:
+                code, payload = self.fake.handle(self.command, split.path, query, body,
+                                                 {k.lower(): v for k, v in self.headers.items()})
+            finally:
+                if eviction:
+                    self.fake._eviction_finished()
             self._json(code, payload)
         except Reply as reply:
             self._json(reply.code, reply.body, reply.retry_after)

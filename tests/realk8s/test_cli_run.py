@@ -80,11 +80,11 @@ def test_run_on_a_loaded_cluster(loaded: dict[str, str], control_plane: ControlP
     monkeypatch.setattr(kube_snapshot, "DEFAULT_PAGE_SIZE", PAGE)
     monkeypatch.setattr(KubeClient, "_list_page", spy)
     code = main(["run", "--kubeconfig", str(control_plane.admin_kubeconfig), "--policy", str(policy),
-                 "-o", "json", "-q"])
+                 "-o", "json", "-q", "--consistent-read"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report["summary"]["errors"]
 
-    # paginated: the pod LIST came in pages of PAGE, each continued with the server's token
+    # --consistent-read: paginated: the pod LIST came in pages of PAGE, each continued with the server's token
     pod_pages = [entry for entry in lists if entry[0] == "/api/v1/pods"]
     assert len(pod_pages) == -(-len(loaded) // PAGE)
     assert all(n == PAGE for _, _, n, _ in pod_pages[:-1]) and sum(n for _, _, n, _ in pod_pages) == len(loaded)

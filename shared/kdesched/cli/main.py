@@ -294,11 +294,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("kdesched run: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live run",
              loaded.dry_run_why)
     try:
-        client = KubeClient.from_config(args.kubeconfig, context=args.context)
+        limits = client_limits(args)
+        client = KubeClient.from_config(args.kubeconfig, context=args.context, limits=limits)
     except ConfigError as exc:
         raise InputError(str(exc)) from None
+    log.info("client limits: %g requests/s, burst %d, up to %d evictions in flight", limits.qps, limits.burst,
+             limits.max_concurrent_evictions)
     try:
-        snapshot = load_live_snapshot(client)
+        # from the API server's watch cache (resourceVersion=0), as upstream's informers read, unless
+        # --consistent-read asks for etcd's current state page by page
+        snapshot = load_live_snapshot(client, from_cache=not args.consistent_read)
     except Unavailable as exc:
         check = ("the kubeconfig's certificate-authority and server address" if "TLS" in exc.message
                  else "that it is running and reachable from here, and the kubeconfig's server address")
@@ -308,12 +313,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ApiError as exc:
         log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
         return EXIT_RUNTIME
+    read = client.stats
+    read_done = time.perf_counter()
+    log.info("read the cluster in %.3fs: %d pods, %d nodes; %d requests, %d bytes", read_done - started,
+             len(snapshot.pods), len(snapshot.nodes), read.requests, read.bytes_read)
     freeze_heap()
     policy = parity_policy(policy)
     try:
         plan = plan_run(policy, snapshot, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
+    plan_done = time.perf_counter()
+    log.info("planned in %.3fs: %d eviction(s)", plan_done - read_done, len(plan.evictions))
     executor = RecordingExecutor() if loaded.dry_run else LiveExecutor(client)
     # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements
     report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
@@ -321,9 +332,73 @@ def cmd_run(args: argparse.Namespace) -> int:
                           failure_events=policy.eviction_failure_event_notification, started=started,
                           reader=LiveWorkloads(client),
                           waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
+    total = client.stats
+    waited = client.rate_limiter.waited_seconds if client.rate_limiter is not None else 0.0
+    log.info("carried out the plan in %.3fs: %d requests, %d bytes; requests waited %.3fs in all for the "
+             "client-side rate limit", time.perf_counter() - plan_done, total.requests - read.requests,
+             total.bytes_read - read.bytes_read, waited)
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result == "failed" for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def _qps_flag(text: str) -> float:
+    from kdesched.kube.config import parse_qps
+
+    try:
+        return parse_qps(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _burst_flag(text: str) -> int:
+    from kdesched.kube.config import parse_count
+
+    try:
+        return parse_count(text, 1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _concurrency_flag(text: str) -> int:
+    from kdesched.kube.config import MAX_CONCURRENCY, parse_count
+
+    try:
+        return parse_count(text, 1, MAX_CONCURRENCY)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_client_limit_flags(parser: argparse.ArgumentParser, *, concurrency: bool = True) -> None:
+    """``--kube-api-qps``, ``--kube-api-burst`` (and ``--max-concurrent-evictions``): run and serve."""
+    from kdesched.kube.config import (
+        BURST_ENV,
+        CONCURRENCY_ENV,
+        DEFAULT_BURST,
+        DEFAULT_MAX_CONCURRENT_EVICTIONS,
+        DEFAULT_QPS,
+        QPS_ENV,
+    )
+
+    parser.add_argument("--kube-api-qps", type=_qps_flag, default=None, metavar="QPS",
+                        help=f"client-side rate limit: requests per second to the API server, every request counted "
+                             f"(default ${QPS_ENV}, else {DEFAULT_QPS:g}, kube-scheduler's default)")
+    parser.add_argument("--kube-api-burst", type=_burst_flag, default=None, metavar="N",
+                        help=f"requests that may go above --kube-api-qps in a burst (default ${BURST_ENV}, else "
+                             f"{DEFAULT_BURST})")
+    if concurrency:
+        parser.add_argument("--max-concurrent-evictions", type=_concurrency_flag, default=None, metavar="N",
+                            help=f"evictions in flight at once, 1 = one after another (default ${CONCURRENCY_ENV}, "
+                                 f"else {DEFAULT_MAX_CONCURRENT_EVICTIONS})")
+
+
+def client_limits(args: argparse.Namespace) -> Any:
+    """The run's :class:`~kdesched.kube.config.ClientLimits`: flags, else environment, else defaults
+    (a bad environment value raises ConfigError naming the variable)."""
+    from kdesched.kube.config import limits_from_env
+
+    return limits_from_env(qps=args.kube_api_qps, burst=args.kube_api_burst,
+                           max_concurrent_evictions=getattr(args, "max_concurrent_evictions", None))
 
 
 def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
@@ -488,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current context)")
     run.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
     run.add_argument("-o", "--output", choices=("table", "json"), default="table", help=output_help)
+    add_client_limit_flags(run)
+    run.add_argument("--consistent-read", action="store_true",
+                     help="read the cluster from etcd page by page (500 objects per LIST, a quorum read) instead of "
+                          "from the API server's watch cache (resourceVersion=0, one response per kind, as upstream's "
+                          "informers read; possibly a moment stale, evictions still carry the pod's uid)")
     run.set_defaults(func=cmd_run)
 
     try:

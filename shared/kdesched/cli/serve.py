@@ -83,6 +83,9 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                    help="namespace of the Leases kdesched and kdesched-leader (default: $KDESCHED_LEASE_NAMESPACE, "
                         "else the pod's namespace in a cluster, else the kubeconfig context's namespace, else "
                         "'default'); it must exist, with the Role kdesched-lease bound there")
+    from kdesched.cli.main import add_client_limit_flags
+
+    add_client_limit_flags(p)
     p.set_defaults(func=cmd_serve)
     return p
 
@@ -196,8 +199,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
         raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
+    from kdesched.cli.main import client_limits
+
     try:
-        client = KubeClient.from_config(args.kubeconfig, context=args.context)
+        client = KubeClient.from_config(args.kubeconfig, context=args.context, limits=client_limits(args))
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
     server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,

@@ -7,15 +7,19 @@ a 404 or a uid-precondition 409 means the judged pod is already gone; a 403 or o
 Upstream does not retry within a cycle; an event-driven run may be the only run for a while, so a
 PDB that is briefly at its limit (a rollout in progress) gets a few bounded chances here.
 Dry-run is the same path with :class:`RecordingExecutor`: no API call, the same log and metric.
+A live run evicts a bounded number of pods concurrently (:class:`LiveExecutor`), so 700 evictions
+are not 700 round trips in a row; outcomes still come back in the plan's order.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kdesched.evictor.metrics import record_eviction, record_paced
 from kdesched.kube.client import KubeClient
@@ -171,37 +175,106 @@ def _blocked_message(exc: TooManyRequests, attempts: int) -> str:
     return f"still refused with 429 Too Many Requests after {attempts} attempt(s): {text}"
 
 
+class _EventSender:
+    """Posts Events beside the evictions: queued on a few worker threads so an Event never delays
+    the next eviction; :meth:`drain` waits until every one was posted or failed (and was logged:
+    ``create_event`` never raises). Inline (posted at once) when ``workers`` is 0."""
+
+    def __init__(self, client: KubeClient, workers: int) -> None:
+        self.client = client
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event") if workers else None
+        self.pending: list[Future[bool]] = []
+        self.lock = threading.Lock()
+
+    def send(self, **event: Any) -> None:
+        if self.pool is None:
+            self.client.create_event(**event)
+            return
+        future = self.pool.submit(self.client.create_event, **event)
+        with self.lock:
+            self.pending.append(future)
+
+    def drain(self) -> None:
+        if self.pool is None:
+            return
+        self.pool.shutdown(wait=True)
+        for f in self.pending:
+            if f.exception() is not None:  # create_event logs API errors itself; this is a bug's surprise
+                log.error("posting an event failed unexpectedly: %s", f.exception())
+
+
 class LiveExecutor:
-    """Evicts through the API server (policy/v1 Eviction), with retries, events, logs and metrics."""
+    """Evicts through the API server (policy/v1 Eviction), with retries, events, logs and metrics.
+
+    Up to ``max_concurrent`` evictions are in flight at once (a thread pool; default: the client's
+    ``max_concurrent_evictions``, 1 = strictly one after another). Each eviction keeps its own
+    retries, backoff and Retry-After (a worker that waits holds its slot, so the bound is exact);
+    its log line, metric and Event follow as soon as it is decided, Events on their own workers;
+    ``execute`` returns when every eviction is decided and every Event posted or logged as failed,
+    with the outcomes in the plan's order whatever order they finished in.
+
+    Two evictions under one PodDisruptionBudget in flight at once: the API server checks and
+    decrements the PDB's ``disruptionsAllowed`` with an optimistic-concurrency update of its status,
+    retried on conflict, so the second eviction sees the first one's decrement and gets a 429 when
+    the budget is spent: concurrency never evicts more than the PDB allows. That 429 is retried
+    within the retry budget exactly as it would be sequentially, and ends ``blocked`` if the budget
+    is still spent. Per-run limits are applied by the planner before execution, and waves
+    (:mod:`kdesched.evictor.waves`) call ``execute`` once per batch, so concurrency is only ever
+    inside one batch.
+    """
 
     def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
-                 sleep: Sleep = time.sleep) -> None:
+                 sleep: Sleep = time.sleep, max_concurrent: int | None = None) -> None:
         self.client = client
         self.retry = retry
         self.events = events
         self.sleep = sleep
+        self.max_concurrent = max_concurrent if max_concurrent is not None else client.max_concurrent_evictions
+        if self.max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+
+    def _event_sender(self, evictions: int) -> _EventSender:
+        workers = 0 if self.max_concurrent == 1 or not self.events else min(evictions, max(1, self.max_concurrent // 2))
+        return _EventSender(self.client, workers)
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
                 failure_events: bool = False) -> list[EvictionOutcome]:
-        outcomes = []
-        for e in evictions:
+        sender = self._event_sender(len(evictions))
+
+        def one(e: PlannedEviction) -> EvictionOutcome:
             try:
                 outcome = self._evict(e, grace_period_seconds)
             except Exception as exc:  # one eviction's bug or surprise must not stop the others
                 log.exception("evicting %s failed unexpectedly", _label(e))
                 outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1)
-            self._report(outcome, failure_events)
-            outcomes.append(outcome)
-        return outcomes
+            try:
+                self._report(outcome, failure_events, sender)
+            except Exception:  # the outcome stands even if reporting it failed
+                log.exception("reporting the eviction of %s failed unexpectedly", _label(e))
+            return outcome
+
+        try:
+            workers = min(self.max_concurrent, len(evictions))
+            if workers <= 1:
+                return [one(e) for e in evictions]
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-evict") as pool:
+                futures = [pool.submit(one, e) for e in evictions]
+                return [f.result() for f in futures]  # plan order, whatever order they finished in
+        finally:
+            sender.drain()
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
         out = _paced(held, True)
         if self.events:
-            for o in out:
-                pod = o.eviction.pod
-                self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
-                                         reason=PACED_EVENT_REASON,
-                                         note=f"pod eviction from {o.eviction.node} node by kdesched paced: {o.message}")
+            sender = self._event_sender(len(out))
+            try:
+                for o in out:
+                    pod = o.eviction.pod
+                    sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                                reason=PACED_EVENT_REASON,
+                                note=f"pod eviction from {o.eviction.node} node by kdesched paced: {o.message}")
+            finally:
+                sender.drain()
         return out
 
     def _retrying(self, e: PlannedEviction) -> Retrying:
@@ -246,21 +319,21 @@ class LiveExecutor:
             return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts)
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts)
 
-    def _report(self, o: EvictionOutcome, failure_events: bool) -> None:
+    def _report(self, o: EvictionOutcome, failure_events: bool, sender: _EventSender) -> None:
         e, pod = o.eviction, o.eviction.pod
         metric = "success" if o.result == "evicted" else o.result
         record_eviction(metric, strategy=e.strategy, profile=e.profile, namespace=pod.namespace, node=e.node)
         if o.result == "evicted":
             log.info("evicted %s: strategy=%s profile=%s reason=%s", _label(e), e.strategy, e.profile, e.reason)
             if self.events:
-                self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
-                                         reason=e.strategy, note=f"pod eviction from {e.node} node by kdesched")
+                sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                            reason=e.strategy, note=f"pod eviction from {e.node} node by kdesched")
             return
         if o.result == "already-gone":
             log.info("not evicting %s: %s", _label(e), o.message)
             return
         log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
         if failure_events and self.events:
-            self.client.create_event(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
-                                     reason=FAILURE_EVENT_REASON, event_type="Warning",
-                                     note=f"pod eviction from {e.node} node by kdesched failed: {o.message}")
+            sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+                        reason=FAILURE_EVENT_REASON, event_type="Warning",
+                        note=f"pod eviction from {e.node} node by kdesched failed: {o.message}")

@@ -6,7 +6,9 @@ goes through ``ApiClient.param_serialize`` + ``call_api`` (auth, TLS, proxies an
 still come from the official client) with a path we build, and each response body is parsed once
 with ``json.loads``. HTTP and transport failures become the typed errors of
 :mod:`kdesched.kube.errors` here, once. Every request and every byte read is counted, so a run can
-report (and a benchmark can compare) what it cost the API server.
+report (and a benchmark can compare) what it cost the API server, and every request first takes a
+token from the client-side rate limit (:class:`TokenBucket`), so no caller can flood it. The client
+is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them.
 """
 
 from __future__ import annotations
@@ -17,14 +19,21 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
-from kdesched.kube.config import Impersonation, host_configuration, load_configuration, load_impersonation
+from kdesched.kube.config import (
+    ClientLimits,
+    Impersonation,
+    host_configuration,
+    limits_from_env,
+    load_configuration,
+    load_impersonation,
+)
 from kdesched.kube.errors import (
     ApiError,
     Gone,
@@ -115,12 +124,59 @@ def micro_time(when: datetime | None = None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class TokenBucket:
+    """Client-side rate limit, as client-go's ``flowcontrol.NewTokenBucketRateLimiter``: ``burst``
+    tokens, refilled at ``qps`` per second; each request takes one, waiting for it if none is left.
+
+    Thread-safe and first come, first served: a caller *reserves* its token under the lock (the
+    bucket may go negative: a debt later callers wait behind) and sleeps outside it, so concurrent
+    callers never sleep while holding the lock and the long-run rate never exceeds ``qps``. The
+    clock and sleep are injectable (tests use a fake clock)."""
+
+    def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not qps > 0 or burst < 1:
+            raise ValueError(f"a token bucket needs qps > 0 and burst >= 1, got qps={qps} burst={burst}")
+        self.qps = float(qps)
+        self.burst = int(burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._tokens = float(burst)
+        self._last = clock()
+        self.waited_seconds = 0.0  # total time callers spent waiting for a token (reported by runs)
+
+    def reserve(self) -> float:
+        """Take a token; return how long the caller must wait before using it (0 if one was there)."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            wait = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+            self.waited_seconds += wait
+            return wait
+
+    def acquire(self) -> None:
+        """Take a token, sleeping until it is due."""
+        wait = self.reserve()
+        if wait > 0:
+            self._sleep(wait)
+
+
 class KubeClient:
     """Raw-JSON access to the API server for the kinds kdesched reads and the verbs it uses."""
 
     def __init__(self, api_client: ApiClient, *, request_timeout: float | None = 60.0,
-                 reporting_instance: str | None = None, impersonation: Impersonation | None = None) -> None:
+                 reporting_instance: str | None = None, impersonation: Impersonation | None = None,
+                 limits: ClientLimits | None = None) -> None:
+        """``limits``: the client-side rate limit and the eviction concurrency this client is sized
+        for (None: no rate limit, one eviction at a time; the constructors below always pass one).
+        Build ``api_client`` from a Configuration whose ``connection_pool_maxsize`` is at least
+        ``limits.connections`` (:meth:`from_config` and :meth:`for_host` do)."""
         self.api_client = api_client
+        self.limits = limits
+        self.rate_limiter = TokenBucket(limits.qps, limits.burst) if limits is not None else None
         self.impersonation = impersonation
         self.request_timeout = request_timeout
         self.reporting_instance = reporting_instance or os.environ.get("POD_NAME") or socket.gethostname()
@@ -130,16 +186,34 @@ class KubeClient:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
-        """Explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config (ConfigError if none)."""
+    def from_config(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                    limits: ClientLimits | None = None) -> KubeClient:
+        """Explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config (ConfigError if none).
+
+        ``limits`` None: ``$KDESCHED_KUBE_API_QPS`` / ``_BURST`` / ``$KDESCHED_MAX_CONCURRENT_EVICTIONS``,
+        else the defaults (:mod:`kdesched.kube.config`); so the functions pick them up from their env."""
+        limits = limits if limits is not None else limits_from_env()
         configuration = load_configuration(kubeconfig, context)
-        return cls(ApiClient(configuration=configuration), impersonation=load_impersonation(kubeconfig, context))
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, limits.connections)
+        return cls(ApiClient(configuration=configuration), impersonation=load_impersonation(kubeconfig, context),
+                   limits=limits)
 
     @classmethod
-    def for_host(cls, url: str, *, request_timeout: float | None = 10.0) -> KubeClient:
-        """Plain HTTP, no auth (tests against the in-repo fake API server)."""
-        return cls(ApiClient(configuration=host_configuration(url)), request_timeout=request_timeout,
-                   reporting_instance="kdesched-test")
+    def for_host(cls, url: str, *, request_timeout: float | None = 10.0,
+                 limits: ClientLimits | None = None) -> KubeClient:
+        """Plain HTTP, no auth (tests against the in-repo fake API server). Without ``limits``: no
+        rate limit, one eviction at a time (tests are not slowed by a bucket they do not test)."""
+        configuration = host_configuration(url)
+        if limits is not None:
+            configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
+                                                        limits.connections)
+        return cls(ApiClient(configuration=configuration), request_timeout=request_timeout,
+                   reporting_instance="kdesched-test", limits=limits)
+
+    @property
+    def max_concurrent_evictions(self) -> int:
+        """How many evictions an executor on this client may have in flight (1 without limits)."""
+        return self.limits.max_concurrent_evictions if self.limits is not None else 1
 
     @property
     def host(self) -> str:
@@ -188,6 +262,8 @@ class KubeClient:
             for key, value in self.impersonation.headers():
                 multi.add(key, value)
             sent = multi
+        if self.rate_limiter is not None:
+            self.rate_limiter.acquire()
         self._count(requests=1)
         try:
             resp = self.api_client.call_api(method, url, sent, serialized, post_params,
@@ -237,24 +313,32 @@ class KubeClient:
         items, resource_version = self._list(kind, namespace, field_selector, label_selector, page_size, False)
         return ListResult(items, resource_version)
 
-    def list_for_snapshot(self, kind: str, *, field_selector: str | None = None,
-                          page_size: int = 500) -> list[Pod | dict[str, Any]]:
+    def list_for_snapshot(self, kind: str, *, field_selector: str | None = None, page_size: int = 500,
+                          from_cache: bool = False) -> list[Pod | dict[str, Any]]:
         """What :meth:`list_raw` lists, for ``Snapshot.from_objects``: Pods come out as records,
         decoded by msgspec into only the fields kdesched reads (:mod:`kdesched.model.fastload`);
-        any pod or page that path does not take is decoded exactly as :meth:`list_raw` does."""
-        return self._list(kind, None, field_selector, None, page_size, kind == "Pod")[0]
+        any pod or page that path does not take is decoded exactly as :meth:`list_raw` does.
+
+        ``from_cache``: ask with ``resourceVersion=0`` ("any version"), which the API server answers
+        from its watch cache in one response (it ignores ``limit`` then) instead of paging through
+        etcd: what client-go informers do for their first LIST. The list may be slightly stale (see
+        docs/cli.md); an eviction's uid precondition still protects the pod that was judged."""
+        return self._list(kind, None, field_selector, None, page_size, kind == "Pod",
+                          resource_version="0" if from_cache else None)[0]
 
     def _list(self, kind: str, namespace: str | None, field_selector: str | None, label_selector: str | None,
-              page_size: int, fast: bool) -> tuple[list[Any], str]:
+              page_size: int, fast: bool, resource_version: str | None = None) -> tuple[list[Any], str]:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         res = resource_for(kind)
         path = res.path(namespace)
         items: list[Any] = []
-        resource_version = ""
+        list_rv = ""
         token: str | None = None
         while True:
             query = [("limit", str(page_size))]
+            if resource_version is not None and not token:
+                query.append(("resourceVersion", resource_version))
             if field_selector:
                 query.append(("fieldSelector", field_selector))
             if label_selector:
@@ -263,11 +347,11 @@ class KubeClient:
                 query.append(("continue", token))
             page_items, meta = self._list_page(path, query, res.kind, res.group_version, fast)
             items.extend(page_items)
-            if not resource_version:
-                resource_version = str(meta.get("resourceVersion") or "")
+            if not list_rv:
+                list_rv = str(meta.get("resourceVersion") or "")
             token = meta.get("continue") or None
             if not token:
-                return items, resource_version
+                return items, list_rv
 
     def _list_page(self, path: str, query: list[tuple[str, str]], kind: str, api_version: str,
                    fast: bool) -> tuple[list[Any], dict[str, Any]]:
@@ -441,6 +525,7 @@ class KubeClient:
 
 
 __all__ = [
-    "RESOURCES", "ApiError", "Gone", "KubeClient", "ListResult", "RequestStats", "Resource", "Unavailable",
+    "RESOURCES", "ApiError", "ClientLimits", "Gone", "KubeClient", "ListResult", "RequestStats", "Resource",
+    "TokenBucket", "Unavailable",
     "micro_time", "resource_for",
 ]

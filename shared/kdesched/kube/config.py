@@ -13,6 +13,7 @@ and the client sends the ``Impersonate-*`` headers.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,103 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 # the evictor's tenacity policy owns that, so attempts and backoff are counted in one place.
 TRANSPORT_RETRIES = urllib3.Retry(total=2, connect=1, read=1, status=0, redirect=0, other=0,
                                   raise_on_status=False, backoff_factor=0)
+
+
+# Client-side limits. kube-scheduler v1.24 ships qps 50 / burst 100 (a control-plane component that
+# writes a binding per pod); a descheduler's writes cost the API server more than that (each
+# eviction deletes a pod, and its controller and the scheduler then create and bind a replacement),
+# so it must not ask for more than a scheduler does. 50 requests/s still carries a 700-eviction
+# pass (an eviction and an Event each) in ~28 s, 5x faster than upstream's shipped 5 requests/s.
+DEFAULT_QPS = 50.0
+DEFAULT_BURST = 100
+DEFAULT_MAX_CONCURRENT_EVICTIONS = 16
+QPS_ENV = "KDESCHED_KUBE_API_QPS"
+BURST_ENV = "KDESCHED_KUBE_API_BURST"
+CONCURRENCY_ENV = "KDESCHED_MAX_CONCURRENT_EVICTIONS"
+MAX_CONCURRENCY = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """How hard one client may use the API server: a token bucket (``qps`` refill, ``burst`` size,
+    every request takes a token, as client-go's flowcontrol) and how many evictions may be in flight
+    at once (the HTTP connection pool is sized for it)."""
+
+    qps: float = DEFAULT_QPS
+    burst: int = DEFAULT_BURST
+    max_concurrent_evictions: int = DEFAULT_MAX_CONCURRENT_EVICTIONS
+
+    def __post_init__(self) -> None:
+        for field, problem in limit_problems(self.qps, self.burst, self.max_concurrent_evictions):
+            raise ValueError(f"{field}: {problem}")
+
+    @property
+    def connections(self) -> int:
+        """The urllib3 pool size: every eviction in flight, as many Event posts beside them, and a few
+        for reads and watches (a request beyond the pool opens a connection that is thrown away)."""
+        return 2 * self.max_concurrent_evictions + 8
+
+
+def limit_problems(qps: float, burst: int, concurrency: int) -> list[tuple[str, str]]:
+    """(setting, problem) for each invalid value: qps > 0 (finite), burst >= 1, 1 <= concurrency <= 256."""
+    import math
+
+    out = []
+    if not (isinstance(qps, int | float) and math.isfinite(qps) and qps > 0):
+        out.append(("qps", f"must be a number > 0, got {qps!r}"))
+    if not (isinstance(burst, int) and burst >= 1):
+        out.append(("burst", f"must be an integer >= 1, got {burst!r}"))
+    if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
+        out.append(("max_concurrent_evictions", f"must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"))
+    return out
+
+
+def parse_qps(text: str) -> float:
+    """A ``--kube-api-qps`` / ``$KDESCHED_KUBE_API_QPS`` value: a finite number > 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number > 0 (requests per second), got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a number > 0 (requests per second), got {text!r}")
+    return value
+
+
+def parse_count(text: str, low: int, high: int | None = None) -> int:
+    """An integer in [low, high] from a flag or an environment variable."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be an integer >= {low}, got {text!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise ValueError(f"must be an integer {bounds}, got {text!r}")
+    return value
+
+
+def limits_from_env(env: Mapping[str, str] | None = None, *, qps: float | None = None, burst: int | None = None,
+                    max_concurrent_evictions: int | None = None) -> ClientLimits:
+    """The client limits: explicit values (flags) win, else ``$KDESCHED_KUBE_API_QPS``,
+    ``$KDESCHED_KUBE_API_BURST``, ``$KDESCHED_MAX_CONCURRENT_EVICTIONS``, else the defaults. A bad
+    environment value is a :class:`ConfigError` naming the variable (the functions set them so)."""
+    env = os.environ if env is None else env
+    try:
+        if qps is None and env.get(QPS_ENV):
+            where = QPS_ENV
+            qps = parse_qps(env[QPS_ENV])
+        if burst is None and env.get(BURST_ENV):
+            where = BURST_ENV
+            burst = parse_count(env[BURST_ENV], 1)
+        if max_concurrent_evictions is None and env.get(CONCURRENCY_ENV):
+            where = CONCURRENCY_ENV
+            max_concurrent_evictions = parse_count(env[CONCURRENCY_ENV], 1, MAX_CONCURRENCY)
+    except ValueError as exc:
+        raise ConfigError(f"${where}: {exc}") from None
+    return ClientLimits(DEFAULT_QPS if qps is None else qps, DEFAULT_BURST if burst is None else burst,
+                        DEFAULT_MAX_CONCURRENT_EVICTIONS if max_concurrent_evictions is None
+                        else max_concurrent_evictions)
 
 
 def default_kubeconfig_path() -> str:

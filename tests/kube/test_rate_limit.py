@@ -1,0 +1,132 @@
+"""The client-side rate limit (a token bucket, every request counted) and the client limits' settings.
+
+Covers: the bucket's schedule on a fake clock (a burst at once, then 1/qps apart, refilled up to
+the burst only), first come first served across threads (the waits handed out are exactly the
+schedule: no token given twice, none lost), every request type taking a token, the urllib3 pool
+sized for the concurrency, and the limits from flags, environment and defaults with errors naming
+the variable.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kdesched.kube.client import KubeClient, TokenBucket
+from kdesched.kube.config import (
+    DEFAULT_BURST,
+    DEFAULT_MAX_CONCURRENT_EVICTIONS,
+    DEFAULT_QPS,
+    ClientLimits,
+    limits_from_env,
+)
+from kdesched.kube.errors import ConfigError
+
+from tests.builders import pod_obj
+from tests.fakeapi import FakeApiServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_burst_then_one_token_every_1_over_qps() -> None:
+    clock = Clock()
+    bucket = TokenBucket(qps=4, burst=3, clock=clock)
+    assert [bucket.reserve() for _ in range(6)] == [0.0, 0.0, 0.0, 0.25, 0.5, 0.75]
+    clock.now += 0.75  # the debt is paid: the bucket is empty, not negative
+    assert bucket.reserve() == 0.25
+    clock.now += 100  # a long pause refills up to the burst, no further
+    assert [bucket.reserve() for _ in range(4)] == [0.0, 0.0, 0.0, 0.25]
+
+
+def test_acquire_sleeps_for_its_turn() -> None:
+    clock = Clock()
+    slept: list[float] = []
+    bucket = TokenBucket(qps=10, burst=1, clock=clock, sleep=slept.append)
+    for _ in range(3):
+        bucket.acquire()
+    assert slept == [0.1, 0.2]
+    assert bucket.waited_seconds == pytest.approx(0.3)
+
+
+def test_concurrent_callers_get_exactly_the_schedule() -> None:
+    bucket = TokenBucket(qps=50, burst=5, clock=Clock())  # frozen clock: only reservations count
+    waits: list[float] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(40):
+            w = bucket.reserve()
+            with lock:
+                waits.append(w)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [max(0, i - 4) / 50 for i in range(320)]
+    assert sorted(waits) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0, 1), (-1, 1), (1, 0)])
+def test_a_bucket_needs_positive_settings(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="qps > 0 and burst >= 1"):
+        TokenBucket(qps, burst)
+
+
+def test_every_request_takes_a_token(fake_api: FakeApiServer) -> None:
+    fake_api.add(pod_obj("a", node="n1"), pod_obj("b", node="n1"))
+    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=1, burst=1000, max_concurrent_evictions=2))
+    clock = Clock()
+    assert client.rate_limiter is not None
+    client.rate_limiter = bucket = TokenBucket(1, 1000, clock=clock)
+    try:
+        client.list_raw("Pod", page_size=1)  # two pages: two requests
+        client.get_raw("Pod", "a", "default")
+        client.get_raw("Pod", "missing", "default")  # a 404 counts too
+        client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={})
+        client.create_event(namespace="default", name="a", reason="R", note="n")
+        assert client.stats.requests == 6
+        assert bucket.reserve() == 0.0 and 1000 - 7 == pytest.approx(bucket._tokens)
+    finally:
+        client.close()
+
+
+def test_the_connection_pool_is_sized_for_the_concurrency(fake_api: FakeApiServer) -> None:
+    limits = ClientLimits(max_concurrent_evictions=40)
+    client = KubeClient.for_host(fake_api.url, limits=limits)
+    try:
+        assert client.api_client.configuration.connection_pool_maxsize >= 2 * 40
+        assert client.max_concurrent_evictions == 40
+    finally:
+        client.close()
+
+
+def test_limits_flags_win_over_environment_over_defaults() -> None:
+    assert limits_from_env({}) == ClientLimits(DEFAULT_QPS, DEFAULT_BURST, DEFAULT_MAX_CONCURRENT_EVICTIONS)
+    env = {"KDESCHED_KUBE_API_QPS": "200", "KDESCHED_KUBE_API_BURST": "300", "KDESCHED_MAX_CONCURRENT_EVICTIONS": "4"}
+    assert limits_from_env(env) == ClientLimits(200.0, 300, 4)
+    assert limits_from_env(env, qps=7.5, burst=9, max_concurrent_evictions=2) == ClientLimits(7.5, 9, 2)
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("KDESCHED_KUBE_API_QPS", "fast"), ("KDESCHED_KUBE_API_QPS", "0"), ("KDESCHED_KUBE_API_QPS", "inf"),
+    ("KDESCHED_KUBE_API_BURST", "0"), ("KDESCHED_KUBE_API_BURST", "1.5"),
+    ("KDESCHED_MAX_CONCURRENT_EVICTIONS", "0"), ("KDESCHED_MAX_CONCURRENT_EVICTIONS", "1000"),
+])
+def test_a_bad_environment_value_names_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^\${var}: must be"):
+        limits_from_env({var: value})
+
+
+def test_limits_refuse_nonsense_when_built_directly() -> None:
+    with pytest.raises(ValueError, match="qps"):
+        ClientLimits(qps=0)
+    with pytest.raises(ValueError, match="max_concurrent_evictions"):
+        ClientLimits(max_concurrent_evictions=0)
