@@ -208,7 +208,8 @@ def _parse(kind: str, key: str, raw: Any) -> Any:
     """The record of one raw object (a Pod record from the fast path is kept as it is)."""
     if type(raw) is Pod:
         return raw
-    where = f"API {kind} watch cache ({kind} {key.replace('/', ' in ', 1) if '/' in key else key})"
+    namespace, _, name = key.rpartition("/")
+    where = f"API {kind} watch cache ({kind} {name}{' in ' + namespace if namespace else ''})"
     try:
         return PARSERS[kind](raw)
     except ModelError as exc:
@@ -386,14 +387,17 @@ class ClusterCache:
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Block until ``predicate()`` (re-checked after every change) holds; False on timeout."""
         deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                if predicate():
-                    return True
+        while True:
+            with self._lock:
+                seen = self.generation
+            if predicate():  # outside the lock: it may read the cache
+                return True
+            with self._changed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._changed.wait(min(remaining, 0.5))
+                if self.generation == seen:
+                    self._changed.wait(min(remaining, 0.5))
 
     # -- state ---------------------------------------------------------------------------------------
     def _synced(self, kinds: Collection[str] | None) -> bool:
@@ -428,7 +432,7 @@ class ClusterCache:
         if s.unsynced:
             return f"watch cache syncing: not listed yet: {', '.join(s.unsynced)}"
         return (f"watch cache synced: {sum(s.objects.values())} objects "
-                f"(~{s.bytes_estimate / 2**20:.0f} MiB estimated)")
+                f"(~{s.bytes_estimate / 2**20:.1f} MiB estimated)")
 
     # -- store updates (reflector threads) --------------------------------------------------------------
     def _count(self, counter: str) -> None:

@@ -172,7 +172,7 @@ class ReactorServer:
             return True, "standby (not the leader)"
         if not self.classifier.seeded:
             return False, "leader, node cache not seeded yet"
-        if self.cache is not None and self.cache.unsynced():
+        if self.cache is not None and not self.cache.disabled and self.cache.unsynced():
             return False, f"leader, {self.cache.describe()}"
         cache = f"; {self.cache.describe()}" if self.cache is not None else ""
         return True, f"leader, watching {len(self.classifier)} node(s){cache}"
