@@ -83,6 +83,7 @@ class _CacheCollector(Collector):
 
     def __init__(self) -> None:
         self.cache: ClusterCache | None = None
+        self.server: ReactorServer | None = None
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         cache = self.cache
@@ -96,6 +97,12 @@ class _CacheCollector(Collector):
                                 "1 when the watch cache gave up (over its ceiling): runs LIST per event.")
         relists = GaugeMetricFamily("kdesched_cache_relists_gone", "Re-LISTs after a 410 Gone watch, all kinds.")
         read = GaugeMetricFamily("kdesched_cache_read_bytes", "Bytes the watch cache read (LIST pages and WATCH streams).")
+        runs = GaugeMetricFamily("kdesched_cache_snapshots", "Run snapshots of kdesched serve, by where they came "
+                                 "from: cache (the watch cache) or list (LISTed for the run).", labels=["source"])
+        server = self.server
+        if server is not None:
+            runs.add_metric(["cache"], server.snapshots_from_cache)
+            runs.add_metric(["list"], server.snapshots_listed)
         if cache is not None:
             stats = cache.stats()
             for kind, count in stats.objects.items():
@@ -105,7 +112,7 @@ class _CacheCollector(Collector):
             off.add_metric([], 1 if stats.disabled else 0)
             relists.add_metric([], stats.relists_gone)
             read.add_metric([], stats.bytes_read)
-        return [objects, size, synced, off, relists, read]
+        return [objects, size, synced, off, relists, read, runs]
 
 
 CACHE_METRICS = _CacheCollector()
@@ -144,6 +151,7 @@ class ReactorServer:
             CACHE_METRICS.cache = self.cache
         self.snapshots_from_cache = 0
         self.snapshots_listed = 0
+        CACHE_METRICS.server = self
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
         self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
