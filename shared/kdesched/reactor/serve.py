@@ -17,7 +17,7 @@ RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace 
 ``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
 
 Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
-WATCHes the kinds the policy reads, runs plan from it (:meth:`ReactorServer.load_snapshot`), and
+WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.runner.CachedLoader`), and
 its Node reflector also feeds the classifier (one Node watch). Until a kind is listed, or once the
 cache is past its ceiling, runs LIST per event as without it (docs/reactor.md, "Warm cache").
 
@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,14 +41,12 @@ from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Forbidden, NotFound
 from kdesched.kube.lease import LeaseLock, get_lease
-from kdesched.kube.snapshot import load_live_snapshot
-from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
 from kdesched.reactor.events import PING, kinds_needed
-from kdesched.reactor.runner import Reactor, Trigger
+from kdesched.reactor.runner import CACHE_NOTE, CachedLoader, Reactor, Trigger
 from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
 from prometheus_client.core import GaugeMetricFamily
@@ -75,7 +73,6 @@ def lease_access_message(exc: ApiError, verb: str, namespace: str, name: str, na
             f"kdesched-lease in knative/common/rbac-evictor.yaml), or pass --lease-namespace with the namespace "
             f"where that Role is bound")
 AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
-CACHE_NOTE = "read from the watch cache"
 
 
 class _CacheCollector(Collector):
@@ -133,13 +130,13 @@ class ReactorServer:
         self.identity = identity or default_identity()
         self.client = client
         self.settings = settings
-        self.reactor = Reactor(policy, settings, client, identity=self.identity, stop=self.stop,
-                               loader=self.load_snapshot)
+        self.reactor = Reactor(policy, settings, client, identity=self.identity, stop=self.stop)
         self.classifier = Classifier()
         self.watcher = NodeWatcher(client, self.classifier, self.dispatch, stop=self.stop,
                                    watch_timeout_seconds=watch_timeout_seconds)
         self.cache: ClusterCache | None = None
         self.feed: ClassifierFeed | None = None
+        self.loader: CachedLoader | None = None
         if cache:
             # the kinds this policy's runs read (Nodes, Pods, PDBs; the others only when an evictor
             # setting looks them up): a kind nothing reads is not held in memory
@@ -148,9 +145,9 @@ class ReactorServer:
             # (the watcher's ``listed`` event keeps meaning "the node list is in", whoever LISTs)
             self.feed = ClassifierFeed(self.classifier, self.dispatch, listed=self.watcher.listed)
             self.cache.listen("Node", self.feed)  # one Node watch for the classifier and the cache
+            self.loader = CachedLoader(self.cache)
+            self.reactor.loader = self.loader  # plan from the cache once it is synced (LIST until then)
             CACHE_METRICS.cache = self.cache
-        self.snapshots_from_cache = 0
-        self.snapshots_listed = 0
         CACHE_METRICS.server = self
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
@@ -185,22 +182,13 @@ class ReactorServer:
         cache = f"; {self.cache.describe()}" if self.cache is not None else ""
         return True, f"leader, watching {len(self.classifier)} node(s){cache}"
 
-    # -- reading state -------------------------------------------------------------------------------
-    def load_snapshot(self, client: KubeClient, pod_nodes: Collection[str] | None,
-                      include: Sequence[str]) -> Snapshot:
-        """The reactor's loader: from the watch cache once it has listed every kind the run reads
-        (and is not over its ceiling), else LISTs as without a cache."""
-        cache = self.cache
-        if cache is not None and cache.usable(include):
-            try:
-                snapshot = cache.snapshot(pod_nodes, include, notes=(CACHE_NOTE,))
-            except LookupError:  # gave up in between: LIST
-                pass
-            else:
-                self.snapshots_from_cache += 1
-                return snapshot
-        self.snapshots_listed += 1
-        return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
+    @property
+    def snapshots_from_cache(self) -> int:
+        return self.loader.from_cache if self.loader is not None else 0
+
+    @property
+    def snapshots_listed(self) -> int:
+        return self.loader.listed if self.loader is not None else 0
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch(self, events: list[SemanticEvent]) -> None:
