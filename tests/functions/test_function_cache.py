@@ -5,10 +5,12 @@ error naming the variable."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from kdesched_functions import FUNCTIONS
 from kdesched_functions.common import CACHE_ENV, cache_enabled
+from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ConfigError
 from kdesched.reactor import events as ev
@@ -36,8 +38,25 @@ def taint_event(c: object) -> dict[str, object]:
     return data
 
 
+@pytest.fixture
+def caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ClusterCache]]:
+    """Every cache a function starts here is closed after the test."""
+    started: list[ClusterCache] = []
+    original = ClusterCache.start
+
+    def start(self: ClusterCache) -> ClusterCache:
+        started.append(self)
+        return original(self)
+
+    monkeypatch.setattr(ClusterCache, "start", start)
+    yield started
+    for cache in started:
+        cache.close()
+
+
 def test_with_the_switch_the_function_plans_from_its_cache(fake_api: FakeApiServer, kube: KubeClient,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          caches: list[ClusterCache]) -> None:
     cluster(fake_api)
     monkeypatch.setenv(CACHE_ENV, "1")
     c = taints_app(kube)
@@ -51,6 +70,7 @@ def test_with_the_switch_the_function_plans_from_its_cache(fake_api: FakeApiServ
     assert CACHE_NOTE in data["notes"]  # type: ignore[operator]
     assert not [r for r in fake_api.requests("GET") if r.path in ("/api/v1/pods", "/api/v1/nodes")
                 and "watch" not in r.query]
+    assert len(caches) == 1 and caches[0].kinds == ("Node", "Pod", "PodDisruptionBudget")
 
 
 def test_without_it_the_function_lists_per_event(fake_api: FakeApiServer, kube: KubeClient,
