@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(+{rss_synced - rss0:.0f} MiB)")
     print("a taint run's notes: " + " | ".join(map(str, taint_notes))[:600])
     print(f"watch traffic during the {args.repeat} x 2 events: {watch / 1024:.1f} KiB")
-    print(f"{'event':<42} {'to decision (s)':>16} {'to evictions sent (s)':>22} {'evictions':>9}")
+    print(f"{'event':<42} {'to decision (s)':>16} {'to evictions sent (s)':>22} {'outcomes':>9}")
     for name in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == name]
         for _, d, s, n in mine:
