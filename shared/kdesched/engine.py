@@ -109,22 +109,21 @@ class RunReport:
     def eviction_json(self) -> list[dict[str, Any]]:
         """Each outcome; with pacing, also its wave, workload and the evictions it waits for."""
         pacing = self.plan.pacing
-        rows = [o.to_json() for o in self.outcomes]
+        rows: list[dict[str, Any]] = [o.to_json() for o in self.outcomes]
         if pacing is None or len(pacing.steps) != len(rows):
             return rows
         by_wave: dict[tuple[Any, int], list[str]] = {}
         for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
             if s.workload is not None:
                 by_wave.setdefault((s.workload, s.wave), []).append(f"{e.pod.namespace}/{e.pod.name}")
-        out: list[dict[str, Any]] = []
-        for row, step in zip(rows, pacing.steps, strict=True):
-            extra: dict[str, Any] = {"wave": step.wave, "workload": str(step.workload) if step.workload else ""}
+        for row, step in zip(rows, pacing.steps, strict=True):  # each row is a new dict: extended in place
+            row["wave"] = step.wave
+            row["workload"] = str(step.workload) if step.workload else ""
             if step.wave > 0:
-                extra["waitsFor"] = list(by_wave.get((step.workload, step.wave - 1), ()))
+                row["waitsFor"] = list(by_wave.get((step.workload, step.wave - 1), ()))
             if step.destination:
-                extra["likelyDestination"] = step.destination
-            out.append({**row, **extra})
-        return out
+                row["likelyDestination"] = step.destination
+        return rows
 
     def waves_json(self) -> list[dict[str, Any]]:
         """The waves in order: which evictions happen at once (wave 0), which wait (wave k waits for

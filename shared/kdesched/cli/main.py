@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kdesched import __version__
+from kdesched.model.gcpause import paused_gc
 
 if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
     from kdesched.policy.types import Policy
@@ -59,6 +60,10 @@ def setup_logging(verbosity: int, fmt: str | None = None) -> None:
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    # neither format shows threads, processes or source lines: do not collect them per record
+    # (a 150,000-pod simulate logs ~33,000 lines; docs/benchmarks.md)
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -218,6 +223,7 @@ def _stdin_once(*uses: tuple[str, str | None]) -> None:
                          f"give at least one of them as a file")
 
 
+@paused_gc()  # one command over cycle-free records: no cyclic GC at all (kdesched.model.gcpause)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from kdesched.cli.output import write_report
     from kdesched.engine import PlanError, execute_plan, plan_run
@@ -266,7 +272,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                           started=started)
     write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
                  clock={"time": now.isoformat(), "from": clock_from})
-    return EXIT_RUNTIME if plan.errors else EXIT_OK
+    code = EXIT_RUNTIME if plan.errors else EXIT_OK
+    if getattr(args, "exit_when_done", False):
+        exit_now(code)  # before the snapshot and the plan are freed object by object
+    return code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -509,11 +518,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_now(code: int) -> None:
+    """End the process once the output is written, without freeing the heap object by object:
+    at 150,000 pods freeing the snapshot and the plan takes ~0.4 s (docs/benchmarks.md). Used on
+    the command line only (``main()`` without ``argv``), never in-process."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(-1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0), getattr(args, "log_format", None))
     try:
+        args.exit_when_done = argv is None  # the command line, not an in-process call: see exit_now
         return int(args.func(args))
     except InputError as exc:
         print(f"kdesched: error: {exc}", file=sys.stderr)

@@ -20,11 +20,11 @@ replacement pods that are not Ready yet as unavailable and holds further evictio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdesched.model.records import Node, OwnerRef, Pod
+from kdesched.model.records import Node, OwnerRef, Pod, positional_constructor
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState
 from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
@@ -63,14 +63,24 @@ def workload_of(pod: Pod) -> Workload | None:
     A ReplicaSet named ``NAME-HASH`` whose pod carries ``pod-template-hash: HASH`` is Deployment
     ``NAME``'s (the Deployment controller's naming rule), so the allowance spans a rollout's old
     and new ReplicaSets. Other owners are grouped by themselves."""
+    key = _workload_key(pod)
+    return None if key is None else _new_workload(*key)
+
+
+def _workload_key(pod: Pod) -> tuple[str, str, str] | None:
+    """:func:`workload_of` as a plain (kind, namespace, name) tuple (hashed in C: the pacer
+    indexes 150,000 pods by it)."""
     ref = controller_ref(pod)
     if ref is None:
         return None
     if ref.kind == "ReplicaSet":
         h = pod.labels.get(TEMPLATE_HASH_LABEL, "")
         if h and ref.name.endswith("-" + h) and len(ref.name) > len(h) + 1:
-            return Workload("Deployment", pod.namespace, ref.name[: -len(h) - 1])
-    return Workload(ref.kind or "Owner", pod.namespace, ref.name)
+            return "Deployment", pod.namespace, ref.name[: -len(h) - 1]
+    return ref.kind or "Owner", pod.namespace, ref.name
+
+
+_new_workload: Callable[[str, str, str], Workload] = positional_constructor(Workload)  # 150,000 calls per run
 
 
 def pod_ready(pod: Pod) -> bool:
@@ -168,12 +178,16 @@ class Pacer:
         self.state = state
         self.notes: list[str] = []
         self._index: dict[Workload, list[Pod]] | None = None
+        self._by_key: dict[tuple[str, str, str], list[Pod]] | None = None
         self._workloads: dict[Workload, WorkloadPacing] = {}
         self._planned: dict[Workload, int] = {}
         self._steps: dict[int, PacedStep] = {}  # id(pod) -> step
         self._reserved: dict[str, dict[str, int]] = {}  # node -> requests of pods planned to land there
         self._reserved_pods: dict[str, list[Pod]] = {}
+        self._reserved_anti: dict[str, list[Pod]] = {}  # the reserved pods with required anti-affinity
+        self._reserved_cpu: dict[str, int] = {}  # node -> _reserved[node]["cpu"], for the sort
         self._nodes: list[Node] | None = None
+        self._sort_rows: list[tuple[Node, str, int, Mapping[str, int]]] | None = None
         self._since_sort = RESORT_EVERY
         self._order_version = 0
         # pod template (selector, required node affinity, tolerations) -> (order version, the nodes
@@ -182,18 +196,27 @@ class Pacer:
 
     # -- workloads -------------------------------------------------------------------------------
     def pods_of(self, workload: Workload) -> list[Pod]:
-        return self.index().get(workload, [])
+        return self._pods_by_key().get((workload.kind, workload.namespace, workload.name), [])
 
-    def index(self) -> Mapping[Workload, list[Pod]]:
-        """Every grouped pod of the snapshot by workload (built once, on first use)."""
-        if self._index is None:
-            index: dict[Workload, list[Pod]] = {}
+    def _pods_by_key(self) -> dict[tuple[str, str, str], list[Pod]]:
+        """Every grouped pod of the snapshot by workload key (built once, on first use)."""
+        if self._by_key is None:
+            by_key: dict[tuple[str, str, str], list[Pod]] = {}
             for p in self.state.snapshot.pods:
                 if p.owner_refs:
-                    w = workload_of(p)
-                    if w is not None:
-                        index.setdefault(w, []).append(p)
-            self._index = index
+                    key = _workload_key(p)
+                    if key is not None:
+                        pods = by_key.get(key)
+                        if pods is None:
+                            by_key[key] = pods = []
+                        pods.append(p)
+            self._by_key = by_key
+        return self._by_key
+
+    def index(self) -> Mapping[Workload, list[Pod]]:
+        """Every grouped pod of the snapshot by workload, in snapshot order (built once)."""
+        if self._index is None:
+            self._index = {_new_workload(*key): pods for key, pods in self._pods_by_key().items()}
         return self._index
 
     def pacing_of(self, workload: Workload, pod: Pod) -> WorkloadPacing:
@@ -217,17 +240,20 @@ class Pacer:
         return known
 
     # -- somewhere to go ---------------------------------------------------------------------------
-    def _free_cpu(self, node: Node) -> int:
-        return node.allocatable.get("cpu", 0) - self.state.usage(node.name).get("cpu", 0) \
-            - self._reserved.get(node.name, {}).get("cpu", 0)
-
     def _destinations(self) -> list[Node]:
         """Ready nodes, most free CPU first (re-sorted every RESORT_EVERY admissions, so the order
         is close to exact while a large run costs a few sorts, not a scan of every node per pod)."""
         if self._nodes is None or self._since_sort >= RESORT_EVERY:
-            nodes = self._nodes if self._nodes is not None else [
-                n for n in self.state.snapshot.nodes.values() if n.ready]
-            self._nodes = sorted(nodes, key=lambda n: (-self._free_cpu(n), n.name))
+            if self._sort_rows is None:
+                usage = self.state.usage  # each node's usage mapping, kept up to date by the state
+                self._sort_rows = [(n, n.name, n.allocatable.get("cpu", 0), usage(n.name))
+                                   for n in self.state.snapshot.nodes.values() if n.ready]
+            # (-free CPU, name) = (usage + reserved - allocatable, name), inlined: this runs over
+            # every node each RESORT_EVERY admissions (53 sorts of 5,000 nodes at 150,000 pods)
+            reserved = self._reserved_cpu
+            keyed = [(u.get("cpu", 0) + reserved.get(name, 0) - alloc, name, n) for n, name, alloc, u in self._sort_rows]
+            keyed.sort()  # node names are unique: the node itself is never compared
+            self._nodes = [k[2] for k in keyed]
             self._since_sort = 0
             self._order_version += 1
         return self._nodes
@@ -271,7 +297,10 @@ class Pacer:
             for res, amount in pod.requests.items():
                 if amount > alloc.get(res, 0) - usage.get(res, 0) - reserved.get(res, 0):
                     return f"node {node.name} has insufficient {res} once the pods this run moves there land"
-        for other in self._reserved_pods.get(node.name, ()):
+        # only a pair where one side has required anti-affinity can conflict: without its own
+        # terms the pod need only be checked against the reserved pods that have some (same order)
+        own = pod.affinity is not None and bool(pod.affinity.pod_anti_affinity_required)
+        for other in (self._reserved_pods if own else self._reserved_anti).get(node.name, ()):
             for a, b in ((pod, other), (other, pod)):
                 if a.affinity is None or not a.affinity.pod_anti_affinity_required:
                     continue
@@ -328,7 +357,10 @@ class Pacer:
             for res, amount in pod.requests.items():
                 reserved[res] = reserved.get(res, 0) + amount
             reserved["pods"] += 1
+            self._reserved_cpu[destination.name] = reserved.get("cpu", 0)
             self._reserved_pods.setdefault(destination.name, []).append(pod)
+            if pod.affinity is not None and pod.affinity.pod_anti_affinity_required:
+                self._reserved_anti.setdefault(destination.name, []).append(pod)
         dest = destination.name if destination is not None else ""
         workload = workload_of(pod)
         if workload is None or pod.terminal:  # a terminal pod is unavailable already: nothing to pace
@@ -343,4 +375,7 @@ class Pacer:
     def plan(self, evictions: Iterable[Pod]) -> PacingPlan:
         steps = tuple(self._steps.get(id(p), PacedStep(None, 0)) for p in evictions)
         touched = {s.workload for s in steps if s.workload is not None}
-        return PacingPlan(self.safety, steps, {w: p for w, p in sorted(self._workloads.items()) if w in touched})
+        # sorted by Workload's own order (kind, namespace, name), through a key: comparing the
+        # dataclasses themselves runs Python code per comparison (15,000 workloads at 150,000 pods)
+        ordered = sorted(self._workloads.items(), key=lambda kv: (kv[0].kind, kv[0].namespace, kv[0].name))
+        return PacingPlan(self.safety, steps, {w: p for w, p in ordered if w in touched})

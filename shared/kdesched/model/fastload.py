@@ -52,6 +52,7 @@ from kdesched.model.records import (
     TopologySpreadConstraint,
     Volume,
     _pod_requests,
+    new_pod,
     parse_time,
 )
 from kdesched.model.snapshot import Snapshot
@@ -358,7 +359,7 @@ def _pod(item: _Item) -> Pod:
     if spec.topologySpreadConstraints is not _NULL:
         spread = _interned(_SPREADS, bytes(spec.topologySpreadConstraints),
                            lambda: _spread(spec.topologySpreadConstraints))
-    return Pod(  # positional, in field order (a test holds _POD_FIELDS to it): faster than keywords
+    return new_pod(  # positional, in field order (a test holds _POD_FIELDS to it): see new_pod
         meta.namespace or "default",  # namespace
         name,  # name
         (meta.uid or ""),  # uid

@@ -22,6 +22,8 @@ from kdesched.model.snapshot import Snapshot
 
 log = logging.getLogger("kdesched.strategies")
 
+_TERMINAL_PHASES = ("Succeeded", "Failed")  # Pod.terminal, for the loops that run over every pod
+
 
 class LimitReached(Exception):
     """An eviction was refused by a per-run limit. Subclasses tell the strategy what to do next."""
@@ -78,6 +80,18 @@ class ClusterState:
         self._live: dict[str, list[Pod]] = {}
         self._owner_counts: dict[str, int] = dict(snapshot.owner_pod_counts)
         self.planned: list[PlannedEviction] = []
+        self._memos: list[tuple[Any, dict[Any, Any]]] = []
+
+    def memo(self, owner: Any) -> dict[Any, Any]:
+        """A dictionary for memoizing facts about this run that never change during it, shared by
+        every caller passing an ``owner`` equal to this one (e.g. the DefaultEvictors of several
+        profiles with the same arguments)."""
+        for known, memo in self._memos:
+            if known == owner:
+                return memo
+        memo = {}
+        self._memos.append((owner, memo))
+        return memo
 
     # -- pods ------------------------------------------------------------------------------------
     def is_planned(self, pod: Pod) -> bool:
@@ -90,7 +104,8 @@ class ClusterState:
         cached = self._live.get(node)
         if cached is None:
             planned = self._planned
-            cached = [p for p in self.snapshot.pods_by_node.get(node, ()) if not p.terminal and id(p) not in planned]
+            cached = [p for p in self.snapshot.pods_by_node.get(node, ())
+                      if p.phase not in _TERMINAL_PHASES and id(p) not in planned]  # not p.terminal, inlined
             self._live[node] = cached
         return list(cached)
 
@@ -105,12 +120,14 @@ class ClusterState:
 
     # -- resources -------------------------------------------------------------------------------
     def usage(self, node: str) -> Mapping[str, int]:
-        """Requested resources of the node's remaining non-terminal pods, plus ``pods``."""
+        """Requested resources of the node's remaining non-terminal pods, plus ``pods``. The same
+        mapping for the whole run, updated in place as pods of the node are planned (the pacer
+        keeps it to sort nodes by free CPU)."""
         cached = self._usage.get(node)
         if cached is None:
             cached = {"cpu": 0, "memory": 0, "pods": 0}
             for p in self.snapshot.pods_by_node.get(node, ()):
-                if not p.terminal and id(p) not in self._planned:
+                if p.phase not in _TERMINAL_PHASES and id(p) not in self._planned:  # not p.terminal
                     add_resources(cached, p.requests)
                     cached["pods"] += 1
             self._usage[node] = cached

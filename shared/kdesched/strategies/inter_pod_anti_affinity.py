@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kdesched.model.records import Node, Pod, PodAffinityTerm
@@ -77,15 +77,28 @@ class _Domains:
 class _Index:
     """Pods that may be a Q, indexed by namespace and by label, with per-term domain counts."""
 
-    def __init__(self, pods: Sequence[tuple[Pod, Node]]) -> None:
+    def __init__(self, pods: Sequence[tuple[Pod, Node]], keys: Collection[str] | None = None) -> None:
+        """``keys``: the label keys the terms to resolve can look up (:func:`_lookup_keys`); None
+        indexes every label. Restricting it changes nothing but the work: a bucket of an indexed
+        key holds exactly the pods it would hold in the full index, in the same order."""
         self.by_namespace: dict[str, list[tuple[Pod, Node]]] = {}
         self.by_label: dict[tuple[str, str, str], list[tuple[Pod, Node]]] = {}
+        by_namespace, by_label = self.by_namespace, self.by_label
         for entry in pods:
             pod = entry[0]
-            self.by_namespace.setdefault(pod.namespace, []).append(entry)
-            for k, v in pod.labels.items():
-                self.by_label.setdefault((pod.namespace, k, v), []).append(entry)
+            ns = pod.namespace
+            by_namespace.setdefault(ns, []).append(entry)
+            if keys is None:
+                for k, v in pod.labels.items():
+                    by_label.setdefault((ns, k, v), []).append(entry)
+                continue
+            labels = pod.labels
+            for k in keys:
+                value = labels.get(k)
+                if value is not None:
+                    by_label.setdefault((ns, k, value), []).append(entry)
         self.terms: dict[tuple[tuple[str, ...], LabelSelector, str], _Domains] = {}
+        self.removed: set[int] = set()  # id() of the pods planned away (alive for the run)
 
     def _candidates(self, namespace: str, selector: LabelSelector) -> list[tuple[Pod, Node]]:
         """A superset of the namespace's pods ``selector`` matches, as small as the index allows."""
@@ -111,9 +124,10 @@ class _Index:
         found = self.terms.get(key)
         if found is None:
             found = _Domains(term.topology_key)
+            removed = self.removed
             for ns in namespaces:
                 for pod, node in self._candidates(ns, selector):
-                    if selector.matches(pod.labels):
+                    if selector.matches(pod.labels) and id(pod) not in removed:
                         found.add(pod, node, 1)
             self.terms[key] = found
         return found
@@ -123,13 +137,24 @@ class _Index:
         for (namespaces, selector, _), domains in self.terms.items():
             if pod.namespace in namespaces and selector.matches(pod.labels):
                 domains.add(pod, node, -1)
-        # Terms resolved later must not see it either.
-        for bucket in [self.by_namespace.get(pod.namespace, [])] + [
-                self.by_label.get((pod.namespace, k, v), []) for k, v in pod.labels.items()]:
-            for i, (p, _) in enumerate(bucket):
-                if p is pod:
-                    del bucket[i]
-                    break
+        # Terms resolved later must not see it either (skipped there: deleting it from every
+        # bucket scanned lists of thousands; any bucket is only a superset to match against).
+        self.removed.add(id(pod))
+
+
+def _lookup_keys(pods: Iterable[Pod]) -> set[str]:
+    """The label keys :meth:`_Index._candidates` may look up for these pods' required
+    anti-affinity terms (``matchLabels`` keys and ``In`` expression keys)."""
+    keys: set[str] = set()
+    for pod in pods:
+        assert pod.affinity is not None
+        for term in pod.affinity.pod_anti_affinity_required:
+            selector = term.label_selector
+            if selector is None:
+                continue
+            keys.update(k for k, _ in selector.match_labels)
+            keys.update(req.key for req in selector.match_expressions if req.operator == "In")
+    return keys
 
 
 def _term_namespaces(pod: Pod, term: PodAffinityTerm) -> tuple[str, ...]:
@@ -165,8 +190,13 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
         handle.logger.debug("no pod with required anti-affinity on the %d node(s)", len(nodes))
         return
 
-    everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name) if listed(p)]
-    index = _Index(everyone)
+    if args.namespaces is None and selector is None:  # every pod is listed: no call per pod
+        everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name)]
+    else:
+        everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name) if listed(p)]
+    # only the label keys the candidates' terms look up are indexed (at 150,000 pods, indexing
+    # every label of every pod was most of this strategy's time)
+    index = _Index(everyone, _lookup_keys(p for pods in candidates.values() for p in pods))
     for node in nodes:
         pods = candidates.get(node.name)
         if not pods:

@@ -114,12 +114,24 @@ class TargetNodes:
         return cached
 
 
+@dataclass(slots=True)
+class _Identity:
+    """What the listed pods of one (namespace, owner refs, images) share."""
+
+    keys: list[OwnerKey]
+    signature: tuple[str, ...]
+    pods: int = 0
+
+
 def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> None:
     log = handle.logger
     state = handle.state
     excluded = frozenset(args.exclude_owner_kinds)
     occurrence: dict[OwnerKey, int] = {}
     dups: dict[OwnerKey, dict[str, list[Pod]]] = {}
+    # (namespace, id(owner refs), images) -> owner keys, signature and listed pods: a workload's
+    # replicas share one entry (occurrences are summed per entry, then per key, below)
+    identities: dict[tuple[str, int, tuple[str, ...]], _Identity] = {}
 
     # Steps 1-3.
     for node in nodes:
@@ -135,12 +147,16 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
             if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
                 continue
             ns = pod.namespace
-            images = sorted(pod.images)
-            images_hash = "#".join(images)
-            keys = [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs]
-            for k in keys:
-                occurrence[k] = occurrence.get(k, 0) + 1
-            signature = tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images))
+            shape = (ns, id(refs), pod.images)  # refs: alive for the run; the loader shares equal ones
+            known = identities.get(shape)
+            if known is None:
+                images = sorted(pod.images)
+                images_hash = "#".join(images)
+                known = identities[shape] = _Identity(
+                    [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs],
+                    tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images)))
+            known.pods += 1
+            keys, signature = known.keys, known.signature
             if signature not in seen:
                 seen.add(signature)
                 continue
@@ -149,6 +165,10 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
                 dups.setdefault(k, {}).setdefault(node.name, []).append(pod)
         if found:
             log.debug("node %s: %d duplicate pod(s)", node.name, found)
+
+    for ident in identities.values():
+        for k in ident.keys:
+            occurrence[k] = occurrence.get(k, 0) + ident.pods
 
     # Steps 4-5.
     targets = TargetNodes(nodes)
