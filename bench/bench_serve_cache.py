@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import os
 import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,7 +124,7 @@ def load_real(api: Any, items: list[dict[str, Any]], writers: int = 8) -> None:
         path = f"{base}/{plural[kind]}"
         try:
             created = api.request("POST", path, body)
-        except Exception as exc:  # noqa: BLE001 - an object the server already has (a system namespace)
+        except Exception as exc:  # an object the server already has (a system namespace)
             if "409" in str(exc) or "already exists" in str(exc):
                 return
             raise
@@ -146,8 +144,8 @@ def load_real(api: Any, items: list[dict[str, Any]], writers: int = 8) -> None:
 @contextmanager
 def real_backend(nodes: int, pods_per_node: int) -> Iterator[tuple[Any, str]]:
     import urllib3
-
     from kdesched.kube.client import KubeClient
+
     from tests.realk8s.controlplane import ControlPlane, find_binaries
 
     bins = find_binaries()
@@ -171,7 +169,7 @@ class Clock:
     """Wraps the runner's plan_run / execute_plan to stamp when a run decided and when it sent."""
 
     def __init__(self) -> None:
-        import kdesched.reactor.runner as runner
+        from kdesched.reactor import runner
 
         self.lock = threading.Lock()
         self.planned: list[float] = []

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kdesched_functions.manual import create_serve_app
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
-from kdesched.reactor.serve import CACHE_NOTE, ReactorServer
+from kdesched.reactor.runner import CACHE_NOTE
+from kdesched.reactor.serve import ReactorServer
 from kdesched.reactor.settings import parse_settings
+from kdesched_functions.manual import create_serve_app
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

@@ -20,7 +20,7 @@ from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.snapshot import KINDS
 
 from tests.kube.test_cache import view
-from tests.realk8s.cluster import Cluster, pod_obj
+from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
 from tests.realk8s.serve_stories import NS, Serve, policy_text, taint, uids, wait_placement, write_file
 

@@ -46,7 +46,7 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
 from kdesched.reactor.events import PING, kinds_needed
-from kdesched.reactor.runner import CACHE_NOTE, CachedLoader, Reactor, Trigger
+from kdesched.reactor.runner import CachedLoader, Reactor, Trigger
 from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
 from prometheus_client.core import GaugeMetricFamily
