@@ -337,6 +337,20 @@ def setup_logging(level: int = logging.INFO) -> None:
 # --- runtime ---------------------------------------------------------------------------------------
 
 
+CACHE_ENV = "KDESCHED_CACHE"
+"""``1``/``true``: the function keeps a watch cache (kdesched.kube.cache) and plans from it; only
+worth it with ``min-scale: 1`` (docs/reactor.md, "Knative functions: warm cache or LIST per event")."""
+
+
+def cache_enabled(env: Mapping[str, str] | None = None) -> bool:
+    value = (os.environ if env is None else env).get(CACHE_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"${CACHE_ENV}: must be 1/true or 0/false, got {value!r}")
+
+
 @dataclass
 class Runtime:
     """What a function needs, built once at start-up (from the environment, or injected by tests)."""
@@ -345,11 +359,25 @@ class Runtime:
     settings: ReactorSettings
     client: Any  # KubeClient
     reactor: Reactor | None = None
+    cache: Any = None  # kdesched.kube.cache.ClusterCache with $KDESCHED_CACHE=1
 
     def get_reactor(self) -> Reactor:
         if self.reactor is None:
             self.reactor = Reactor(self.policy, self.settings, self.client)
+            if cache_enabled():
+                from kdesched.kube.cache import ClusterCache
+                from kdesched.reactor.events import kinds_needed
+                from kdesched.reactor.runner import CachedLoader
+
+                # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
+                self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()
+                self.reactor.loader = CachedLoader(self.cache)
         return self.reactor
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once the policy is loaded (a cache still syncing only means LISTs meanwhile)."""
+        why = f"policy loaded ({self.policy.source or 'default policy'})"
+        return True, why + (f"; {self.cache.describe()}" if self.cache is not None else "")
 
 
 POLICY_ENV = "KDESCHED_POLICY"
@@ -448,8 +476,7 @@ def node_event_handler(reactor: Reactor) -> Handler:
 
 
 def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> Flask:
-    return create_function_app(fn.name, handler, fn.accepts,
-                               ready=lambda: (True, f"policy loaded ({runtime.policy.source or 'default policy'})"))
+    return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready)
 
 
 def create_node_app(fn: Function, **inject: Any) -> Flask:

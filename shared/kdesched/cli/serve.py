@@ -44,6 +44,19 @@ def _port(text: str) -> int:
     return value
 
 
+DEFAULT_MAX_OBJECTS_TEXT = "300,000: about 0.8 GB of records"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -83,6 +96,12 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                    help="namespace of the Leases kdesched and kdesched-leader (default: $KDESCHED_LEASE_NAMESPACE, "
                         "else the pod's namespace in a cluster, else the kubeconfig context's namespace, else "
                         "'default'); it must exist, with the Role kdesched-lease bound there")
+    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="plan from a watch-fed cache of the kinds the policy reads (LIST once, then WATCH) instead of "
+                        "LISTing them for every run (default: on; --no-cache LISTs per run)")
+    p.add_argument("--cache-max-objects", type=_positive_int, default=None, metavar="N",
+                   help=f"ceiling of the watch cache, all kinds together (default {DEFAULT_MAX_OBJECTS_TEXT}); past "
+                        "it the cache is dropped and runs LIST per event, as with --no-cache")
     from kdesched.cli.main import add_client_limit_flags
 
     add_client_limit_flags(p)
@@ -205,13 +224,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         client = KubeClient.from_config(args.kubeconfig, context=args.context, limits=client_limits(args))
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
+    from kdesched.kube.cache import DEFAULT_MAX_OBJECTS
+
     server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
-                           identity=args.identity)
+                           identity=args.identity, cache=args.cache,
+                           cache_max_objects=args.cache_max_objects or DEFAULT_MAX_OBJECTS)
     _on_signals(server.shutdown)
     log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "
-             "(namespace from %s)", settings.balance_delay_seconds, settings.settle_seconds,
-             server.sweep_interval, namespace, settings.lease_name, namespace, settings.lease_name, origin)
+             "(namespace from %s); %s", settings.balance_delay_seconds, settings.settle_seconds,
+             server.sweep_interval, namespace, settings.lease_name, namespace, settings.lease_name, origin,
+             f"watch cache of {', '.join(server.cache.kinds)} (ceiling {server.cache.max_objects} objects)"
+             if server.cache is not None else "no watch cache: runs LIST what they read")
     return server.run()
 
 

@@ -326,6 +326,39 @@ class KubeClient:
         return self._list(kind, None, field_selector, None, page_size, kind == "Pod",
                           resource_version="0" if from_cache else None)[0]
 
+    def list_for_cache(self, kind: str, *, page_size: int = 500) -> tuple[list[Pod | dict[str, Any]], str]:
+        """:meth:`list_for_snapshot` plus the list's resourceVersion (what a watch starts from):
+        the watch cache (:mod:`kdesched.kube.cache`) lists each kind through this once."""
+        return self._list(kind, None, None, None, page_size, kind == "Pod")
+
+    def list_pages(self, kind: str, *, page_size: int = 500) -> Iterator[list[dict[str, Any]]]:
+        """The pages of a LIST of ``kind`` (cluster-wide), one request each, read only as far as the
+        caller iterates: for a question the first few objects usually answer (a node-scoped run
+        asking whether two Ready nodes exist) without reading the whole list."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        res = resource_for(kind)
+        token: str | None = None
+        while True:
+            query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
+            items, meta = self._list_page(res.path(None), query, res.kind, res.group_version, False)
+            yield items
+            token = meta.get("continue") or None
+            if not token:
+                return
+
+    def sibling(self, *, pool_size: int | None = None) -> KubeClient:
+        """A new client to the same server with the same credentials, its own connection pool and
+        its own request counters (the watch cache holds one long-lived watch per kind; it must not
+        take the run's pooled connections, and its traffic is reported separately)."""
+        import copy
+
+        configuration = copy.deepcopy(self.api_client.configuration)
+        if pool_size is not None:
+            configuration.connection_pool_maxsize = max(int(pool_size), 1)
+        return KubeClient(ApiClient(configuration=configuration), request_timeout=self.request_timeout,
+                          reporting_instance=self.reporting_instance, impersonation=self.impersonation)
+
     def _list(self, kind: str, namespace: str | None, field_selector: str | None, label_selector: str | None,
               page_size: int, fast: bool, resource_version: str | None = None) -> tuple[list[Any], str]:
         if page_size < 1:

@@ -27,8 +27,11 @@ from typing import Any
 from kdesched.engine import RunReport, execute_plan, plan_run
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.metrics import observe_run
+from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
+from kdesched.model.records import Node
+from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.plugins import PLUGINS
@@ -104,6 +107,68 @@ class _NodeReq:
 
 def default_loader(client: KubeClient, pod_nodes: Collection[str] | None, include: Sequence[str]) -> Snapshot:
     return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
+
+
+CACHE_NOTE = "read from the watch cache"
+
+# Deschedule strategies whose decision for a node reads only that node (its taints) and the run's
+# "at least 2 Ready nodes" rule: a node-scoped run of these alone need not LIST every Node.
+# (RemovePodsViolatingNodeAffinity is not one: it asks whether the pod fits any other node.)
+NODE_LOCAL_STRATEGIES = frozenset({"RemovePodsViolatingNodeTaints"})
+WITNESS_PAGE = 4  # nodes per page while looking for a second Ready node
+
+
+def node_local_snapshot(client: KubeClient, node: str, include: Sequence[str],
+                        node_selector: str | None = None) -> Snapshot:
+    """What a node-scoped run of :data:`NODE_LOCAL_STRATEGIES` needs, read over the API: the node's
+    pods (``spec.nodeName``), the other ``include`` kinds but Nodes, the event node (one GET) and
+    just enough other Nodes (small LIST pages) to know whether the run's "at least 2 Ready nodes
+    selected by the policy" rule holds. It decides exactly what the full Node list would; when the
+    run has something to evict, the safety defaults read everything anyway (somewhere to go)."""
+    pods = load_live_snapshot(client, pod_nodes=[node], include=[k for k in include if k != "Node"])
+    selector = parse_selector(node_selector, "nodeSelector") if node_selector else None
+
+    def counts(n: Node) -> bool:
+        return n.ready and (selector is None or selector.matches(n.labels))
+
+    nodes: list[Node] = []
+    raw = client.get_raw("Node", node)
+    if raw is not None:
+        nodes.append(Node.from_api(raw))
+    read = 0
+    if sum(map(counts, nodes)) < 2:
+        for page in client.list_pages("Node", page_size=WITNESS_PAGE):
+            read += len(page)
+            nodes.extend(n for n in map(Node.from_api, page) if n.name != node and counts(n))
+            if sum(map(counts, nodes)) >= 2:
+                break
+    note = (f"nodes read: {node} and {read} other(s) ({len(nodes) - (raw is not None)} Ready and selected; "
+            "a taint decision needs only its node and whether 2+ Ready nodes exist)")
+    return Snapshot.build(nodes, pods.pods, pods.pdbs, pods.priority_classes.values(), pods.namespaces.values(),
+                          pods.pvcs.values(), (*pods.notes, note))
+
+
+class CachedLoader:
+    """A :data:`SnapshotLoader` that plans from a warm :class:`~kdesched.kube.cache.ClusterCache`
+    once it has listed every kind the run reads (and is under its ceiling), else LISTs like
+    :func:`default_loader`. ``kdesched serve`` and a function with ``KDESCHED_CACHE=1`` use it."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.from_cache = 0
+        self.listed = 0
+
+    def __call__(self, client: KubeClient, pod_nodes: Collection[str] | None, include: Sequence[str]) -> Snapshot:
+        if self.cache.usable(include):
+            try:
+                snapshot = self.cache.snapshot(pod_nodes, include, notes=(CACHE_NOTE,))
+            except LookupError:  # gave up in between: LIST
+                pass
+            else:
+                self.from_cache += 1
+                return snapshot
+        self.listed += 1
+        return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
 
 
 def parse_run_request(data: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None, bool | None]:
@@ -330,7 +395,10 @@ class Reactor:
                 for name in chain_nodes:
                     history.nodes.pop(name, None)
         all_pods, why = needs_all_pods(policy, scope.strategies)
-        snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
+        if not all_pods and self.loader is default_loader and set(scope.strategies) <= NODE_LOCAL_STRATEGIES:
+            snapshot = node_local_snapshot(self.client, node, kinds_needed(policy), policy.node_selector)
+        else:
+            snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
         if not all_pods and self.safety.enabled:
             # somewhere to go needs other nodes' usage, pacing the workload's other pods: read them
             # all, but only when the node's pods give the strategies something to evict

@@ -16,6 +16,11 @@ makes the first leader-election attempt with errors surfaced. A namespace that d
 RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace and the fix, and
 ``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
 
+Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
+WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.runner.CachedLoader`), and
+its Node reflector also feeds the classifier (one Node watch). Until a kind is listed, or once the
+cache is past its ceiling, runs LIST per event as without it (docs/reactor.md, "Warm cache").
+
 Shutdown (SIGTERM -> :meth:`ReactorServer.shutdown`): a threading.Event stops the watch, cuts
 settle windows short, abandons a run that has not started evicting, lets an eviction loop in
 progress finish (bounded by the eviction retry budget), releases the leader Lease and returns 0.
@@ -27,10 +32,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kdesched.evictor.metrics import REGISTRY
+from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Forbidden, NotFound
 from kdesched.kube.lease import LeaseLock, get_lease
@@ -38,10 +45,12 @@ from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
-from kdesched.reactor.events import PING
-from kdesched.reactor.runner import Reactor, Trigger
+from kdesched.reactor.events import PING, kinds_needed
+from kdesched.reactor.runner import CachedLoader, Reactor, Trigger
 from kdesched.reactor.settings import ReactorSettings
-from kdesched.reactor.watch import NodeWatcher
+from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 log = logging.getLogger("kdesched.reactor.serve")
 
@@ -66,6 +75,47 @@ def lease_access_message(exc: ApiError, verb: str, namespace: str, name: str, na
 AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
 
 
+class _CacheCollector(Collector):
+    """``kdesched_cache_*`` on /metrics, read from the current server's cache at scrape time."""
+
+    def __init__(self) -> None:
+        self.cache: ClusterCache | None = None
+        self.server: ReactorServer | None = None
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        cache = self.cache
+        objects = GaugeMetricFamily("kdesched_cache_objects", "Objects in the watch cache of kdesched serve, by kind.",
+                                    labels=["kind"])
+        size = GaugeMetricFamily("kdesched_cache_bytes_estimate",
+                                 "Estimated memory of the watch cache's records (objects x measured bytes per record).")
+        synced = GaugeMetricFamily("kdesched_cache_synced", "1 once the kind's first LIST is in the watch cache.",
+                                   labels=["kind"])
+        off = GaugeMetricFamily("kdesched_cache_disabled",
+                                "1 when the watch cache gave up (over its ceiling): runs LIST per event.")
+        relists = GaugeMetricFamily("kdesched_cache_relists_gone", "Re-LISTs after a 410 Gone watch, all kinds.")
+        read = GaugeMetricFamily("kdesched_cache_read_bytes", "Bytes the watch cache read (LIST pages and WATCH streams).")
+        runs = GaugeMetricFamily("kdesched_cache_snapshots", "Run snapshots of kdesched serve, by where they came "
+                                 "from: cache (the watch cache) or list (LISTed for the run).", labels=["source"])
+        server = self.server
+        if server is not None:
+            runs.add_metric(["cache"], server.snapshots_from_cache)
+            runs.add_metric(["list"], server.snapshots_listed)
+        if cache is not None:
+            stats = cache.stats()
+            for kind, count in stats.objects.items():
+                objects.add_metric([kind], count)
+                synced.add_metric([kind], 1 if kind in stats.synced else 0)
+            size.add_metric([], stats.bytes_estimate)
+            off.add_metric([], 1 if stats.disabled else 0)
+            relists.add_metric([], stats.relists_gone)
+            read.add_metric([], stats.bytes_read)
+        return [objects, size, synced, off, relists, read, runs]
+
+
+CACHE_METRICS = _CacheCollector()
+REGISTRY.register(CACHE_METRICS)
+
+
 class ReactorServer:
     """The serve loop. ``app_factory`` builds the HTTP app (kept outside the reactor layer: Flask
     and CloudEvents live in the functions layer); None = no HTTP endpoint."""
@@ -74,7 +124,8 @@ class ReactorServer:
                  host: str = "0.0.0.0", port: int = 8080, app_factory: AppFactory | None = None,
                  sweep_interval_seconds: float | None = None, leader_election: bool = True,
                  identity: str | None = None, workers: int = 8, retry_delay_seconds: float = 5.0,
-                 watch_timeout_seconds: int = 300) -> None:
+                 watch_timeout_seconds: int = 300, cache: bool = True,
+                 cache_max_objects: int = DEFAULT_MAX_OBJECTS) -> None:
         self.stop = threading.Event()
         self.identity = identity or default_identity()
         self.client = client
@@ -83,6 +134,21 @@ class ReactorServer:
         self.classifier = Classifier()
         self.watcher = NodeWatcher(client, self.classifier, self.dispatch, stop=self.stop,
                                    watch_timeout_seconds=watch_timeout_seconds)
+        self.cache: ClusterCache | None = None
+        self.feed: ClassifierFeed | None = None
+        self.loader: CachedLoader | None = None
+        if cache:
+            # the kinds this policy's runs read (Nodes, Pods, PDBs; the others only when an evictor
+            # setting looks them up): a kind nothing reads is not held in memory
+            self.cache = ClusterCache(client, kinds=kinds_needed(self.reactor.policy), max_objects=cache_max_objects,
+                                      stop=self.stop, watch_timeout_seconds=watch_timeout_seconds)
+            # (the watcher's ``listed`` event keeps meaning "the node list is in", whoever LISTs)
+            self.feed = ClassifierFeed(self.classifier, self.dispatch, listed=self.watcher.listed)
+            self.cache.listen("Node", self.feed)  # one Node watch for the classifier and the cache
+            self.loader = CachedLoader(self.cache)
+            self.reactor.loader = self.loader  # plan from the cache once it is synced (LIST until then)
+            CACHE_METRICS.cache = self.cache
+        CACHE_METRICS.server = self
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
         self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
@@ -111,7 +177,18 @@ class ReactorServer:
             return True, "standby (not the leader)"
         if not self.classifier.seeded:
             return False, "leader, node cache not seeded yet"
-        return True, f"leader, watching {len(self.classifier)} node(s)"
+        if self.cache is not None and not self.cache.disabled and self.cache.unsynced():
+            return False, f"leader, {self.cache.describe()}"
+        cache = f"; {self.cache.describe()}" if self.cache is not None else ""
+        return True, f"leader, watching {len(self.classifier)} node(s){cache}"
+
+    @property
+    def snapshots_from_cache(self) -> int:
+        return self.loader.from_cache if self.loader is not None else 0
+
+    @property
+    def snapshots_listed(self) -> int:
+        return self.loader.listed if self.loader is not None else 0
 
     # -- dispatch -----------------------------------------------------------------------------------
     def dispatch(self, events: list[SemanticEvent]) -> None:
@@ -229,8 +306,10 @@ class ReactorServer:
         self.is_leader.set()
         m.LEADER.set(1)
         log.info("leading as %s", self.identity)
-        watcher = threading.Thread(target=self.watcher.run, name="kdesched-watch", daemon=True)
-        watcher.start()
+        if self.cache is not None:
+            self.cache.start()  # its Node reflector feeds the classifier too
+        else:
+            threading.Thread(target=self.watcher.run, name="kdesched-watch", daemon=True).start()
         if self.sweep_interval > 0:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
         interval = max(1.0, self.settings.lease_duration_seconds / 3)

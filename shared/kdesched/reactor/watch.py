@@ -5,6 +5,10 @@ classifier, a WATCH from that resourceVersion streams changes (with bookmarks, s
 watch does not replay history), a 410 Gone re-lists and *diffs* the new list against the cache (so
 changes made during the gap are not lost, unlike ApiServerSource), and errors reconnect with
 exponential backoff.
+
+With the watch cache on (``kdesched serve --cache``), the cache's Node reflector does the LIST +
+WATCH and :class:`ClassifierFeed` hands its objects to the classifier: one Node watch for both, and
+the cache holds a node's new state before the event about it is dispatched.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
@@ -42,14 +47,7 @@ class NodeWatcher:
 
     def relist(self) -> None:
         result = self.client.list_raw("Node")
-        if self.classifier.seeded:
-            events = self.classifier.resync(result.items)
-            if events:
-                log.info("re-list found %d change(s) made while not watching", len(events))
-                self.on_events(events)
-        else:
-            count = self.classifier.seed(result.items)
-            log.info("node cache seeded with %d node(s)", count)
+        feed_list(self.classifier, result.items, self.on_events)
         self.resource_version = result.resource_version
         self.lists += 1
         self.listed.set()
@@ -68,15 +66,9 @@ class NodeWatcher:
                 if rv:
                     self.resource_version = rv
                 continue
-            try:
-                events = self.classifier.observe(etype, obj)
-            except ValueError as exc:  # a malformed object must not stop the watch
-                log.warning("ignoring a %s event: %s", etype, exc)
-                events = []
+            feed_event(self.classifier, etype, obj, self.on_events)
             if rv:
                 self.resource_version = rv
-            if events:
-                self.on_events(events)
 
     def run(self) -> None:
         backoff = self.backoff_initial
@@ -93,3 +85,43 @@ class NodeWatcher:
                 log.warning("node watch failed, retrying in %.1fs: %s", backoff, exc)
                 self.stop.wait(backoff)
                 backoff = min(self.backoff_max, backoff * 2)
+
+
+def feed_list(classifier: Classifier, items: list[dict[str, Any]], on_events: OnEvents) -> None:
+    """A Node LIST into the classifier: the seed, or (re-list) a diff whose changes are emitted."""
+    if classifier.seeded:
+        events = classifier.resync(items)
+        if events:
+            log.info("re-list found %d change(s) made while not watching", len(events))
+            on_events(events)
+    else:
+        count = classifier.seed(items)
+        log.info("node cache seeded with %d node(s)", count)
+
+
+def feed_event(classifier: Classifier, etype: str, obj: dict[str, Any], on_events: OnEvents) -> None:
+    """One Node watch event into the classifier (a malformed object must not stop the watch)."""
+    try:
+        events = classifier.observe(etype, obj)
+    except ValueError as exc:
+        log.warning("ignoring a %s event: %s", etype, exc)
+        return
+    if events:
+        on_events(events)
+
+
+class ClassifierFeed:
+    """The classifier as a listener of the watch cache's Node reflector
+    (:class:`kdesched.kube.cache.KindListener`)."""
+
+    def __init__(self, classifier: Classifier, on_events: OnEvents, listed: threading.Event | None = None) -> None:
+        self.classifier = classifier
+        self.on_events = on_events
+        self.listed_event = listed or threading.Event()  # set after the first LIST
+
+    def listed(self, items: list[dict[str, Any]]) -> None:
+        feed_list(self.classifier, items, self.on_events)
+        self.listed_event.set()
+
+    def changed(self, etype: str, obj: dict[str, Any]) -> None:
+        feed_event(self.classifier, etype, obj, self.on_events)

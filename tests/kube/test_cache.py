@@ -1,0 +1,201 @@
+"""The watch cache (kdesched.kube.cache) over the fake API server: scripted faults.
+
+Covers: a cache snapshot equals what load_live_snapshot LISTs (full and node-scoped, every kind,
+small pages) before and after adds, modifications and deletions; a watch cut mid-stream and
+5xx / 410 around the re-list lose no change; has-synced gating per kind; the ceiling; a malformed
+object fails the snapshots that include it, naming it. The real-server twin is
+tests/realk8s/test_cache_real.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kdesched.kube.cache import ClusterCache
+from kdesched.kube.client import KubeClient
+from kdesched.kube.snapshot import load_live_snapshot
+from kdesched.model.errors import ModelError
+from kdesched.model.snapshot import KINDS, Snapshot
+
+from bench.generate import generate
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+
+
+def fields(record: Any) -> tuple[Any, ...]:
+    return tuple(getattr(record, f.name) for f in dataclasses.fields(record))
+
+
+def view(s: Snapshot) -> dict[str, Any]:
+    """Everything a decision reads, field by field, in order."""
+    return {
+        "nodes": [(k, fields(v)) for k, v in s.nodes.items()],
+        "pods": [fields(p) for p in s.pods],
+        "by_node": {k: [p.key for p in v] for k, v in s.pods_by_node.items()},
+        "owners": dict(s.owner_pod_counts),
+        "pdbs": [fields(b) for b in s.pdbs],
+        "pcs": [(k, fields(v)) for k, v in s.priority_classes.items()],
+        "namespaces": [(k, fields(v)) for k, v in s.namespaces.items()],
+        "pvcs": [(k, fields(v)) for k, v in s.pvcs.items()],
+        "notes": s.notes,
+    }
+
+
+@pytest.fixture
+def make_cache(kube: KubeClient) -> Iterator[Callable[..., ClusterCache]]:
+    caches: list[ClusterCache] = []
+
+    def make(**kw: Any) -> ClusterCache:
+        kw.setdefault("watch_timeout_seconds", 2)
+        kw.setdefault("backoff_initial", 0.05)
+        cache = ClusterCache(kube, **kw)
+        caches.append(cache)
+        return cache.start()
+
+    yield make
+    for cache in caches:
+        cache.close()
+
+
+def converges(cache: ClusterCache, kube: KubeClient, pod_nodes: list[str] | None = None, timeout: float = 10) -> None:
+    """Wait (bounded) until the cache's snapshot equals a fresh LIST's; fail with the difference."""
+    def same() -> bool:
+        return view(cache.snapshot(pod_nodes)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes))
+
+    if not cache.wait_for(same, timeout):
+        assert view(cache.snapshot(pod_nodes)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes))
+
+
+def test_snapshot_is_the_listed_one_full_and_node_scoped_through_changes(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    cluster = generate(12, 8, seed=3)["items"]
+    assert {o["kind"] for o in cluster} >= set(KINDS)
+    fake_api.add(*cluster)
+    cache = make_cache(page_size=7)
+    assert cache.wait_synced(10)
+    nodes = [o["metadata"]["name"] for o in cluster if o["kind"] == "Node"]
+    converges(cache, kube)
+    converges(cache, kube, [nodes[3], nodes[0], nodes[3]])
+    full_lists = len(fake_api.requests("GET", "/api/v1/pods"))
+
+    pods = fake_api.list("Pod")
+    fake_api.delete("Pod", pods[0]["metadata"]["name"], pods[0]["metadata"]["namespace"])
+    moved = pods[1]
+    moved["spec"]["nodeName"] = nodes[0]  # the by-node index follows a pod to its new node
+    moved["metadata"]["labels"] = {"changed": "yes"}
+    fake_api.update(moved)
+    fake_api.add(pod_obj("aaa-new", nodes[0], namespace="default"), pod_obj("zzz-pending"))
+    node = fake_api.get("Node", nodes[0])
+    assert node is not None
+    node["spec"]["taints"] = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    fake_api.update(node)
+    pdb = fake_api.list("PodDisruptionBudget")[0]
+    fake_api.delete("PodDisruptionBudget", pdb["metadata"]["name"], pdb["metadata"]["namespace"])
+    converges(cache, kube)
+    converges(cache, kube, [nodes[0]])
+    # the cache itself listed each kind once: every later pod LIST is the test's load_live_snapshot
+    assert cache.stats().lists == len(KINDS)
+    watches = [r for r in fake_api.requests("GET", "/api/v1/pods")[full_lists:] if "watch" in r.query]
+    assert all(r.query.get("allowWatchBookmarks") == "true" for r in watches)
+
+
+def cut_connections(fake_api: FakeApiServer) -> None:
+    """Drop every open connection (the watch streams among them); the server keeps listening."""
+    with fake_api._lock:
+        sockets = list(fake_api._sockets)
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def test_watch_cut_mid_stream_then_410_and_5xx_on_the_relist_lose_nothing(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    fake_api.add(node_obj("n1"), node_obj("n2"), *(pod_obj(f"p{i}", "n1") for i in range(5)))
+    cache = make_cache(watch_timeout_seconds=30)
+    assert cache.wait_synced(10)
+    fake_api.delete("Pod", "p0", "default")
+    assert cache.wait_for(lambda: len(cache.snapshot().pods) == 4, 10)
+
+    # 1. the stream is cut mid-watch: reconnect from the last resourceVersion, nothing missed
+    errors = cache.stats().watch_errors
+    cut_connections(fake_api)
+    fake_api.add(pod_obj("p9", "n2"))
+    converges(cache, kube)
+    assert cache.stats().watch_errors > errors and cache.stats().relists_gone == 0
+
+    # 2. the history is compacted while the watch is down and the re-list fails twice with 5xx:
+    #    410 -> re-LIST (after the 5xx) -> the store is replaced, the gap's changes are all there
+    fake_api.script("GET", "/api/v1/pods", [500, 410, 503, 500])
+    cut_connections(fake_api)
+    assert cache.wait_for(lambda: not fake_api.scripts[("GET", "/api/v1/pods")], 20)
+    fake_api.delete("Pod", "p1", "default")
+    fake_api.add(pod_obj("p10", "n2"))
+    fake_api.compact()
+    converges(cache, kube, timeout=20)
+    converges(cache, kube, ["n1"])
+    stats = cache.stats()
+    assert stats.relists_gone >= 1 and stats.lists >= len(KINDS) + 1
+    assert {p.name for p in cache.snapshot().pods} == {"p2", "p3", "p4", "p9", "p10"}
+
+
+def test_a_kind_not_listed_yet_is_not_used_and_is_named(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    fake_api.add(node_obj("n1"), pod_obj("p", "n1"))
+    fake_api.script("GET", "/apis/policy/v1/poddisruptionbudgets", [403] * 1000)  # RBAC refuses PDBs
+    cache = make_cache()
+    assert cache.wait_synced(10, kinds=["Node", "Pod"])
+    assert not cache.wait_synced(0.3)
+    assert cache.unsynced() == ("PodDisruptionBudget",)
+    assert "not listed yet: PodDisruptionBudget" in cache.describe()
+    assert cache.usable(["Node", "Pod"]) and not cache.usable(["Node", "Pod", "PodDisruptionBudget"])
+    with pytest.raises(LookupError, match="PodDisruptionBudget"):
+        cache.snapshot(include=["Node", "Pod", "PodDisruptionBudget"])
+    assert [p.name for p in cache.snapshot(include=["Node", "Pod"]).pods] == ["p"]
+
+
+def test_past_the_ceiling_the_cache_gives_up_but_keeps_nodes(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    fake_api.add(node_obj("n1"), *(pod_obj(f"p{i}", "n1") for i in range(3)))
+    cache = make_cache(kinds=["Node", "Pod"], max_objects=6)
+    assert cache.wait_synced(10)
+    assert cache.usable(["Node", "Pod"])
+    fake_api.add(*(pod_obj(f"q{i}", "n1") for i in range(3)))  # 7 objects > 6
+    assert cache.wait_for(lambda: bool(cache.disabled), 10)
+    assert "7 objects over the ceiling of 6 (Node 1, Pod 6)" in cache.disabled
+    stats = cache.stats()
+    assert stats.objects == {"Node": 1, "Pod": 0} and not cache.usable(["Node"])
+    with pytest.raises(LookupError, match="over the ceiling"):
+        cache.snapshot()
+    assert "LIST per event" in cache.describe()
+
+
+def test_a_malformed_pod_fails_the_snapshots_that_include_it(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    bad = pod_obj("bad", "n2")
+    bad["spec"]["priority"] = "high"
+    fake_api.add(node_obj("n1"), node_obj("n2"), pod_obj("good", "n1"), bad)
+    cache = make_cache()
+    assert cache.wait_synced(10)
+    with pytest.raises(ModelError, match=r"bad in default.*spec.priority: must be an integer"):
+        cache.snapshot()
+    with pytest.raises(ModelError, match="spec.priority"):
+        load_live_snapshot(kube)  # what a LIST does with it
+    assert [p.name for p in cache.snapshot(["n1"]).pods] == ["good"]
+    fixed = fake_api.get("Pod", "bad", "default")
+    assert fixed is not None
+    fixed["spec"]["priority"] = 5
+    fake_api.update(fixed)
+
+    def healed() -> bool:
+        try:
+            return len(cache.snapshot().pods) == 2
+        except ModelError:
+            return False
+
+    assert cache.wait_for(healed, 10)
