@@ -243,6 +243,7 @@ def plan_run(
                                 counter, gate, pacer)
         for p in policy.profiles
     }
+    spent = ""  # set when the event path's run-wide eviction budget ran out (EvictionBudgetSpent)
     for ext in ("deschedule", "balance"):
         for profile in policy.profiles:
             for name in getattr(profile, ext):
@@ -251,6 +252,9 @@ def plan_run(
                 spec = registry.get(name)
                 if spec is None:
                     errors.append(f'profile "{profile.name}" / plugin {name}: not implemented by this kdesched')
+                    continue
+                if spent:  # nothing more can be sent by this run: do not plan what would be refused
+                    notes.append(f"{profile.name}/{name}: not run: {spent}")
                     continue
                 handle = Handle(state, evictors[profile.name], profile.name, name)
                 before = len(state.planned)
@@ -272,6 +276,9 @@ def plan_run(
                     errors.append(f'profile "{profile.name}" / plugin {name}: {error}')
                 runs.append(StrategyRun(profile.name, name, ext, len(state.planned) - before,
                                         time.perf_counter() - started, error))
+                if counter.spent and not spent:  # strategies catch EvictionBudgetSpent like the total limit
+                    spent = counter.spent
+                    notes.append(f"{profile.name}/{name}: {spent}")
     return done()
 
 

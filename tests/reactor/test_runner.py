@@ -100,6 +100,34 @@ def test_rate_limit_blocks_beyond_the_burst(fake_api: FakeApiServer, kube: KubeC
     assert all("rate limit" in b["reason"] for b in out["blocked"])
 
 
+def test_a_node_run_refuses_pod_by_pod_when_the_global_bucket_is_empty(fake_api: FakeApiServer,
+                                                                        kube: KubeClient) -> None:
+    """Node-scoped runs keep every refusal (their paced outcomes schedule their repeat)."""
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(4)])
+    r = reactor(kube, {"rateLimits": {"global": {"perMinute": 1, "burst": 2}, "perNode": None}})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
+    assert all("global eviction bucket" in b["reason"] for b in out["blocked"])
+
+
+def test_a_leased_run_stops_planning_once_the_global_bucket_is_empty(fake_api: FakeApiServer,
+                                                                     kube: KubeClient) -> None:
+    """A sweep that finds more candidates than the global bucket lets go evicts the burst, then plans
+    nothing more: no refusal per remaining candidate, and the strategies after it do not run."""
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake_api.add(*[pod_obj(f"t{i}", "n1", cpu="100m", owner_name=f"t{i}") for i in range(5)])
+    r = reactor(kube, {"rateLimits": {"global": {"perMinute": 1, "burst": 2}, "perNode": None,
+                                      "perNamespace": None}})
+    out = r.run_requested(Trigger(ev.PING, "p1"), None)
+    assert len(evicted(fake_api)) == 2 == len(out["evictions"])
+    assert out["blocked"] == []  # the three other intolerant pods were not planned to be refused
+    notes = " | ".join(out["notes"])
+    assert "RemovePodsViolatingNodeTaints: rate limit: global eviction bucket is empty" in notes
+    assert "this run plans no further evictions" in notes
+    assert "LowNodeUtilization: not run: rate limit: global eviction bucket is empty" in notes
+
+
 def lnu_cluster(fake: FakeApiServer) -> None:
     """n1 is overloaded (cpu 90%), n2 and n3 are empty: LowNodeUtilization moves pods off n1."""
     fake.add(node_obj("n1"), node_obj("n2"), node_obj("n3"))

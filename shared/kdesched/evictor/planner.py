@@ -25,6 +25,7 @@ from kdesched.evictor.pacing import Pacer
 from kdesched.model.records import Pod, PodDisruptionBudget
 from kdesched.strategies.framework import (
     ClusterState,
+    EvictionBudgetSpent,
     NamespaceLimitReached,
     NodeLimitReached,
     PlannedEviction,
@@ -67,6 +68,7 @@ class LimitCounter:
     per_namespace: dict[str, int] = field(default_factory=dict)
     pdb_used: dict[tuple[str, str], int] = field(default_factory=dict)
     refusals: list[Refusal] = field(default_factory=list)
+    spent: str = ""  # why the run-wide eviction budget ran out (EvictionBudgetSpent), if it did
 
     def check(self, pod: Pod) -> None:
         lim = self.limits
@@ -135,7 +137,11 @@ class PlanningEvictor:
         # a paced eviction held for a later wave is not sent in this run: it must not spend the
         # reactor's cool-downs and tokens (the run that sends it passes the gate then)
         if self.gate is not None and not (self.pacer is not None and self.pacer.held(pod)):
-            refused = self.gate(pod)
+            try:
+                refused = self.gate(pod)
+            except EvictionBudgetSpent as exc:
+                self.counter.spent = str(exc)  # the engine runs no further strategy
+                raise
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
                 log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)

@@ -24,6 +24,7 @@ from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.planner import Gate
 from kdesched.model.records import Pod
 from kdesched.reactor.settings import BucketSettings, RateLimitSettings
+from kdesched.strategies.framework import EvictionBudgetSpent
 
 Clock = Callable[[], float]  # seconds, monotonic for buckets, wall clock (epoch) for history
 
@@ -90,6 +91,15 @@ class RateLimiter:
                 del table[next(iter(table))]
             bucket = table[key] = TokenBucket(s.rate_per_second, s.burst, self.clock)
         return bucket
+
+    def global_spent(self) -> str | None:
+        """The reason no eviction at all can pass right now (the global bucket is empty), else None."""
+        with self._lock:
+            bucket = self._global
+            if bucket is None or bucket.available():
+                return None
+            return (f"rate limit: global eviction bucket is empty (next token in {bucket.seconds_until():.1f}s); "
+                    "this run plans no further evictions")
 
     def clone(self) -> RateLimiter:
         """A copy with the same tokens: a dry run consumes from it, so it reports what a live run
@@ -216,12 +226,24 @@ class EvictionHistory:
 
 
 def make_gate(history: EvictionHistory, limiter: RateLimiter | None, *, now: float, workload_seconds: float,
-              node_seconds: float, consume: bool) -> tuple[Gate, list[str]]:
+              node_seconds: float, consume: bool, stop_when_spent: bool = False) -> tuple[Gate, list[str]]:
     """The engine's ``gate=``: cool-downs first (they cost nothing), then the buckets. Also returns a
-    list that collects every refusal reason (for metrics)."""
+    list that collects every refusal reason (for metrics).
+
+    ``stop_when_spent`` (balance runs): once the global bucket is empty the gate raises
+    :class:`~kdesched.strategies.framework.EvictionBudgetSpent`, so the run stops planning and runs
+    no further strategy (upstream's ``maxNoOfPodsToEvictTotal`` stops each strategy the same way). A balance run over 150,000 pods may find tens of
+    thousands of candidates of which the bucket lets a few dozen go: planning (and reporting) the
+    rest, one refusal each, was most of its decision time. Node-scoped runs keep refusing pod by
+    pod: their ``paced`` outcomes schedule their repeat, and they are small."""
     refusals: list[str] = []
 
     def gate(pod: Pod) -> str | None:
+        if stop_when_spent and limiter is not None:
+            spent = limiter.global_spent()
+            if spent is not None:
+                refusals.append(spent)
+                raise EvictionBudgetSpent(spent)
         why = history.refusal(pod, now, workload_seconds, node_seconds)
         if why is None and limiter is not None:
             why = limiter.admit(pod.node_name, pod.namespace, consume=consume)

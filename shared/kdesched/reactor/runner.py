@@ -498,8 +498,10 @@ class Reactor:
                 with self._history_lock:
                     history.merge(self._unsaved)
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
+                # leased runs are never repeated for paced evictions: once the global bucket is
+                # empty they stop planning (reactor.limits.make_gate, stop_when_spent)
                 report, recorded = self._plan_and_execute(policy, snapshot, strategies, nodes, dry_run, history,
-                                                          label, guard=guard)
+                                                          label, guard=guard, stop_when_spent=True)
                 if recorded or self._unsaved:
                     now = self.wall_clock()
                     history.merge(recorded)
@@ -518,7 +520,8 @@ class Reactor:
 
     def _plan_and_execute(self, policy: Policy, snapshot: Snapshot, strategies: Sequence[str] | None,
                           nodes: Sequence[str] | None, dry_run: bool, history: EvictionHistory, label: str,
-                          guard: LeaseGuard | None = None) -> tuple[RunReport, EvictionHistory]:
+                          guard: LeaseGuard | None = None, stop_when_spent: bool = False,
+                          ) -> tuple[RunReport, EvictionHistory]:
         with self._active_lock:
             self.active_runs += 1
             self.max_active_runs = max(self.max_active_runs, self.active_runs)
@@ -530,7 +533,8 @@ class Reactor:
             limiter = self.limiter.clone() if dry_run else self.limiter
             gate, refusals = make_gate(history, limiter, now=now,
                                        workload_seconds=self.settings.cooldown_workload_seconds,
-                                       node_seconds=self.settings.cooldown_node_seconds, consume=True)
+                                       node_seconds=self.settings.cooldown_node_seconds, consume=True,
+                                       stop_when_spent=stop_when_spent)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
                             nodes=nodes, gate=gate, safety=self.safety)
             for why in refusals:

@@ -41,6 +41,12 @@ class TotalLimitReached(LimitReached):
     """``maxNoOfPodsToEvictTotal``: the strategy returns."""
 
 
+class EvictionBudgetSpent(TotalLimitReached):
+    """The event path's run-wide eviction budget (the reactor's global token bucket) is empty: no
+    further eviction can be sent by this run, so the strategy returns and the engine runs no more
+    strategies (each would only plan evictions to refuse). Never raised on the parity path."""
+
+
 class StrategyError(Exception):
     """A strategy could not run (logged; the other strategies still run)."""
 
