@@ -230,6 +230,25 @@ def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeAp
     assert any("safety defaults" in n for n in out["notes"])
 
 
+def test_node_affinity_reads_every_pod_before_evicting_when_safety_is_off(fake_api: FakeApiServer,
+                                                                          kube: KubeClient) -> None:
+    """RemovePodsViolatingNodeAffinity evicts only a pod that fits another node. From the event
+    node's pods alone every other node looks empty: the run must read every pod before it evicts."""
+    required = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}]}}}
+    fake_api.add(node_obj("n1"), node_obj("n2", cpu="1", labels={"tier": "gold"}), node_obj("n3"))
+    fake_api.add(pod_obj("picky", "n1", cpu="500m", owner_name="web", affinity=required),
+                 pod_obj("hog", "n2", cpu="800m", owner_name="db"))
+    r = reactor(kube, {"safety": {"enabled": False}})
+    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"tier": "gold"}})
+    assert evicted(fake_api) == [] and out["evictions"] == []  # n2, the only gold node, is full
+    assert any("fits another node" in n for n in out["notes"])
+    # with room on n2 it goes, decided on every pod as well
+    fake_api.delete("Pod", "hog", "default")
+    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e2", "/test"), {"node": "n1", "before": {"tier": "gold"}})
+    assert evicted(fake_api) == ["picky"]
+
+
 def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(fake_api: FakeApiServer,
                                                                               kube: KubeClient) -> None:
     import time as _time

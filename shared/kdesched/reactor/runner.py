@@ -115,6 +115,9 @@ CACHE_NOTE = "read from the watch cache"
 # "at least 2 Ready nodes" rule: a node-scoped run of these alone need not LIST every Node.
 # (RemovePodsViolatingNodeAffinity is not one: it asks whether the pod fits any other node.)
 NODE_LOCAL_STRATEGIES = frozenset({"RemovePodsViolatingNodeTaints"})
+# Deschedule strategies that ask whether a pod fits another node (resources, pod slots, inter-pod
+# anti-affinity), which the event node's pods alone cannot answer (they make other nodes look empty)
+FITS_ANOTHER_NODE = frozenset({"RemovePodsViolatingNodeAffinity"})
 WITNESS_PAGE = 4  # nodes per page while looking for a second Ready node
 
 
@@ -399,13 +402,20 @@ class Reactor:
             snapshot = node_local_snapshot(self.client, node, kinds_needed(policy), policy.node_selector)
         else:
             snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
-        if not all_pods and self.safety.enabled:
-            # somewhere to go needs other nodes' usage, pacing the workload's other pods: read them
-            # all, but only when the node's pods give the strategies something to evict
+        fits_elsewhere = sorted(set(scope.strategies) & FITS_ANOTHER_NODE)
+        if not all_pods and (self.safety.enabled or fits_elsewhere):
+            # somewhere to go needs other nodes' usage, pacing the workload's other pods, and
+            # RemovePodsViolatingNodeAffinity evicts only a pod that fits some node: read them all,
+            # but only when the node's pods give the strategies something to evict. Exact: other
+            # nodes' pods only add usage and anti-affinity, so they can only turn an eviction
+            # planned from the node's pods into no eviction, never the reverse
             probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(self.wall_clock(), UTC),
                              strategies=scope.strategies, nodes=scope.nodes)
             if probe.evictions:
-                all_pods, why = True, "safety defaults: somewhere to go and per-workload pacing read every pod"
+                all_pods, why = True, ("safety defaults: somewhere to go and per-workload pacing read every pod"
+                                       if self.safety.enabled else
+                                       f"{', '.join(fits_elsewhere)} evicts only a pod that fits another node: "
+                                       "that needs every node's pods")
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
         report, recorded = self._plan_and_execute(policy, snapshot, scope.strategies, scope.nodes, dry_run,
                                                   history, kind)
