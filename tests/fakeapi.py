@@ -11,6 +11,7 @@ Lease optimistic concurrency and watch 410s. This implements only those endpoint
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import itertools
 import json
@@ -91,6 +92,7 @@ class FakeApiServer:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind, _ in KINDS.values()}
+        self._sorted: dict[str, list[Key]] = {}  # kind -> its keys in LIST order; dropped when a key comes or goes
         self.rv = 1
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, kind, type, object)
         self.compacted_rv = 0
@@ -245,6 +247,8 @@ class FakeApiServer:
         meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         self.rv += 1
         meta["resourceVersion"] = str(self.rv)
+        if old is None:
+            self._sorted.pop(kind, None)
         self.objects[kind][key_of(obj)] = obj
         self.history.append((self.rv, kind, etype, copy.deepcopy(obj)))
         self._lock.notify_all()
@@ -252,6 +256,7 @@ class FakeApiServer:
 
     def _remove(self, kind: str, key: Key) -> dict[str, Any]:
         obj = self.objects[kind].pop(key)
+        self._sorted.pop(kind, None)
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.history.append((self.rv, kind, "DELETED", copy.deepcopy(obj)))
@@ -347,6 +352,12 @@ class FakeApiServer:
                 return False
         return True
 
+    def _sorted_keys(self, kind: str) -> list[Key]:
+        keys = self._sorted.get(kind)
+        if keys is None:
+            keys = self._sorted[kind] = sorted(self.objects[kind])
+        return keys
+
     def _list(self, kind: str, namespace: str, query: dict[str, str]) -> dict[str, Any]:
         if query.get("watch") in ("true", "1"):
             raise Reply(400, "watch is served by the streaming handler")
@@ -361,15 +372,24 @@ class FakeApiServer:
                 raise Reply(400, "continue key is not valid") from None
             if list_rv < self.compacted_rv:
                 raise Reply(410, "The provided continue parameter is too old to display a consistent list result.")
-        matching = [(k, o) for k, o in sorted(self.objects[kind].items())
-                    if self._matches(o, namespace, labels, fields) and (after is None or list(k) > after)]
+        objects = self.objects[kind]
+        keys = self._sorted_keys(kind)
+        start = bisect.bisect_right(keys, tuple(after)) if after is not None else 0
         limit = int(query.get("limit") or 0)
-        page = matching[:limit] if limit > 0 else matching
+        if not namespace and labels is None and not fields:
+            # no filter: slice the sorted keys (a 150,000-pod LIST in 300 pages must not scan and
+            # sort the whole store for every page)
+            matched = len(keys) - start
+            page = [(k, objects[k]) for k in (keys[start:start + limit] if limit > 0 else keys[start:])]
+        else:
+            matching = [(k, objects[k]) for k in keys[start:] if self._matches(objects[k], namespace, labels, fields)]
+            matched = len(matching)
+            page = matching[:limit] if limit > 0 else matching
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
-        if limit > 0 and len(matching) > limit:
+        if limit > 0 and matched > limit:
             last = list(page[-1][0])
             meta["continue"] = base64.urlsafe_b64encode(json.dumps({"after": last, "rv": list_rv}).encode()).decode()
-            meta["remainingItemCount"] = len(matching) - limit
+            meta["remainingItemCount"] = matched - limit
         items = []
         for _, obj in page:
             item = copy.deepcopy(obj)
