@@ -189,6 +189,23 @@ def test_manual_run_with_strategies_and_dry_run(fake_api: FakeApiServer, kube: K
     assert {e["strategy"] for e in out["evictions"]} == {"LowNodeUtilization"}
 
 
+def test_every_report_says_why_it_is_or_is_not_a_dry_run(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    lnu_cluster(fake_api)
+    live = reactor(kube)
+    out = live.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), {"strategies": ["LowNodeUtilization"], "dryRun": True})
+    assert out["dryRun"] and out["dryRunWhy"] == "the event asked for one (data.dryRun: true)"
+    out = live.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    assert not out["dryRun"] and out["dryRunWhy"].startswith("live: ")
+    policy_dry = reactor(kube, {"dryRun": True})
+    out = policy_dry.run_requested(Trigger(ev.RUN_REQUESTED, "m2"), {"dryRun": False})
+    assert out["dryRun"] and out["dryRunWhy"] == "kdesched.dryRun: true in the policy"
+    settings = parse_settings({"settleSeconds": 0.05, "leaseWaitSeconds": 0.1}, policy=default_like_policy(),
+                              env={"KDESCHED_DRY_RUN": "true"})
+    env_dry = Reactor(default_like_policy(), settings, kube, identity="test-instance")
+    out = env_dry.run_requested(Trigger(ev.PING, "p1"), None)
+    assert out["dryRun"] and out["dryRunWhy"] == "$KDESCHED_DRY_RUN=true" and evicted(fake_api) == []
+
+
 def test_sweep_runs_whole_policy(fake_api: FakeApiServer, kube: KubeClient) -> None:
     taint_cluster(fake_api)
     out = reactor(kube).run_requested(Trigger(ev.PING, "p1"), None)

@@ -172,7 +172,7 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
         why = f"no --dry-run flag and no kdesched.dryRun in {source}"
     from dataclasses import replace
 
-    return LoadedPolicy(policy, replace(settings, dry_run=dry_run), dry_run, why)
+    return LoadedPolicy(policy, replace(settings, dry_run=dry_run, dry_run_why=why if dry_run else ""), dry_run, why)
 
 
 def freeze_heap() -> None:

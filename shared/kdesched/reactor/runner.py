@@ -599,6 +599,15 @@ class Reactor:
     def _dry(self) -> bool:
         return self.settings.dry_run
 
+    def _dry_run_why(self, dry_run: bool) -> str:
+        """The report's ``dryRunWhy``, as ``kdesched run`` gives it: what made this run a dry run."""
+        if not dry_run:
+            return ("live: not a dry-run deployment (no --dry-run, kdesched.dryRun or $KDESCHED_DRY_RUN) "
+                    "and the event did not ask for one")
+        if self._dry():
+            return self.settings.dry_run_why or "a dry-run deployment"
+        return "the event asked for one (data.dryRun: true)"
+
     def _default_executor(self, dry_run: bool) -> Executor:
         return RecordingExecutor() if dry_run else LiveExecutor(self.client)
 
@@ -651,6 +660,8 @@ class Reactor:
     def _reply(self, trigger: Trigger, body: dict[str, Any], strategies: Sequence[str], coalesced: int,
                triggers: Sequence[Trigger]) -> dict[str, Any]:
         out = {"trigger": trigger.to_json(), "strategies": list(strategies), **body, "coalesced": coalesced}
+        if "dryRun" in body:
+            out["dryRunWhy"] = self._dry_run_why(bool(body["dryRun"]))
         if coalesced > 1:
             out["coalescedTriggers"] = [t.to_json() for t in list(triggers)[:MAX_TRIGGERS_LISTED]]
         return out

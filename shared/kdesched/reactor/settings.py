@@ -91,6 +91,7 @@ class ReactorSettings:
     sweep_interval_seconds: float = 900.0
     history_max_entries: int = 1000
     dry_run: bool = False
+    dry_run_why: str = ""  # what made it a dry run (the policy, the environment, --dry-run); "" when live
     broker_url: str = ""
     safety: SafetySettings = SafetySettings()  # kdesched.policy.safety: resolved per command
 
@@ -229,10 +230,12 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         errors.append(f"{LEASE_NAME_ENV}: must be a DNS subdomain name, got {_show(lease_name)}")
     if len(lease_ns) > 63 or not _DNS_LABEL.match(lease_ns):
         errors.append(f"{LEASE_NAMESPACE_ENV}: must be a namespace name (DNS label), got {_show(lease_ns)}")
+    dry_reasons = ["kdesched.dryRun: true in the policy"] if dry_run else []
     env_dry = env.get(DRY_RUN_ENV, "")
     if env_dry:
         if env_dry.lower() in ("1", "true", "yes", "on"):
             dry_run = True
+            dry_reasons.append(f"${DRY_RUN_ENV}={env_dry}")
         elif env_dry.lower() not in ("0", "false", "no", "off"):
             errors.append(f"{DRY_RUN_ENV}: must be true or false, got {_show(env_dry)}")
     broker = next((env[k] for k in BROKER_ENV if env.get(k)), "")
@@ -245,7 +248,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         lease_duration_seconds=lease_duration, lease_name=lease_name, lease_namespace=lease_ns,
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        broker_url=broker, safety=safety,
+        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety,
     )
 
 
