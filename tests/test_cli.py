@@ -142,3 +142,25 @@ def test_console_script_is_installed() -> None:
     res = subprocess.run([exe, "simulate", SEED, "-o", "json", "-q"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["dryRun"] is True
+
+
+def test_simulate_event_report_says_what_the_event_runs_and_why(capsys: pytest.CaptureFixture[str],
+                                                                tmp_path: Path) -> None:
+    """The event's scope is in the report's notes, not only in the log: a node that is not usable
+    for ordinary pods yet runs nothing, and the JSON says why."""
+    from tests.builders import node_obj, pod_obj
+
+    uninit = node_obj("n3")
+    uninit["spec"]["taints"] = [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
+                                 "effect": "NoSchedule"}]
+    cluster = {"apiVersion": "v1", "kind": "List", "items": [
+        node_obj("n1"), node_obj("n2"), uninit, *[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(3)]]}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(cluster))
+    code, out, _ = run(capsys, "simulate", str(path), "--event", "dev.kdesched.node.added:n3", "-o", "json")
+    notes = json.loads(out)["summary"]["notes"]
+    assert code == 0 and any(n.startswith("event dev.kdesched.node.added on n3 runs nothing: ") and "not usable" in n
+                             for n in notes), notes
+    code, out, _ = run(capsys, "simulate", str(path), "--event", "dev.kdesched.node.added:n2", "-o", "json")
+    notes = json.loads(out)["summary"]["notes"]
+    assert code == 0 and any(n.startswith("event dev.kdesched.node.added on n2 runs LowNodeUtilization") for n in notes)

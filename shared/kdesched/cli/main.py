@@ -246,6 +246,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     log.info("kdesched simulate: dry run (simulate never evicts); clock %s from %s", now.isoformat(), clock_from)
     strategies = nodes = None
     trigger = "simulate"
+    event_note = ""
     if args.event:
         from kdesched.reactor.events import event_policy, scope_for_event
 
@@ -260,7 +261,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         # the event map may name strategies no profile enables: run them as the function would
         policy = event_policy(policy, scope.strategies)
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
-        log.info("event %s on %s runs %s (%s)", etype, node, ", ".join(scope.strategies) or "nothing", scope.reason)
+        event_note = f"event {etype} on {node} runs {', '.join(scope.strategies) or 'nothing'}: {scope.reason}"
+        log.info("%s", event_note)
     else:
         policy = parity_policy(policy)
     safety = _safety(loaded, event_path=bool(args.event))
@@ -268,6 +270,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
         raise InputError(str(exc)) from None
+    if event_note:  # the report says what the event runs and why (a node not usable yet: nothing)
+        from dataclasses import replace
+
+        plan = replace(plan, notes=(event_note, *plan.notes))
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
                           started=started)
     write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
