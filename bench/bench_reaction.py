@@ -35,10 +35,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.realk8s.cluster import Cluster  # noqa: E402 - after the path set-up
-from tests.realk8s.controlplane import ControlPlane, find_binaries  # noqa: E402
-from tests.realk8s.serve_stories import NS, STORIES, Serve, leader, placement, uids, write_file  # noqa: E402
-
+from tests.realk8s.cluster import Cluster
+from tests.realk8s.controlplane import ControlPlane, find_binaries
+from tests.realk8s.serve_stories import NS, STORIES, Serve, leader, placement, uids, write_file
 
 STORIES_EXPECTED = {"scale-out": 1, "recovery": 1, "taint": 2}
 
@@ -53,7 +52,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+                            text=True, check=False).stdout.strip()
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "cpu": model, "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": commit}
 
@@ -140,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"load {info['loadavg']}, commit {info['commit']}")
     if args.baseline:
         base = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
+                              text=True, check=False).stdout.strip()
         print(f"baseline: {args.baseline} at {base}")
     print(f"{'code':9s} {'story':12s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'evictions':>10s} {'expected':>9s}")
     for code, name in [(c, n) for n in stories for c in (("this", "baseline") if args.baseline else ("this",))]:

@@ -53,8 +53,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.generate import generate  # noqa: E402 - after the path set-up
-from tests.realk8s.controlplane import ApiError, ControlPlane, RawApi, find_binaries  # noqa: E402
+from bench.generate import generate
+from tests.realk8s.controlplane import ApiError, ControlPlane, RawApi, find_binaries
 
 UPSTREAM_FLAGS = ("--client-connection-qps", "1000", "--client-connection-burst", "1000")
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -83,7 +83,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+                            text=True, check=False).stdout.strip()
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "cpu": model, "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": commit}
 
@@ -311,7 +311,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def write_seed_policy(path: Path) -> None:
     """The seed articles' policy (kdesched's default policy, its strategies only) as v1alpha2."""
     import yaml
-
     from kdesched.policy.defaults import default_policy
     from kdesched.policy.dump import policy_to_v1alpha2
 

@@ -7,14 +7,14 @@ turn it into records through the real parser, so tests exercise the same path as
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kdesched.model.records import Node, Pod
 from kdesched.model.snapshot import Snapshot
 from kdesched.strategies.framework import ClusterState
 
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
 _uid = itertools.count(1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,7 +46,7 @@ def run_strategy(spec: StrategySpec, args: Any, objects: list[dict[str, Any]], *
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SNAPSHOT_NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)  # when every bundled snapshot was taken
+SNAPSHOT_NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # when every bundled snapshot was taken
 
 
 def registry_of(*modules: ModuleType) -> Registry:

@@ -319,7 +319,7 @@ def test_a_broken_profile_does_not_make_the_event_map_look_wrong(tmp_path: Path,
     assert code == 2 and "thresholds.cpu" in err
     assert "kdesched.events" not in err  # LowNodeUtilization is configured; only its threshold is wrong
     fixed = write(tmp_path, "q.yaml", Path(policy).read_text().replace("cpu: 120", "cpu: 20"))
-    code, out, err = run(capsys, "policy", "validate", fixed)
+    code, _, err = run(capsys, "policy", "validate", fixed)
     assert code == 0, err
     unconfigured = write(tmp_path, "r.yaml", Path(fixed).read_text().replace(
         "node.ready: [LowNodeUtilization]", "node.ready: [HighNodeUtilization]"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kdesched.cli.main import main
+
 from tests.fakeapi import FakeApiServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kdesched.cli.main import build_parser, main
+
 from tests.fakeapi import FakeApiServer
 from tests.test_cli_run import kubeconfig, load_example
 

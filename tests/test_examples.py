@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from kdesched.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -62,7 +61,6 @@ SNAPSHOT_TIME = "2026-11-01T12:00:00Z"  # when every bundled snapshot was taken
 
 def test_every_strategy_has_an_example() -> None:
     import yaml
-
     from kdesched.strategies.registry import default_registry
 
     covered: set[str] = set()

@@ -20,6 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
+from kdesched.reactor import metrics as m
+from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
+from kdesched.reactor.coordination import NodeLocks
+from kdesched.reactor.settings import BROKER_ENV
+
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
@@ -30,10 +35,6 @@ from kdesched_functions.common import (
     create_function_app,
     post_events,
 )
-from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
-from kdesched.reactor.coordination import NodeLocks
-from kdesched.reactor.settings import BROKER_ENV
 
 NAME = "classifier"
 log = logging.getLogger("kdesched.functions.classifier")

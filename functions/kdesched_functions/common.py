@@ -68,9 +68,10 @@ from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.events import RUN_COMPLETED
 from kdesched.reactor.runner import Reactor, RequestError, Trigger
 from kdesched.reactor.settings import ReactorSettings
-from kdesched_functions import Function
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from kdesched_functions import Function
 
 log = logging.getLogger("kdesched.functions")
 

@@ -11,9 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-from kdesched_functions import FUNCTIONS, Function
-from kdesched_functions.common import Incoming, Result, create_function_app, load_runtime, reactor_app, run_completed
 from kdesched.reactor.runner import Reactor
+
+from kdesched_functions import FUNCTIONS, Function
+from kdesched_functions.common import (
+    Incoming,
+    Result,
+    create_function_app,
+    load_runtime,
+    reactor_app,
+    run_completed,
+)
 
 NAME = "manual"
 

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
@@ -208,7 +208,7 @@ def plan_run(
     ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets);
     ``safety`` (resolved for the command) turns on "somewhere to go" and per-workload pacing."""
     registry = registry if registry is not None else default_registry()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     node_sel = parse_selector(policy.node_selector, "nodeSelector") if policy.node_selector else None
     state = ClusterState(snapshot, now, node_sel)
     pods_before = {n.name: len(state.pods_on_node(n.name)) for n in state.nodes}

@@ -102,7 +102,7 @@ def test_slug_rules_match_github() -> None:
 def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
     problems = []
     for number, target in links(page):
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):  # http:, https:, mailto:
             continue
         file_part, _, anchor = target.partition("#")
         dest = (page.parent / file_part).resolve() if file_part else page
@@ -146,7 +146,7 @@ def readme_commands() -> list[str]:
     """The two commands of the README's Quick start, in order."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+    return re.findall(r"```sh\n(.*?)\n```", section, re.DOTALL)
 
 
 def test_quick_start_has_the_two_commands_and_ci_runs_the_test_command() -> None:
@@ -180,7 +180,7 @@ def cli_sections() -> tuple[str, dict[str, str]]:
     text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     assert "## Options of each command" in text
     part = text.split("## Options of each command", 1)[1].split("\n## ", 1)[0]
-    pieces = re.split(r"^### (kdesched[^\n]*)$", part, flags=re.M)
+    pieces = re.split(r"^### (kdesched[^\n]*)$", part, flags=re.MULTILINE)
     preamble, sections = pieces[0], dict(zip(pieces[1::2], pieces[2::2]))
     return preamble, {name.strip(): body for name, body in sections.items()}
 

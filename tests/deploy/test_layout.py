@@ -25,7 +25,7 @@ ROOTS = {"kdesched": REPO / "shared" / "kdesched", "kdesched_functions": REPO / 
 def source_modules() -> dict[str, Path]:
     """Every module of the two packages, by the import name its path spells."""
     out: dict[str, Path] = {}
-    for package, root in ROOTS.items():
+    for root in ROOTS.values():
         for path in sorted(root.rglob("*.py")):
             parts = path.relative_to(root.parent).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -92,13 +92,13 @@ def test_editable_install_runs_the_working_tree_and_the_checkers_follow_it(tmp_p
     (site / "zzz_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    where = subprocess.run([python, "-c", "import kdesched, kdesched_functions.common as c; "
-                                          "print(kdesched.__file__); print(c.__file__)"],
+    where = subprocess.run([python, "-c", ("import kdesched, kdesched_functions.common as c; "
+                                           "print(kdesched.__file__); print(c.__file__)")],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [str(ROOTS["kdesched"] / "__init__.py"),
                                     str(ROOTS["kdesched_functions"] / "common.py")]
-    lint = subprocess.run([python, "-c", "import sys; from importlinter.cli import lint_imports_command as c; "
-                                         "sys.exit(c())"], cwd=REPO, env=env, capture_output=True, text=True,
+    lint = subprocess.run([python, "-c", ("import sys; from importlinter.cli import lint_imports_command as c; "
+                                          "sys.exit(c())")], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert lint.returncode == 0 and "0 broken" in lint.stdout, lint.stdout[-3000:] + lint.stderr[-2000:]

@@ -272,6 +272,7 @@ def test_recording_executor_can_skip_metrics() -> None:
     from kdesched.evictor.execute import RecordingExecutor
     from kdesched.evictor.metrics import REGISTRY
     from kdesched.strategies.framework import PlannedEviction
+
     from tests.builders import pod
 
     p = pod("quiet-pod", "node-quiet")

@@ -203,6 +203,7 @@ def test_pod_covered_by_two_pdbs_is_refused_like_the_api_server_would() -> None:
     from kdesched.evictor.defaultevictor import DefaultEvictor
     from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor
     from kdesched.policy.types import DefaultEvictorArgs
+
     from tests.builders import node_obj, pdb_obj, pod_obj, state
 
     st = state([node_obj("a"), node_obj("b"), pod_obj("p", "a", labels={"app": "x", "tier": "web"}),
@@ -218,6 +219,7 @@ def test_pod_covered_by_two_pdbs_is_refused_like_the_api_server_would() -> None:
 def test_min_replicas_counts_a_pod_toward_each_of_its_owners() -> None:
     from kdesched.evictor.defaultevictor import DefaultEvictor
     from kdesched.policy.types import DefaultEvictorArgs
+
     from tests.builders import node_obj, owner, pod_obj, state
 
     two_owners = pod_obj("multi", "b")

@@ -7,6 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from kdesched.kube.errors import Forbidden, Unavailable
+from kdesched.reactor.coordination import LockBusy, ShuttingDown
+from kdesched.reactor.runner import RequestError
 from kdesched_functions.common import (
     Ack,
     HttpError,
@@ -15,9 +18,6 @@ from kdesched_functions.common import (
     create_function_app,
     decode_knative_error,
 )
-from kdesched.kube.errors import Forbidden, Unavailable
-from kdesched.reactor.coordination import LockBusy, ShuttingDown
-from kdesched.reactor.runner import RequestError
 
 from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kdesched.policy.safety import Path, SafetySettings, parse_safety
 
 

@@ -348,7 +348,7 @@ def test_a_burst_of_20_nodes_over_10s_gives_at_most_two_balance_runs(fake_api: F
         t = threading.Thread(target=deliver, args=(story.classifier.observe("add", stored),))
         t.start()
         threads.append(t)
-        quiesce(story, lambda: offered[0] > i)  # delivered, and whatever was due by now has run
+        quiesce(story, lambda i=i: offered[0] > i)  # delivered, and whatever was due by now has run
     story.clock.advance(11)
     for t in threads:
         t.join(timeout=30)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdesched_functions.manual import create_serve_app
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
 from kdesched.kube.lease import LeaseLock
@@ -25,6 +24,7 @@ from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.serve import ReactorServer
 from kdesched.reactor.settings import parse_settings
 from kdesched.reactor.watch import NodeWatcher
+from kdesched_functions.manual import create_serve_app
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

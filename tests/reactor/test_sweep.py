@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kdesched_functions import FUNCTIONS
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.runner import Reactor, RequestError, Trigger, parse_sweep_data
 from kdesched.reactor.settings import parse_settings
+from kdesched_functions import FUNCTIONS
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -90,7 +90,8 @@ def find_binaries(env: Mapping[str, str] | None = None) -> Path | None:
         if unpack.is_file():
             # idempotent: reuses an unpacked cache whose checksums still match (~2 s), else unpacks
             cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdesched-k8s"
-            done = subprocess.run(["bash", str(unpack), str(cache)], capture_output=True, text=True, timeout=300)
+            done = subprocess.run(["bash", str(unpack), str(cache)], capture_output=True, text=True, timeout=300,
+                                  check=False)
             if done.returncode != 0:
                 raise RuntimeError(f"{unpack} failed: {done.stderr.strip() or done.stdout.strip()}")
             out = Path(done.stdout.strip().splitlines()[-1])
@@ -335,7 +336,7 @@ class ControlPlane:
     def ca_file(self) -> Path:
         return self.workdir / "pki" / "serving.crt"
 
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -380,7 +381,7 @@ class ControlPlane:
         with open(log, "ab") as out:
             popen = subprocess.Popen([str(self.bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only, no locks
         return Proc(name, popen, log)
 
     def _pki(self) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def versions(kubeconfig: Path, manifests: str) -> dict[str, str]:
 
 def rendered(install: str) -> str:
     done = subprocess.run(["kubectl", "kustomize", str(INSTALL_DIRS[install])], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kdesched.cli.main import main
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
+
 from tests.realk8s.cluster import Cluster, is_ready
 from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
 

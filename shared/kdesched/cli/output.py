@@ -20,8 +20,7 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
     if not rows:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+    out.writelines("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
 
 
 def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
@@ -68,12 +67,10 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
         for node, before in report.plan.pods_before.items():
             rows.append([node, str(before), str(after.get(node, before))])
         _table(rows, out)
-    for note in report.plan.notes:
-        out.write(f"note: {note}\n")
+    out.writelines(f"note: {note}\n" for note in report.plan.notes)
     safety = report.mode()
     out.write(f"mode: {'kdesched safety defaults' if safety['enabled'] else 'upstream parity'} ({safety['why']})\n")
-    for err in report.plan.errors:
-        out.write(f"error: {err}\n")
+    out.writelines(f"error: {err}\n" for err in report.plan.errors)
     counts = report.counts()
     names = {"dry-run": "would be evicted (dry run)", "evicted": "evicted", "already-gone": "already gone",
              "blocked": "blocked by a PodDisruptionBudget", "failed": "failed",

@@ -206,6 +206,7 @@ def _on_signals(stop: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from kdesched_functions.manual import create_serve_app
+
     from kdesched.kube.client import KubeClient
     from kdesched.kube.errors import ConfigError
     from kdesched.reactor.serve import ReactorServer
@@ -253,8 +254,9 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
 
 
 def cmd_function(args: argparse.Namespace) -> int:
-    from kdesched.kube.errors import ConfigError
     from werkzeug.serving import make_server
+
+    from kdesched.kube.errors import ConfigError
 
     if not args.name:
         raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTIONS)}")

@@ -21,13 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
+
 from kdesched.evictor.metrics import record_eviction, record_paced
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
 from kdesched.strategies.framework import PlannedEviction
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-from tenacity.stop import stop_base
-from tenacity.wait import wait_base
 
 log = logging.getLogger("kdesched.evictor")
 

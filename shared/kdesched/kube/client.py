@@ -22,10 +22,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
 from kdesched.kube.config import (
     ClientLimits,
     Impersonation,
@@ -47,8 +50,6 @@ from kdesched.kube.errors import (
 )
 from kdesched.model.fastload import decode_list_page
 from kdesched.model.records import Pod
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("kdesched.kube")
 
@@ -222,7 +223,7 @@ class KubeClient:
     def close(self) -> None:
         self.api_client.close()
 
-    def __enter__(self) -> KubeClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,10 +21,11 @@ from urllib.parse import quote
 
 import urllib3
 import yaml
-from kdesched.kube.errors import ConfigError, trim
 from kubernetes import config as k8s_config
 from kubernetes.client import Configuration
 from kubernetes.config.config_exception import ConfigException
+
+from kdesched.kube.errors import ConfigError, trim
 
 SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 DEFAULT_KUBECONFIG = "~/.kube/config"

@@ -15,6 +15,6 @@ class ModelError(ValueError):
         self.where = where
         self.message = message
 
-    def within(self, prefix: str) -> "ModelError":
+    def within(self, prefix: str) -> ModelError:
         """The same error, located inside ``prefix`` (e.g. the file and item it came from)."""
         return ModelError(f"{prefix}: {self.where}" if self.where else prefix, self.message)

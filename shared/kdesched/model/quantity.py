@@ -43,7 +43,7 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
+def parse_quantity(value: str | float) -> Fraction:
     """Parse a quantity (``"500m"``, ``"1.5"``, ``"2Gi"``, ``"1e3"``, ``"100M"``, or a number)."""
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
@@ -92,7 +92,7 @@ def ceil_int(value: Fraction) -> int:
 _INT_CACHE: dict[tuple[bool, str], int] = {}
 
 
-def to_resource_int(resource: str, value: str | int | float) -> int:
+def to_resource_int(resource: str, value: str | float) -> int:
     """The integer kdesched keeps for a resource: millicores for ``cpu``, whole units otherwise,
     capped at :data:`INT64_MAX`. A negative amount is a :class:`QuantityError`: the API server
     refuses every negative request, limit, overhead, capacity and allocatable

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.model.errors import ModelError
@@ -37,7 +37,7 @@ def parse_time(value: Any, where: str) -> datetime | None:
     if value in (None, ""):
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     if not isinstance(value, str):
         raise ModelError(where, f"must be an RFC 3339 time, got {value!r}")
     text = value.strip()
@@ -47,7 +47,7 @@ def parse_time(value: Any, where: str) -> datetime | None:
         parsed = datetime.fromisoformat(text)
     except ValueError:
         raise ModelError(where, f"must be an RFC 3339 time, got {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _map(raw: Any, where: str) -> dict[str, str]:
@@ -124,7 +124,7 @@ class Taint:
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "Taint":
+    def from_api(cls, raw: Any, where: str) -> Taint:
         raw = _obj(raw, where)
         key = raw.get("key")
         if not isinstance(key, str) or not key:
@@ -146,7 +146,7 @@ class Toleration:
     effect: str = ""  # empty = every effect
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "Toleration":
+    def from_api(cls, raw: Any, where: str) -> Toleration:
         raw = _obj(raw, where)
         op = raw.get("operator") or "Equal"
         if op not in ("Equal", "Exists", "Lt", "Gt"):
@@ -197,7 +197,7 @@ class NodeSelectorTerm:
         return True
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "NodeSelectorTerm":
+    def from_api(cls, raw: Any, where: str) -> NodeSelectorTerm:
         raw = _obj(raw, where)
         exprs = tuple(
             requirement_from_api(x, f"{where}.matchExpressions[{i}]", NODE_OPERATORS)
@@ -233,7 +233,7 @@ class PodAffinityTerm:
     mismatch_label_keys: tuple[str, ...] = ()
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "PodAffinityTerm":
+    def from_api(cls, raw: Any, where: str) -> PodAffinityTerm:
         raw = _obj(raw, where)
         sel = raw.get("labelSelector")
         nsel = raw.get("namespaceSelector")
@@ -269,7 +269,7 @@ class Affinity:
     pod_anti_affinity_preferred: tuple[WeightedPodAffinityTerm, ...] = ()
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "Affinity | None":
+    def from_api(cls, raw: Any, where: str) -> Affinity | None:
         if not raw:
             return None
         raw = _obj(raw, where)
@@ -320,7 +320,7 @@ class TopologySpreadConstraint:
     match_label_keys: tuple[str, ...] = ()
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "TopologySpreadConstraint":
+    def from_api(cls, raw: Any, where: str) -> TopologySpreadConstraint:
         raw = _obj(raw, where)
         sel = raw.get("labelSelector")
         max_skew = _int(raw.get("maxSkew"), f"{where}.maxSkew", 1)
@@ -370,7 +370,7 @@ class ContainerStatus:
     ready: bool = False
 
     @classmethod
-    def from_api(cls, raw: Any, where: str) -> "ContainerStatus":
+    def from_api(cls, raw: Any, where: str) -> ContainerStatus:
         raw = _obj(raw, where)
         state = _obj(raw.get("state"), f"{where}.state")
         waiting = _obj(state.get("waiting"), f"{where}.state.waiting")
@@ -448,7 +448,7 @@ class Pod:
         return f"Pod({self.key} on {self.node_name or '-'})"
 
     @classmethod
-    def from_api(cls, raw: Any) -> "Pod":
+    def from_api(cls, raw: Any) -> Pod:
         if not isinstance(raw, Mapping):
             raise ModelError("", "a Pod must be an object")
         meta = _obj(raw.get("metadata"), "metadata")
@@ -665,7 +665,7 @@ class Node:
         return f"Node({self.name})"
 
     @classmethod
-    def from_api(cls, raw: Any) -> "Node":
+    def from_api(cls, raw: Any) -> Node:
         if not isinstance(raw, Mapping):
             raise ModelError("", "a Node must be an object")
         meta = _obj(raw.get("metadata"), "metadata")
@@ -705,7 +705,7 @@ class PodDisruptionBudget:
     desired_healthy: int | None = None
 
     @classmethod
-    def from_api(cls, raw: Any) -> "PodDisruptionBudget":
+    def from_api(cls, raw: Any) -> PodDisruptionBudget:
         raw = _obj(raw, "")
         meta = _obj(raw.get("metadata"), "metadata")
         name = _name(meta)
@@ -732,7 +732,7 @@ class PriorityClass:
     value: int
 
     @classmethod
-    def from_api(cls, raw: Any) -> "PriorityClass":
+    def from_api(cls, raw: Any) -> PriorityClass:
         raw = _obj(raw, "")
         name = _name(_obj(raw.get("metadata"), "metadata"))
         value = raw.get("value")
@@ -747,7 +747,7 @@ class Namespace:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_api(cls, raw: Any) -> "Namespace":
+    def from_api(cls, raw: Any) -> Namespace:
         raw = _obj(raw, "")
         meta = _obj(raw.get("metadata"), "metadata")
         name = _name(meta)
@@ -761,7 +761,7 @@ class PersistentVolumeClaim:
     storage_class_name: str  # "" when the claim names no class
 
     @classmethod
-    def from_api(cls, raw: Any) -> "PersistentVolumeClaim":
+    def from_api(cls, raw: Any) -> PersistentVolumeClaim:
         raw = _obj(raw, "")
         meta = _obj(raw.get("metadata"), "metadata")
         name = _name(meta)

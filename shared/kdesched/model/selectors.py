@@ -81,14 +81,14 @@ class LabelSelector:
                 return False
         return True
 
-    def with_labels(self, extra: Mapping[str, str]) -> "LabelSelector":
+    def with_labels(self, extra: Mapping[str, str]) -> LabelSelector:
         """This selector ANDed with ``key=value`` for each item (``matchLabelKeys`` semantics)."""
         if not extra:
             return self
         return LabelSelector(self.match_labels + tuple(sorted(extra.items())), self.match_expressions)
 
     @classmethod
-    def from_api(cls, raw: Any, where: str = "labelSelector") -> "LabelSelector":
+    def from_api(cls, raw: Any, where: str = "labelSelector") -> LabelSelector:
         """Build from API JSON, raising :class:`ModelError` naming ``where`` on bad input."""
         if raw is None:
             return cls()

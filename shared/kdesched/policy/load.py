@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
 from kdesched.model.errors import ModelError
 from kdesched.model.files import read_stdin
 from kdesched.model.selectors import parse_selector

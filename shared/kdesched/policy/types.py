@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from kdesched.model.selectors import LabelSelector
 
@@ -174,19 +174,19 @@ class RemoveFailedPodsArgs:
     label_selector: LabelSelector | None = None
 
 
-PluginArgs = Union[
-    DefaultEvictorArgs,
-    RemoveDuplicatesArgs,
-    LowNodeUtilizationArgs,
-    HighNodeUtilizationArgs,
-    RemovePodsViolatingInterPodAntiAffinityArgs,
-    RemovePodsViolatingNodeAffinityArgs,
-    RemovePodsViolatingNodeTaintsArgs,
-    RemovePodsViolatingTopologySpreadConstraintArgs,
-    RemovePodsHavingTooManyRestartsArgs,
-    PodLifeTimeArgs,
-    RemoveFailedPodsArgs,
-]
+PluginArgs = (
+    DefaultEvictorArgs
+    | RemoveDuplicatesArgs
+    | LowNodeUtilizationArgs
+    | HighNodeUtilizationArgs
+    | RemovePodsViolatingInterPodAntiAffinityArgs
+    | RemovePodsViolatingNodeAffinityArgs
+    | RemovePodsViolatingNodeTaintsArgs
+    | RemovePodsViolatingTopologySpreadConstraintArgs
+    | RemovePodsHavingTooManyRestartsArgs
+    | PodLifeTimeArgs
+    | RemoveFailedPodsArgs
+)
 
 EXTENSION_POINTS = ("deschedule", "balance", "filter", "preEvictionFilter")
 

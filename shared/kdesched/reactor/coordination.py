@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict

@@ -6,8 +6,9 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
-from kdesched.evictor.metrics import REGISTRY
 from prometheus_client import Counter, Gauge
+
+from kdesched.evictor.metrics import REGISTRY
 
 EVENTS = Counter("kdesched_reactor_events_total", "CloudEvents received by a function, by function, type and status.",
                  ["function", "type", "status"], registry=REGISTRY)

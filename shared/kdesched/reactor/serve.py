@@ -36,6 +36,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, ClusterCache
 from kdesched.kube.client import KubeClient
@@ -49,8 +52,6 @@ from kdesched.reactor.events import PING, kinds_needed
 from kdesched.reactor.runner import CachedLoader, Reactor, Trigger
 from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 log = logging.getLogger("kdesched.reactor.serve")
 

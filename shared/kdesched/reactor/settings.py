@@ -93,7 +93,7 @@ class ReactorSettings:
     dry_run: bool = False
     dry_run_why: str = ""  # what made it a dry run (the policy, the environment, --dry-run); "" when live
     broker_url: str = ""
-    safety: SafetySettings = SafetySettings()  # kdesched.policy.safety: resolved per command
+    safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
 
     @classmethod
     def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> ReactorSettings:

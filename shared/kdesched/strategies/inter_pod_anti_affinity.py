@@ -23,8 +23,8 @@ checking a pod is then a dictionary lookup, not a scan of every pod (150,000 pod
 
 from __future__ import annotations
 
-from collections import Counter
 import functools
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -207,12 +207,12 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
             return
 
 
-def _forget(index: "_Index", node: Node, pod: Pod) -> None:
+def _forget(index: _Index, node: Node, pod: Pod) -> None:
     """A planned pod's conflicts disappear: drop it from the index."""
     index.remove(pod, node)
 
 
-def _violators(handle: Handle, node: Node, pods: list[Pod], index: "_Index") -> Iterator[tuple[Pod, str]]:
+def _violators(handle: Handle, node: Node, pods: list[Pod], index: _Index) -> Iterator[tuple[Pod, str]]:
     """The node's pods (lowest priority first) whose own required anti-affinity is violated now;
     lazy, so a pod whose only conflict was just planned away is no longer a violator."""
     for pod in sort_by_priority_low_to_high(pods):

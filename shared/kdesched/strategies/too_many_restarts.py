@@ -71,8 +71,8 @@ def run(args: RemovePodsHavingTooManyRestartsArgs, handle: Handle, nodes: Sequen
         handle.logger.debug("node %s: %d pod(s) with at least %d restarts", node.name, len(candidates), threshold)
         # stable: equal restart counts keep the node's pod order
         candidates.sort(key=lambda item: -item[0])
-        reasons = ((pod, f"{restarts} container restarts on node {node.name}, "
-                         f"threshold podRestartThreshold={threshold}") for restarts, pod in candidates)
+        reasons = ((pod, (f"{restarts} container restarts on node {node.name}, "
+                          f"threshold podRestartThreshold={threshold}")) for restarts, pod in candidates)
         if not evict_node_pods(handle, reasons):
             return
 
