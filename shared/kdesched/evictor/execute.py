@@ -19,16 +19,18 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from kdesched.evictor.metrics import record_eviction, record_paced
-from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
 from kdesched.strategies.framework import PlannedEviction
+
+if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes client
+    from kdesched.kube.client import KubeClient
 
 log = logging.getLogger("kdesched.evictor")
 

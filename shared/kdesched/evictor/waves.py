@@ -21,15 +21,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kdesched.evictor.execute import EvictionOutcome, Executor
 from kdesched.evictor.metrics import mark_workload_below
 from kdesched.evictor.pacing import PacingPlan, Workload, WorkloadStatus, workload_of, workload_status
-from kdesched.kube.client import KubeClient
 from kdesched.model.errors import ModelError
 from kdesched.model.records import Pod
 from kdesched.strategies.framework import PlannedEviction
+
+if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes client
+    from kdesched.kube.client import KubeClient
 
 log = logging.getLogger("kdesched.evictor")
 

@@ -16,16 +16,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import urllib3
 import yaml
-from kubernetes import config as k8s_config
-from kubernetes.client import Configuration
-from kubernetes.config.config_exception import ConfigException
 
 from kdesched.kube.errors import ConfigError, trim
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
 
 SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -228,6 +228,12 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     Order: an explicit ``kubeconfig`` file; else in-cluster when ``KUBERNETES_SERVICE_HOST`` is set;
     else ``$KUBECONFIG`` / ``~/.kube/config``.
     """
+    # imported here, not at module level: the CLI builds its flags from this module, and
+    # ``kdesched simulate`` must not pay ~0.2 s for a client it never uses
+    from kubernetes import config as k8s_config
+    from kubernetes.client import Configuration
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = Configuration()
     configuration.retries = TRANSPORT_RETRIES
     if kubeconfig is None and os.environ.get(SERVICE_HOST_ENV) and context is None:
@@ -260,6 +266,8 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
 
 def host_configuration(url: str) -> Configuration:
     """Plain HTTP, no authentication: for the in-repo fake API server in tests."""
+    from kubernetes.client import Configuration
+
     configuration = Configuration()
     configuration.retries = TRANSPORT_RETRIES
     configuration.host = url.rstrip("/")
