@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,26 +34,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import machine
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, find_binaries
 from tests.realk8s.serve_stories import NS, STORIES, Serve, leader, placement, uids, write_file
 
 STORIES_EXPECTED = {"scale-out": 1, "recovery": 1, "taint": 2}
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "cpu": model, "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": commit}
 
 
 def one_run(cp: ControlPlane, name: str, workdir: Path, policy: Path, timeout: float,

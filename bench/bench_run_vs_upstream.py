@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -54,6 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.generate import generate
+from bench.machine import machine
 from tests.realk8s.controlplane import ApiError, ControlPlane, RawApi, find_binaries
 
 UPSTREAM_FLAGS = ("--client-connection-qps", "1000", "--client-connection-burst", "1000")
@@ -71,21 +71,6 @@ _UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
 _READ = re.compile(r"read the cluster in ([\d.]+)s: (\d+) pods, (\d+) nodes; (\d+) requests, (\d+) bytes")
 _PLAN = re.compile(r"planned in ([\d.]+)s: (\d+) eviction")
 _EVICT = re.compile(r"carried out the plan in ([\d.]+)s: (\d+) requests, (\d+) bytes; requests waited ([\d.]+)s")
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "cpu": model, "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": commit}
 
 
 # --- loading ----------------------------------------------------------------------------------------
