@@ -106,3 +106,16 @@ def kubelet(control_plane: ControlPlane) -> Iterator[Kubelet]:
         errors = list(stand_in.errors)
         control_plane.stop_kubelet()
         assert not errors, f"kubelet stand-in errors: {errors[:5]}"
+
+
+@pytest.fixture(scope="module")
+def compacting(control_plane: ControlPlane) -> Iterator[ControlPlane]:
+    """A second API server without a watch cache whose etcd history is compacted every second:
+    watches go to etcd, and a watch resumed from a resourceVersion older than the last compaction
+    really gets 410 Gone (the kube layer's and the watch cache's re-list tests)."""
+    cp = ControlPlane(control_plane.bin_dir, apiserver_args=["--watch-cache=false", "--etcd-compaction-interval=1s"])
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()

@@ -95,18 +95,6 @@ def test_cache_snapshot_is_the_listed_snapshot_through_changes(control_plane: Co
         cache.close()
 
 
-@pytest.fixture(scope="module")
-def compacting(control_plane: ControlPlane) -> Iterator[ControlPlane]:
-    """A second API server without a watch cache whose etcd history is compacted every second: a
-    watch resumed from a resourceVersion older than the last compaction really gets 410 Gone."""
-    cp = ControlPlane(control_plane.bin_dir, apiserver_args=["--watch-cache=false", "--etcd-compaction-interval=1s"])
-    cp.start()
-    try:
-        yield cp
-    finally:
-        cp.stop()
-
-
 def test_a_real_410_relists_and_keeps_every_change(compacting: ControlPlane) -> None:
     cluster = Cluster(compacting)
     cluster.namespace("gone")

@@ -55,18 +55,6 @@ def test_abandoned_watch_leaves_the_client_usable(kube: KubeClient, cluster: Clu
     assert [n["metadata"]["name"] for n in kube.list_raw("Node").items] == ["n1"]
 
 
-@pytest.fixture(scope="module")
-def compacting(control_plane: ControlPlane) -> Iterator[ControlPlane]:
-    """A second API server without a watch cache whose etcd history is compacted every second:
-    watches go to etcd, and a resourceVersion from before a compaction is really gone (410)."""
-    cp = ControlPlane(control_plane.bin_dir, apiserver_args=["--watch-cache=false", "--etcd-compaction-interval=1s"])
-    cp.start()
-    try:
-        yield cp
-    finally:
-        cp.stop()
-
-
 def test_watch_from_a_compacted_resource_version_is_gone(compacting: ControlPlane) -> None:
     cluster = Cluster(compacting)
     cluster.node("n1")
