@@ -50,5 +50,8 @@ def test_an_error_of_any_list_propagates_and_requests_are_counted(fake_api: Fake
     fake_api.script("GET", "/apis/policy/v1/poddisruptionbudgets", [403])
     with pytest.raises(Forbidden):
         load_live_snapshot(kube, from_cache=True)
-    # all six LISTs were sent at once, each counted once
-    assert kube.stats.requests == len(fake_api.requests("GET")) == 6
+    # the LISTs go out at once; once one fails the ones not started yet are cancelled (a race: how
+    # many went out varies), and every request that did go out is counted exactly once
+    sent = fake_api.requests("GET")
+    assert kube.stats.requests == len(sent) <= 6
+    assert any(r.path == "/apis/policy/v1/poddisruptionbudgets" for r in sent)
