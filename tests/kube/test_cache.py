@@ -12,14 +12,19 @@ from __future__ import annotations
 import dataclasses
 import socket
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kdesched.evictor.pacing import Pacer
 from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.errors import ModelError
 from kdesched.model.snapshot import KINDS, Snapshot
+from kdesched.policy.safety import Safety
+from kdesched.strategies.framework import ClusterState
 
 from bench.generate import generate
 from tests.builders import node_obj, pod_obj
@@ -42,7 +47,21 @@ def view(s: Snapshot) -> dict[str, Any]:
         "namespaces": [(k, fields(v)) for k, v in s.namespaces.items()],
         "pvcs": [(k, fields(v)) for k, v in s.pvcs.items()],
         "notes": s.notes,
+        # what a run derives from the pods (the cache keeps these up to date pod by pod; a
+        # LIST-built snapshot leaves them to the run): read through the run's own accessors
+        "usage": derived_usage(s),
+        "workloads": {k: [p.key for p in v] for k, v in Pacer(SAFETY, ClusterState(s, NOW))._pods_by_key().items()},
     }
+
+
+SAFETY = Safety(True, "test")
+NOW = datetime(2026, 1, 15, tzinfo=UTC)
+
+
+def derived_usage(s: Snapshot) -> dict[str, dict[str, int]]:
+    """Each node's usage as a run reads it (``.get``: an entry at 0 is the same as a missing one)."""
+    state = ClusterState(s, NOW)
+    return {n: {k: v for k, v in state.usage(n).items() if v} for n in sorted({*s.nodes, *s.pods_by_node})}
 
 
 @pytest.fixture
@@ -199,3 +218,29 @@ def test_a_malformed_pod_fails_the_snapshots_that_include_it(
             return False
 
     assert cache.wait_for(healed, 10)
+
+
+@pytest.mark.parametrize("safety", [True, False])
+def test_a_plan_from_the_caches_indexes_is_the_plan_from_computed_ones(safety: bool) -> None:
+    """The usage and workload indexes the cache keeps (Snapshot.build(derived=...)) plan exactly
+    as the ones a run computes itself, also where earlier evictions of the run changed usage."""
+    from kdesched.engine import plan_run
+    from kdesched.kube.cache import _Store, record_key
+    from kdesched.policy.load import load_policy
+
+    objects = [(f"items[{i}]", o) for i, o in enumerate(generate(60, 12, seed=5)["items"])]
+    plain = Snapshot.from_objects(objects)
+    store = _Store("Pod")
+    store.replace({record_key("Pod", p.namespace, p.name): p for p in plain.pods}, {})
+    pods = store.sorted_records()
+    rest = (plain.nodes.values(), pods, plain.pdbs, plain.priority_classes.values(), plain.namespaces.values(),
+            plain.pvcs.values())
+    computed, kept = Snapshot.build(*rest), Snapshot.build(*rest, derived=store.derived())
+    assert computed.node_usage is None and kept.node_usage is not None
+
+    policy = load_policy(str(Path(__file__).resolve().parents[2] / "knative" / "common" / "policy.yaml"))
+    runs = [plan_run(policy, s, now=NOW, safety=Safety(safety, "test")) for s in (computed, kept)]
+    a, b = ([(e.pod.key, e.strategy, e.reason) for e in r.evictions] for r in runs)
+    assert a == b and len(a) > 20
+    assert [(r.pod.key, r.reason) for r in runs[0].refusals] == [(r.pod.key, r.reason) for r in runs[1].refusals]
+    assert runs[0].pacing == runs[1].pacing

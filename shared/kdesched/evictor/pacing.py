@@ -20,11 +20,12 @@ replacement pods that are not Ready yet as unavailable and holds further evictio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdesched.model.records import Node, OwnerRef, Pod, positional_constructor
+from kdesched.model.derived import WorkloadKey, workload_key
+from kdesched.model.records import Node, Pod, positional_constructor
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState
 from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
@@ -32,7 +33,6 @@ from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
 MAX_UNAVAILABLE_ANNOTATION = "kdesched.dev/max-unavailable"
 """Per-workload override, set on the pod template (a count ``"2"`` or a percentage ``"25%"``)."""
 
-TEMPLATE_HASH_LABEL = "pod-template-hash"
 MAX_REASONS_SHOWN = 3
 RESORT_EVERY = 512  # admissions between re-sorting the destinations by free CPU (an estimate either way)
 
@@ -49,35 +49,14 @@ class Workload:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-def controller_ref(pod: Pod) -> OwnerRef | None:
-    """The pod's controller reference (``controller: true``), else its first owner, else None."""
-    for ref in pod.owner_refs:
-        if ref.controller:
-            return ref
-    return pod.owner_refs[0] if pod.owner_refs else None
-
-
 def workload_of(pod: Pod) -> Workload | None:
     """The workload a pod belongs to; None for a bare pod (never grouped with anything).
 
     A ReplicaSet named ``NAME-HASH`` whose pod carries ``pod-template-hash: HASH`` is Deployment
     ``NAME``'s (the Deployment controller's naming rule), so the allowance spans a rollout's old
     and new ReplicaSets. Other owners are grouped by themselves."""
-    key = _workload_key(pod)
+    key = workload_key(pod)
     return None if key is None else _new_workload(*key)
-
-
-def _workload_key(pod: Pod) -> tuple[str, str, str] | None:
-    """:func:`workload_of` as a plain (kind, namespace, name) tuple (hashed in C: the pacer
-    indexes 150,000 pods by it)."""
-    ref = controller_ref(pod)
-    if ref is None:
-        return None
-    if ref.kind == "ReplicaSet":
-        h = pod.labels.get(TEMPLATE_HASH_LABEL, "")
-        if h and ref.name.endswith("-" + h) and len(ref.name) > len(h) + 1:
-            return "Deployment", pod.namespace, ref.name[: -len(h) - 1]
-    return ref.kind or "Owner", pod.namespace, ref.name
 
 
 _new_workload: Callable[[str, str, str], Workload] = positional_constructor(Workload)  # 150,000 calls per run
@@ -177,8 +156,8 @@ class Pacer:
         self.safety = safety
         self.state = state
         self.notes: list[str] = []
-        self._index: dict[Workload, list[Pod]] | None = None
-        self._by_key: dict[tuple[str, str, str], list[Pod]] | None = None
+        self._index: dict[Workload, Sequence[Pod]] | None = None
+        self._by_key: Mapping[WorkloadKey, Sequence[Pod]] | None = None
         self._workloads: dict[Workload, WorkloadPacing] = {}
         self._planned: dict[Workload, int] = {}
         self._steps: dict[int, PacedStep] = {}  # id(pod) -> step
@@ -195,16 +174,21 @@ class Pacer:
         self._static: dict[Any, tuple[int, list[Node], list[tuple[str, str]]]] = {}
 
     # -- workloads -------------------------------------------------------------------------------
-    def pods_of(self, workload: Workload) -> list[Pod]:
-        return self._pods_by_key().get((workload.kind, workload.namespace, workload.name), [])
+    def pods_of(self, workload: Workload) -> Sequence[Pod]:
+        return self._pods_by_key().get((workload.kind, workload.namespace, workload.name), ())
 
-    def _pods_by_key(self) -> dict[tuple[str, str, str], list[Pod]]:
-        """Every grouped pod of the snapshot by workload key (built once, on first use)."""
+    def _pods_by_key(self) -> Mapping[WorkloadKey, Sequence[Pod]]:
+        """Every grouped pod of the snapshot by workload key (the watch cache's, else built once,
+        on first use)."""
         if self._by_key is None:
-            by_key: dict[tuple[str, str, str], list[Pod]] = {}
+            known = self.state.snapshot.workload_pods
+            if known is not None:
+                self._by_key = known
+                return known
+            by_key: dict[WorkloadKey, list[Pod]] = {}
             for p in self.state.snapshot.pods:
                 if p.owner_refs:
-                    key = _workload_key(p)
+                    key = workload_key(p)
                     if key is not None:
                         pods = by_key.get(key)
                         if pods is None:
@@ -213,7 +197,7 @@ class Pacer:
             self._by_key = by_key
         return self._by_key
 
-    def index(self) -> Mapping[Workload, list[Pod]]:
+    def index(self) -> Mapping[Workload, Sequence[Pod]]:
         """Every grouped pod of the snapshot by workload, in snapshot order (built once)."""
         if self._index is None:
             self._index = {_new_workload(*key): pods for key, pods in self._pods_by_key().items()}

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
+from kdesched.model.derived import WorkloadKey, add_pod_usage, empty_usage, workload_key
 from kdesched.model.errors import ModelError
 from kdesched.model.records import (
     Namespace,
@@ -50,7 +51,7 @@ from kdesched.model.records import (
     PodDisruptionBudget,
     PriorityClass,
 )
-from kdesched.model.snapshot import KINDS, Snapshot
+from kdesched.model.snapshot import KINDS, Derived, Snapshot
 
 log = logging.getLogger("kdesched.kube.cache")
 
@@ -123,7 +124,8 @@ class CacheStats:
 
 
 class _Store:
-    """One kind's records by key, with the sorted view (and, for pods, the by-node index)."""
+    """One kind's records by key, with the sorted view; for pods also the indexes a run derives from
+    them (:mod:`kdesched.model.derived`), kept up to date pod by pod so no run recomputes them."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -133,6 +135,10 @@ class _Store:
         self._sorted: tuple[Any, ...] | None = None
         self.by_node: dict[str, dict[str, Pod]] = {}
         self._node_sorted: dict[str, tuple[Pod, ...]] = {}
+        self.usage: dict[str, dict[str, int]] = {}  # node -> its pods' requests (add_pod_usage)
+        self.owner_counts: dict[str, int] = {}  # owner uid -> pods naming it (any node, any phase)
+        self.by_workload: dict[WorkloadKey, dict[str, Pod]] = {}
+        self._workload_sorted: dict[WorkloadKey, tuple[Pod, ...]] = {}
 
     def __len__(self) -> int:
         return len(self.records) + len(self.bad)
@@ -141,12 +147,11 @@ class _Store:
         self.records = records
         self.bad = bad
         self._sorted = None
-        self._node_sorted = {}
-        self.by_node = {}
+        self._node_sorted, self._workload_sorted = {}, {}
+        self.by_node, self.usage, self.owner_counts, self.by_workload = {}, {}, {}, {}
         if self.kind == "Pod":
             for key, pod in records.items():
-                if pod.node_name:
-                    self.by_node.setdefault(pod.node_name, {})[key] = pod
+                self._add_index(key, pod)
         self.synced = True
 
     def clear(self) -> None:
@@ -158,9 +163,8 @@ class _Store:
         self.bad.pop(key, None)
         self.records[key] = record
         self._sorted = None
-        if self.kind == "Pod" and record.node_name:
-            self.by_node.setdefault(record.node_name, {})[key] = record
-            self._node_sorted.pop(record.node_name, None)
+        if self.kind == "Pod":
+            self._add_index(key, record)
 
     def put_bad(self, key: str, node: str, error: ModelError) -> None:
         self.remove(key)
@@ -172,17 +176,57 @@ class _Store:
         if self.records.pop(key, None) is not None:
             self._sorted = None
 
+    def _add_index(self, key: str, pod: Pod) -> None:
+        node = pod.node_name
+        if node:
+            self.by_node.setdefault(node, {})[key] = pod
+            self._node_sorted.pop(node, None)
+            usage = self.usage.get(node)
+            if usage is None:
+                usage = self.usage[node] = empty_usage()
+            add_pod_usage(usage, pod)
+        if pod.owner_refs:
+            counts = self.owner_counts
+            for ref in pod.owner_refs:
+                counts[ref.uid] = counts.get(ref.uid, 0) + 1
+            wkey = workload_key(pod)
+            if wkey is not None:
+                self.by_workload.setdefault(wkey, {})[key] = pod
+                self._workload_sorted.pop(wkey, None)
+
     def _drop_index(self, key: str) -> None:
         if self.kind != "Pod":
             return
         old = self.records.get(key)
-        if old is not None and old.node_name:
-            pods = self.by_node.get(old.node_name)
+        if old is None:
+            return
+        node = old.node_name
+        if node:
+            pods = self.by_node.get(node)
             if pods is not None:
                 pods.pop(key, None)
                 if not pods:
-                    del self.by_node[old.node_name]
-            self._node_sorted.pop(old.node_name, None)
+                    del self.by_node[node]
+                    self.usage.pop(node, None)
+                else:
+                    add_pod_usage(self.usage[node], old, -1)
+            self._node_sorted.pop(node, None)
+        if old.owner_refs:
+            counts = self.owner_counts
+            for ref in old.owner_refs:
+                left = counts.get(ref.uid, 0) - 1
+                if left > 0:
+                    counts[ref.uid] = left
+                else:
+                    counts.pop(ref.uid, None)
+            wkey = workload_key(old)
+            if wkey is not None:
+                members = self.by_workload.get(wkey)
+                if members is not None:
+                    members.pop(key, None)
+                    if not members:
+                        del self.by_workload[wkey]
+                self._workload_sorted.pop(wkey, None)
 
     def sorted_records(self) -> tuple[Any, ...]:
         if self._sorted is None:
@@ -196,6 +240,23 @@ class _Store:
             pods = self.by_node.get(node) or {}
             cached = self._node_sorted[node] = tuple(pods[k] for k in sorted(pods))
         return cached
+
+    def workload_pods(self, wkey: WorkloadKey) -> tuple[Pod, ...]:
+        cached = self._workload_sorted.get(wkey)
+        if cached is None:
+            pods = self.by_workload.get(wkey) or {}
+            cached = self._workload_sorted[wkey] = tuple(pods[k] for k in sorted(pods))
+        return cached
+
+    def derived(self) -> Derived:
+        """The indexes of every pod, as :meth:`Snapshot.build` would compute them from
+        :meth:`sorted_records` (copies: the stores change under the next watch event)."""
+        return Derived(
+            pods_by_node={n: self.node_pods(n) for n in self.by_node},
+            owner_pod_counts=dict(self.owner_counts),
+            node_usage={n: dict(u) for n, u in self.usage.items()},
+            workload_pods={w: self.workload_pods(w) for w in self.by_workload},
+        )
 
     def first_error(self, nodes: Collection[str] | None) -> ModelError | None:
         for node, error in self.bad.values():
@@ -499,6 +560,7 @@ class ClusterCache:
             raise ValueError(f"unsupported kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
         nodes = list(dict.fromkeys(pod_nodes)) if pod_nodes is not None else None
         parts: dict[str, tuple[Any, ...]] = {}
+        derived: Derived | None = None
         with self._lock:
             if self.disabled or not self._synced(include):
                 raise LookupError(f"the watch cache cannot serve {', '.join(include)}: "
@@ -515,12 +577,14 @@ class ClusterCache:
                     parts[kind] = tuple(itertools.chain.from_iterable(store.node_pods(n) for n in nodes))
                 else:
                     parts[kind] = store.sorted_records()
+                    if kind == "Pod":
+                        derived = store.derived()
         all_notes = []
         if nodes is not None and "Pod" in include:
             all_notes.append(f"pods read for {len(nodes)} node(s) only: {', '.join(nodes) or '-'}")
         return Snapshot.build(parts.get("Node", ()), parts.get("Pod", ()), parts.get("PodDisruptionBudget", ()),
                               parts.get("PriorityClass", ()), parts.get("Namespace", ()),
-                              parts.get("PersistentVolumeClaim", ()), [*all_notes, *notes])
+                              parts.get("PersistentVolumeClaim", ()), [*all_notes, *notes], derived=derived)
 
 
 __all__ = ["BYTES_PER_RECORD", "DEFAULT_MAX_OBJECTS", "CacheStats", "ClusterCache", "KindListener", "Reflector",

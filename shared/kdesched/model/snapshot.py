@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kdesched.model.derived import WorkloadKey
 from kdesched.model.errors import ModelError
 from kdesched.model.records import (
     Namespace,
@@ -58,6 +59,16 @@ def _index_pdbs(pdbs_by_namespace: Mapping[str, tuple[PodDisruptionBudget, ...]]
     return index
 
 
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """Pod indexes computed elsewhere (the watch cache) for :meth:`Snapshot.build`."""
+
+    pods_by_node: Mapping[str, tuple[Pod, ...]]
+    owner_pod_counts: Mapping[str, int]
+    node_usage: Mapping[str, Mapping[str, int]]
+    workload_pods: Mapping[WorkloadKey, Sequence[Pod]]
+
+
 KINDS = ("Node", "Pod", "PodDisruptionBudget", "PriorityClass", "Namespace", "PersistentVolumeClaim")
 
 
@@ -78,6 +89,12 @@ class Snapshot:
     pdb_index: PdbIndex = field(default_factory=dict)  # built by build(); see pdbs_for
     taken_at: datetime | None = None
     """When the snapshot was taken, if its file says so (:data:`kdesched.model.files.SNAPSHOT_TIME`)."""
+    node_usage: Mapping[str, Mapping[str, int]] | None = None
+    """Per node, what its non-terminal pods request (:func:`kdesched.model.derived.add_pod_usage`),
+    when the watch cache kept it up to date; None: a run computes it from ``pods_by_node``."""
+    workload_pods: Mapping[WorkloadKey, Sequence[Pod]] | None = None
+    """The pods of each workload (:func:`kdesched.model.derived.workload_key`) in snapshot order,
+    when the watch cache kept them; None: the pacer indexes ``pods`` itself."""
 
     @classmethod
     def build(
@@ -89,18 +106,26 @@ class Snapshot:
         namespaces: Iterable[Namespace] = (),
         pvcs: Iterable[PersistentVolumeClaim] = (),
         notes: Iterable[str] = (),
+        *,
+        derived: Derived | None = None,
     ) -> Snapshot:
+        """``derived``: the pod indexes, already computed from exactly these ``pods`` (the watch
+        cache keeps them up to date); without it they are computed here."""
         node_map: dict[str, Node] = {}
         for n in nodes:
             node_map[n.name] = n
         pod_list = list(pods)
-        by_node: dict[str, list[Pod]] = {}
-        owners: dict[str, int] = {}
-        for p in pod_list:
-            if p.node_name:
-                by_node.setdefault(p.node_name, []).append(p)
-            for ref in p.owner_refs:  # a pod counts toward every owner it names (upstream minReplicas)
-                owners[ref.uid] = owners.get(ref.uid, 0) + 1
+        if derived is not None:
+            by_node_t, owners = derived.pods_by_node, derived.owner_pod_counts
+        else:
+            by_node: dict[str, list[Pod]] = {}
+            counts: dict[str, int] = {}
+            for p in pod_list:
+                if p.node_name:
+                    by_node.setdefault(p.node_name, []).append(p)
+                for ref in p.owner_refs:  # a pod counts toward every owner it names (upstream minReplicas)
+                    counts[ref.uid] = counts.get(ref.uid, 0) + 1
+            by_node_t, owners = {k: tuple(v) for k, v in by_node.items()}, counts
         pdb_list = list(pdbs)
         pdb_ns: dict[str, list[PodDisruptionBudget]] = {}
         for b in pdb_list:
@@ -114,10 +139,12 @@ class Snapshot:
             namespaces={ns.name: ns for ns in namespaces},
             pvcs={(c.namespace, c.name): c for c in pvcs},
             notes=tuple(notes),
-            pods_by_node={k: tuple(v) for k, v in by_node.items()},
+            pods_by_node=by_node_t,
             owner_pod_counts=owners,
             pdbs_by_namespace=pdb_by_ns,
             pdb_index=_index_pdbs(pdb_by_ns),
+            node_usage=derived.node_usage if derived is not None else None,
+            workload_pods=derived.workload_pods if derived is not None else None,
         )
 
     @classmethod

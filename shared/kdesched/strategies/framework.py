@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from kdesched.model.derived import add_pod_usage, empty_usage
 from kdesched.model.records import Node, Pod, add_resources
 from kdesched.model.selectors import LabelSelector
 from kdesched.model.snapshot import Snapshot
@@ -131,11 +132,16 @@ class ClusterState:
         keeps it to sort nodes by free CPU)."""
         cached = self._usage.get(node)
         if cached is None:
-            cached = {"cpu": 0, "memory": 0, "pods": 0}
-            for p in self.snapshot.pods_by_node.get(node, ()):
-                if p.phase not in _TERMINAL_PHASES and id(p) not in self._planned:  # not p.terminal
-                    add_resources(cached, p.requests)
-                    cached["pods"] += 1
+            known = self.snapshot.node_usage
+            if known is not None:  # kept by the watch cache; mark_planned keeps this copy up to date
+                base = known.get(node)
+                cached = dict(base) if base is not None else empty_usage()
+            else:
+                cached = empty_usage()
+                for p in self.snapshot.pods_by_node.get(node, ()):
+                    if p.phase not in _TERMINAL_PHASES and id(p) not in self._planned:  # not p.terminal
+                        add_resources(cached, p.requests)
+                        cached["pods"] += 1
             self._usage[node] = cached
         return cached
 
@@ -154,10 +160,11 @@ class ClusterState:
         for ref in pod.owner_refs:
             self._owner_counts[ref.uid] = self._owner_counts.get(ref.uid, 0) - 1
         usage = self._usage.get(pod.node_name)
-        if usage is not None and not pod.terminal:
-            for k, v in pod.requests.items():
-                usage[k] = usage.get(k, 0) - v
-            usage["pods"] -= 1
+        if usage is None and pod.node_name and self.snapshot.node_usage is not None:
+            self.usage(pod.node_name)  # a copy of the cache's, which still counts this pod
+            usage = self._usage[pod.node_name]
+        if usage is not None:
+            add_pod_usage(usage, pod, -1)  # nothing for a terminal pod
 
 
 class EvictorView(Protocol):

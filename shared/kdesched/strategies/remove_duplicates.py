@@ -142,7 +142,7 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
     listed: list[tuple[str, list[tuple[Pod, _Identity]]]] = []
     for node in nodes:
         first: dict[tuple[str, ...], _Identity] = {}
-        here: list[tuple[Pod, _Identity]] = []
+        entries: list[tuple[Pod, _Identity]] = []
         for pod in state.pods_on_node(node.name):
             refs = pod.owner_refs
             # Cheap checks first; all of them are pure, so the order does not change the result.
@@ -159,22 +159,22 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
                 known = identities[shape] = _Identity(
                     [OwnerKey(ns, r.kind, r.name, images_hash) for r in refs],
                     tuple(sorted(f"{ns}/{r.kind}/{r.name}/{img}" for r in refs for img in images)))
-            here.append((pod, known))
+            entries.append((pod, known))
             other = first.get(known.signature)
             if other is None:
                 first[known.signature] = known
             else:  # a second pod of this signature on this node: both may be duplicates
                 known.wanted = other.wanted = True
-        listed.append((node.name, here))
+        listed.append((node.name, entries))
     wanted = {k for ident in identities.values() if ident.wanted for k in ident.keys}
     for ident in identities.values():
         ident.wanted = ident.wanted or any(k in wanted for k in ident.keys)
 
     # Steps 1-3.
-    for node_name, here in listed:
+    for node_name, entries in listed:
         seen: set[tuple[str, ...]] = set()
         found = 0
-        for pod, known in here:
+        for pod, known in entries:
             if not known.wanted:
                 continue
             if not handle.filter(pod) or not handle.pre_eviction_filter(pod):
