@@ -24,6 +24,9 @@ How (docs/reactor.md, "Warm cache in serve"):
 - Memory is bounded: past ``max_objects`` (all kinds together) the cache says so (log,
   :attr:`ClusterCache.disabled`, ``/readyz`` and ``/metrics``), drops its stores, stops watching
   (except Nodes, when the classifier listens to them) and the caller falls back to per-event LISTs.
+- The Pod store also keeps what a run would otherwise derive from every pod again
+  (:mod:`kdesched.model.derived`: each node's usage, the owner counts, the pods of each workload),
+  updated pod by pod; a full snapshot gets copies of them (:class:`~kdesched.model.snapshot.Derived`).
 - Records are immutable; a snapshot copies the (sorted) lists of records under a short lock, so a
   run never sees a half-applied change. Staleness is the watch lag; the eviction's uid
   precondition (``KubeClient.evict_pod``) refuses a pod that was replaced meanwhile.
@@ -63,9 +66,10 @@ PARSERS: Mapping[str, Callable[[Any], Any]] = {
 CLUSTER_SCOPED = frozenset({"Node", "PriorityClass", "Namespace"})
 
 # Estimated resident bytes per cached record (records plus the store's dict and index entries),
-# measured with tracemalloc on bench/generate.py's clusters (docs/reactor.md, "Warm cache").
+# measured with tracemalloc on bench/generate.py's clusters (docs/reactor.md, "Warm cache"); a
+# pod's share of the usage / owner / workload indexes is ~125 of its 2,725.
 BYTES_PER_RECORD: Mapping[str, int] = {
-    "Pod": 2600, "Node": 1400, "PodDisruptionBudget": 700, "PriorityClass": 250, "Namespace": 450,
+    "Pod": 2725, "Node": 1400, "PodDisruptionBudget": 700, "PriorityClass": 250, "Namespace": 450,
     "PersistentVolumeClaim": 350,
 }
 # All kinds together. 300,000 is twice the Kubernetes scalability limit of 150,000 pods (about
