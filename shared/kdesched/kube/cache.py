@@ -156,6 +156,13 @@ class _Store:
         if self.kind == "Pod":
             for key, pod in records.items():
                 self._add_index(key, pod)
+            # sort once now, so the first run after a (re)list is not the slow one: later changes
+            # re-sort only the nodes and workloads they touch
+            for node in self.by_node:
+                self.node_pods(node)
+            for wkey in self.by_workload:
+                self.workload_pods(wkey)
+        self.sorted_records()
         self.synced = True
 
     def clear(self) -> None:

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from kdesched.model.derived import add_pod_usage, empty_usage
-from kdesched.model.records import Node, Pod, add_resources
+from kdesched.model.derived import TERMINAL_PHASES, add_pod_usage, empty_usage
+from kdesched.model.records import Node, Pod
 from kdesched.model.selectors import LabelSelector
 from kdesched.model.snapshot import Snapshot
 
 log = logging.getLogger("kdesched.strategies")
 
-_TERMINAL_PHASES = ("Succeeded", "Failed")  # Pod.terminal, for the loops that run over every pod
+_TERMINAL_PHASES = TERMINAL_PHASES  # Pod.terminal, for the loops that run over every pod
 
 
 class LimitReached(Exception):
@@ -138,10 +138,10 @@ class ClusterState:
                 cached = dict(base) if base is not None else empty_usage()
             else:
                 cached = empty_usage()
+                planned = self._planned
                 for p in self.snapshot.pods_by_node.get(node, ()):
-                    if p.phase not in _TERMINAL_PHASES and id(p) not in self._planned:  # not p.terminal
-                        add_resources(cached, p.requests)
-                        cached["pods"] += 1
+                    if id(p) not in planned:
+                        add_pod_usage(cached, p)  # nothing for a terminal pod
             self._usage[node] = cached
         return cached
 
