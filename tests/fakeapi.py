@@ -98,6 +98,7 @@ class FakeApiServer:
         self.compacted_rv = 0
         self.journal: list[Request] = []
         self.scripts: dict[tuple[str, str], deque[int | tuple[int, float]]] = {}
+        self.report_remaining = True  # False: LIST pages omit remainingItemCount (as the server may)
         self._bookmarks = 0
         # eviction concurrency: how many eviction requests are being handled at once, the most seen,
         # and an optional gate that holds them until that many are in flight (see gather_evictions)
@@ -389,7 +390,8 @@ class FakeApiServer:
         if limit > 0 and matched > limit:
             last = list(page[-1][0])
             meta["continue"] = base64.urlsafe_b64encode(json.dumps({"after": last, "rv": list_rv}).encode()).decode()
-            meta["remainingItemCount"] = matched - limit
+            if self.report_remaining:
+                meta["remainingItemCount"] = matched - limit
         items = []
         for _, obj in page:
             item = copy.deepcopy(obj)

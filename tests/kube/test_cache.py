@@ -22,6 +22,7 @@ from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.errors import ModelError
+from kdesched.model.records import Pod
 from kdesched.model.snapshot import KINDS, Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.strategies.framework import ClusterState
@@ -81,12 +82,17 @@ def make_cache(kube: KubeClient) -> Iterator[Callable[..., ClusterCache]]:
 
 
 def converges(cache: ClusterCache, kube: KubeClient, pod_nodes: list[str] | None = None, timeout: float = 10) -> None:
-    """Wait (bounded) until the cache's snapshot equals a fresh LIST's; fail with the difference."""
+    """Wait (bounded) until the cache's snapshot equals a fresh LIST's (of the kinds the cache
+    watches); fail with the difference."""
+    kinds = cache.kinds
+
     def same() -> bool:
-        return view(cache.snapshot(pod_nodes)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes))
+        return view(cache.snapshot(pod_nodes, kinds)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes,
+                                                                                 include=kinds))
 
     if not cache.wait_for(same, timeout):
-        assert view(cache.snapshot(pod_nodes)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes))
+        assert view(cache.snapshot(pod_nodes, kinds)) == view(load_live_snapshot(kube, pod_nodes=pod_nodes,
+                                                                                 include=kinds))
 
 
 def test_snapshot_is_the_listed_one_full_and_node_scoped_through_changes(
@@ -192,6 +198,48 @@ def test_past_the_ceiling_the_cache_gives_up_but_keeps_nodes(
     with pytest.raises(LookupError, match="over the ceiling"):
         cache.snapshot()
     assert "LIST per event" in cache.describe()
+
+
+def test_back_under_the_ceiling_the_cache_lists_and_watches_again(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    fake_api.add(node_obj("n1"), *(pod_obj(f"p{i}", "n1") for i in range(6)))  # 7 objects > 6
+    cache = make_cache(kinds=["Node", "Pod"], max_objects=6, recheck_seconds=0.1)
+    assert cache.wait_for(lambda: bool(cache.disabled), 10)
+    assert "counting again every 0.1 s, back on under 4" in cache.describe()
+    before = cache.reflectors["Pod"]
+    # still 7 objects at every count (one LIST of a single object per kind): stays off
+    assert cache.wait_for(lambda: len(fake_api.requests("GET", "/api/v1/pods")) >= 4, 10)
+    counts = [r for r in fake_api.requests("GET", "/api/v1/pods") if r.query.get("limit") == "1"]
+    assert len(counts) >= 2 and cache.disabled and cache.stats().recoveries == 0
+    for i in range(3):  # 4 objects: under 80% of the ceiling (4.8)
+        fake_api.delete("Pod", f"p{i}", "default")
+    assert cache.wait_for(lambda: not cache.disabled and cache.usable(["Node", "Pod"]), 10)
+    assert cache.stats().recoveries == 1
+    converges(cache, kube)
+    # the reflector from before is retired: were it still reading a watch, nothing it read is kept
+    assert before.retired and cache.reflectors["Pod"] is not before
+    cache._put("Pod", "default/ghost", Pod.from_api(pod_obj("ghost", "n1")), before)
+    assert "ghost" not in [p.name for p in cache.snapshot(include=["Node", "Pod"]).pods]
+    fake_api.add(pod_obj("late", "n1"))  # and it watches again
+    converges(cache, kube)
+    assert [p.name for p in cache.snapshot(include=["Node", "Pod"]).pods] == ["late", "p3", "p4", "p5"]
+
+
+def test_a_server_that_does_not_count_leaves_the_cache_off(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache]) -> None:
+    fake_api.report_remaining = False
+    assert kube.count_objects("Pod") == 0
+    fake_api.add(node_obj("n1"), *(pod_obj(f"p{i}", "n1") for i in range(6)))
+    assert kube.count_objects("Node") == 1 and kube.count_objects("Pod") is None
+    cache = make_cache(kinds=["Node", "Pod"], max_objects=6, recheck_seconds=0.1)
+    assert cache.wait_for(lambda: bool(cache.disabled), 10)
+    for i in range(5):
+        fake_api.delete("Pod", f"p{i}", "default")  # 2 objects, but the count of 1 + unknown is unknown
+    fake_api.add(pod_obj("q", "n1"))
+    assert not cache.wait_for(lambda: not cache.disabled, 1.0)
+    fake_api.report_remaining = True
+    assert kube.count_objects("Pod") == 2
+    assert not cache.wait_for(lambda: not cache.disabled, 0.5)  # it stopped counting: off until restarted
 
 
 def test_a_malformed_pod_fails_the_snapshots_that_include_it(

@@ -101,7 +101,8 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                         "LISTing them for every run (default: on; --no-cache LISTs per run)")
     p.add_argument("--cache-max-objects", type=_positive_int, default=None, metavar="N",
                    help=f"ceiling of the watch cache, all kinds together (default {DEFAULT_MAX_OBJECTS_TEXT}); past "
-                        "it the cache is dropped and runs LIST per event, as with --no-cache")
+                        "it the cache is dropped and runs LIST per event, as with --no-cache, until the objects "
+                        "are counted under 80%% of it again (every 15 minutes)")
     from kdesched.cli.main import add_client_limit_flags
 
     add_client_limit_flags(p)

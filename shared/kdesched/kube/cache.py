@@ -24,6 +24,8 @@ How (docs/reactor.md, "Warm cache in serve"):
 - Memory is bounded: past ``max_objects`` (all kinds together) the cache says so (log,
   :attr:`ClusterCache.disabled`, ``/readyz`` and ``/metrics``), drops its stores, stops watching
   (except Nodes, when the classifier listens to them) and the caller falls back to per-event LISTs.
+  Every ``recheck_seconds`` it counts the objects (one LIST of one object per kind and its
+  ``remainingItemCount``); under :data:`RECOVER_FRACTION` of the ceiling it lists and watches again.
 - The Pod store also keeps what a run would otherwise derive from every pod again
   (:mod:`kdesched.model.derived`: each node's usage, the owner counts, the pods of each workload),
   updated pod by pod; a full snapshot gets copies of them (:class:`~kdesched.model.snapshot.Derived`).
@@ -75,6 +77,10 @@ BYTES_PER_RECORD: Mapping[str, int] = {
 # All kinds together. 300,000 is twice the Kubernetes scalability limit of 150,000 pods (about
 # 0.8 GB estimated); past it the cache gives up and runs LIST per event again.
 DEFAULT_MAX_OBJECTS = 300_000
+# Once over the ceiling, the object counts are re-checked this often (one LIST of a single object
+# per kind, its remainingItemCount); under RECOVER_FRACTION of the ceiling the cache lists again.
+DEFAULT_RECHECK_SECONDS = 900.0
+RECOVER_FRACTION = 0.8
 DEFAULT_PAGE_SIZE = 500
 
 
@@ -125,6 +131,7 @@ class CacheStats:
     watch_errors: int
     requests: int
     bytes_read: int
+    recoveries: int = 0  # times it came back under the ceiling after giving up
 
 
 class _Store:
@@ -299,6 +306,7 @@ class Reflector:
         self.resource_version: str | None = None
         self.listeners: list[KindListener] = []
         self.thread: threading.Thread | None = None
+        self.retired = False  # replaced by a new reflector (the cache came back): writes nothing more
 
     def relist(self) -> None:
         """LIST the kind and replace its store (a re-list after 410 too: what the gap deleted goes)."""
@@ -321,7 +329,7 @@ class Reflector:
             except ModelError as exc:
                 bad[key] = (_raw_node(item), exc)
         records = {k: records[k] for k in sorted(records)}  # key order, whatever the server's order
-        self.cache._replace(self.kind, records, bad)
+        self.cache._replace(self.kind, records, bad, self)
         self.resource_version = resource_version
         for listener in self.listeners:
             listener.listed(raws)
@@ -333,15 +341,15 @@ class Reflector:
             log.warning("%s watch: ignoring a %s event for an object without a name", self.kind, etype)
             return
         if etype == "DELETED":
-            self.cache._remove(self.kind, key)
+            self.cache._remove(self.kind, key, self)
         else:
             try:
                 record = _parse(self.kind, key, obj)
             except ModelError as exc:
                 log.warning("%s watch: %s", self.kind, exc)
-                self.cache._put_bad(self.kind, key, _raw_node(obj), exc)
+                self.cache._put_bad(self.kind, key, _raw_node(obj), exc, self)
             else:
-                self.cache._put(self.kind, key, record)
+                self.cache._put(self.kind, key, record, self)
         for listener in self.listeners:
             listener.changed(etype, obj)
 
@@ -367,7 +375,7 @@ class Reflector:
                 close()
 
     def _wanted(self) -> bool:
-        return not self.cache.disabled or bool(self.listeners)
+        return not self.retired and (not self.cache.disabled or bool(self.listeners))
 
     def run(self) -> None:
         backoff = self.cache.backoff_initial
@@ -396,7 +404,8 @@ class ClusterCache:
     def __init__(self, client: KubeClient, *, kinds: Iterable[str] = KINDS,
                  max_objects: int = DEFAULT_MAX_OBJECTS, stop: threading.Event | None = None,
                  watch_timeout_seconds: int = 300, page_size: int | None = None,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0, own_client: bool = True) -> None:
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0, own_client: bool = True,
+                 recheck_seconds: float = DEFAULT_RECHECK_SECONDS) -> None:
         wanted = tuple(dict.fromkeys(kinds))
         unknown = set(wanted) - set(KINDS)
         if unknown:
@@ -414,11 +423,13 @@ class ClusterCache:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.disabled = ""
+        self.recheck_seconds = recheck_seconds  # 0: once over the ceiling, off until restarted
+        self._recheck: threading.Thread | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stores = {k: _Store(k) for k in self.kinds}
         self.reflectors = {k: Reflector(self, k) for k in self.kinds}
-        self._counters = {"lists": 0, "relists_gone": 0, "watch_errors": 0, "watches": 0}
+        self._counters = {"lists": 0, "relists_gone": 0, "watch_errors": 0, "watches": 0, "recoveries": 0}
         self.generation = 0  # bumped on every change (tests wait on it)
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -494,13 +505,16 @@ class ClusterCache:
         client = self.client.stats
         return CacheStats(objects, sum(BYTES_PER_RECORD[k] * n for k, n in objects.items()), synced,
                           tuple(k for k in self.kinds if k not in synced), self.disabled, counters["lists"],
-                          counters["relists_gone"], counters["watch_errors"], client.requests, client.bytes_read)
+                          counters["relists_gone"], counters["watch_errors"], client.requests, client.bytes_read,
+                          counters["recoveries"])
 
     def describe(self) -> str:
         """One line for /readyz and logs."""
         s = self.stats()
         if s.disabled:
-            return f"watch cache off ({s.disabled}): LIST per event"
+            again = (f"; counting again every {self.recheck_seconds:g} s, back on under "
+                     f"{int(RECOVER_FRACTION * self.max_objects)}" if self.recheck_seconds > 0 else "")
+            return f"watch cache off ({s.disabled}): LIST per event{again}"
         if s.unsynced:
             return f"watch cache syncing: not listed yet: {', '.join(s.unsynced)}"
         return (f"watch cache synced: {sum(s.objects.values())} objects "
@@ -518,46 +532,104 @@ class ClusterCache:
         self.generation += 1
         self._changed.notify_all()
 
-    def _replace(self, kind: str, records: dict[str, Any], bad: dict[str, tuple[str, ModelError]]) -> None:
+    def _replace(self, kind: str, records: dict[str, Any], bad: dict[str, tuple[str, ModelError]],
+                 by: Reflector | None = None) -> None:
         with self._lock:
-            if self.disabled and kind != "Node":
+            if (self.disabled and kind != "Node") or (by is not None and by.retired):
                 return
             self._stores[kind].replace(records, bad)
             self._check_ceiling()
             self._bump()
 
-    def _put(self, kind: str, key: str, record: Any) -> None:
+    def _put(self, kind: str, key: str, record: Any, by: Reflector | None = None) -> None:
         with self._lock:
-            if self.disabled and kind != "Node":
+            if (self.disabled and kind != "Node") or (by is not None and by.retired):
                 return
             self._stores[kind].put(key, record)
             self._check_ceiling()
             self._bump()
 
-    def _put_bad(self, kind: str, key: str, node: str, error: ModelError) -> None:
+    def _put_bad(self, kind: str, key: str, node: str, error: ModelError, by: Reflector | None = None) -> None:
         with self._lock:
-            if self.disabled and kind != "Node":
+            if (self.disabled and kind != "Node") or (by is not None and by.retired):
                 return
             self._stores[kind].put_bad(key, node, error)
             self._bump()
 
-    def _remove(self, kind: str, key: str) -> None:
+    def _remove(self, kind: str, key: str, by: Reflector | None = None) -> None:
         with self._lock:
+            if by is not None and by.retired:
+                return
             self._stores[kind].remove(key)
             self._bump()
 
     def _check_ceiling(self) -> None:
-        """Caller holds the lock. Past the ceiling: give up (drop every store but Nodes) for good."""
+        """Caller holds the lock. Past the ceiling: give up (drop every store but Nodes) until the
+        counts are back under :data:`RECOVER_FRACTION` of it (:meth:`_recheck_loop`)."""
         total = self._total()
         if self.disabled or total <= self.max_objects:
             return
         counts = ", ".join(f"{k} {len(s)}" for k, s in self._stores.items() if len(s))
         self.disabled = (f"{total} objects over the ceiling of {self.max_objects} ({counts}); "
                          f"raise --cache-max-objects to keep it")
-        log.warning("watch cache: %s; falling back to a LIST per event", self.disabled)
+        log.warning("watch cache: %s; falling back to a LIST per event%s", self.disabled,
+                    f", counting again every {self.recheck_seconds:g} s" if self.recheck_seconds > 0 else "")
         for kind, store in self._stores.items():
             if kind != "Node":
                 store.clear()
+        if self.recheck_seconds > 0 and (self._recheck is None or not self._recheck.is_alive()):
+            self._recheck = threading.Thread(target=self._recheck_loop, name="kdesched-cache-recheck", daemon=True)
+            self._recheck.start()
+
+    def _recheck_loop(self) -> None:
+        """While off: every ``recheck_seconds``, count the objects (one small LIST per kind); once
+        they are under :data:`RECOVER_FRACTION` of the ceiling, list and watch again. (The margin
+        keeps a cluster hovering at the ceiling from re-listing everything at every check.)"""
+        while not self.stop.wait(self.recheck_seconds):
+            counts: dict[str, int] = {}
+            for kind in self.kinds:
+                try:
+                    n = self.client.count_objects(kind)
+                except Exception as exc:  # noqa: BLE001 - the next check tries again
+                    log.warning("watch cache: counting %s objects failed, trying again in %g s: %s",
+                                kind, self.recheck_seconds, exc)
+                    break
+                if n is None:
+                    log.warning("watch cache: the API server does not say how many %s objects exist "
+                                "(remainingItemCount); the cache stays off until restarted", kind)
+                    return
+                counts[kind] = n
+            else:
+                total = sum(counts.values())
+                if total <= RECOVER_FRACTION * self.max_objects:
+                    self._come_back(total, counts)
+                    return
+                log.info("watch cache: still %d objects (back on under %d); checking again in %g s",
+                         total, int(RECOVER_FRACTION * self.max_objects), self.recheck_seconds)
+
+    def _come_back(self, total: int, counts: Mapping[str, int]) -> None:
+        """List and watch every kind again with fresh reflectors (the old ones, possibly still in a
+        watch, are retired: nothing they read is written any more). A Node reflector that kept
+        running for its listeners keeps running, and its store."""
+        with self._lock:
+            if not self.disabled:
+                return
+            self.disabled = ""
+            for kind, store in self._stores.items():
+                old = self.reflectors[kind]
+                if kind == "Node" and old.listeners and old.thread is not None and old.thread.is_alive():
+                    continue
+                store.clear()
+                old.retired = True
+                fresh = Reflector(self, kind)
+                fresh.listeners = old.listeners
+                self.reflectors[kind] = fresh
+            self._counters["recoveries"] += 1
+            self._bump()
+        log.warning("watch cache: %d objects now (%s), under %d%% of the ceiling of %d: listing and "
+                    "watching again", total, ", ".join(f"{k} {n}" for k, n in counts.items()),
+                    int(RECOVER_FRACTION * 100), self.max_objects)
+        self.start()
 
     # -- reading ---------------------------------------------------------------------------------------
     def snapshot(self, pod_nodes: Collection[str] | None = None, include: Collection[str] = KINDS,

@@ -332,6 +332,19 @@ class KubeClient:
         the watch cache (:mod:`kdesched.kube.cache`) lists each kind through this once."""
         return self._list(kind, None, None, None, page_size, kind == "Pod")
 
+    def count_objects(self, kind: str) -> int | None:
+        """How many objects of ``kind`` exist (cluster-wide), from one LIST of a single object and
+        the list's ``remainingItemCount``; None when the server does not say (it may omit the
+        count, e.g. for some selectors or an older server)."""
+        res = resource_for(kind)
+        items, meta = self._list_page(res.path(None), [("limit", "1")], res.kind, res.group_version, False)
+        if not meta.get("continue"):
+            return len(items)
+        remaining = meta.get("remainingItemCount")
+        if isinstance(remaining, int) and not isinstance(remaining, bool) and remaining >= 0:
+            return len(items) + remaining
+        return None
+
     def list_pages(self, kind: str, *, page_size: int = 500) -> Iterator[list[dict[str, Any]]]:
         """The pages of a LIST of ``kind`` (cluster-wide), one request each, read only as far as the
         caller iterates: for a question the first few objects usually answer (a node-scoped run

@@ -40,7 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kdesched.evictor.metrics import REGISTRY
-from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, ClusterCache
+from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Forbidden, NotFound
 from kdesched.kube.lease import LeaseLock, get_lease
@@ -94,6 +94,8 @@ class _CacheCollector(Collector):
         off = GaugeMetricFamily("kdesched_cache_disabled",
                                 "1 when the watch cache gave up (over its ceiling): runs LIST per event.")
         relists = GaugeMetricFamily("kdesched_cache_relists_gone", "Re-LISTs after a 410 Gone watch, all kinds.")
+        back = GaugeMetricFamily("kdesched_cache_recoveries", "Times the watch cache came back on after giving up "
+                                 f"(its objects fell under {RECOVER_FRACTION:.0%} of the ceiling).")
         read = GaugeMetricFamily("kdesched_cache_read_bytes", "Bytes the watch cache read (LIST pages and WATCH streams).")
         runs = GaugeMetricFamily("kdesched_cache_snapshots", "Run snapshots of kdesched serve, by where they came "
                                  "from: cache (the watch cache) or list (LISTed for the run).", labels=["source"])
@@ -109,8 +111,9 @@ class _CacheCollector(Collector):
             size.add_metric([], stats.bytes_estimate)
             off.add_metric([], 1 if stats.disabled else 0)
             relists.add_metric([], stats.relists_gone)
+            back.add_metric([], stats.recoveries)
             read.add_metric([], stats.bytes_read)
-        return [objects, size, synced, off, relists, read, runs]
+        return [objects, size, synced, off, relists, back, read, runs]
 
 
 CACHE_METRICS = _CacheCollector()
