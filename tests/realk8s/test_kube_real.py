@@ -27,6 +27,21 @@ def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
         yield client
 
 
+# --- counting (the watch cache's re-check after its ceiling) -----------------------------------------
+
+def test_count_objects_reads_the_real_servers_remaining_item_count(kube: KubeClient, cluster: Cluster) -> None:
+    """kube-apiserver v1.24 reports remainingItemCount on a paged LIST from etcd, so the cache can
+    count cheaply before coming back (kube/cache.py, RECOVER_FRACTION)."""
+    assert kube.count_objects("Node") == 0
+    for i in range(5):
+        cluster.node(f"n{i}")
+    cluster.namespace("count-a")
+    assert kube.count_objects("Node") == 5
+    assert kube.count_objects("Namespace") == len(kube.list_raw("Namespace").items)
+    page = list(kube.list_pages("Node", page_size=1))
+    assert len(page) == 5  # one object per page: the count came from the first page alone
+
+
 # --- watch ----------------------------------------------------------------------------------------
 
 def test_watch_backlog_live_changes_and_server_timeout(kube: KubeClient, cluster: Cluster) -> None:
