@@ -11,7 +11,7 @@ For each repeat, and each variant in turn (interleaved, so a drift of the machin
 them): the cluster's pods, PDBs and Events are deleted and re-created exactly as generated
 (``bench/generate.py``: nodes, namespaces, priority classes and PVCs are never changed by a pass
 and stay), then one pass runs as a subprocess. Reported per pass: wall time (process start to
-exit), evictions, the requests and response bytes the API server counted
+exit), evictions (in all and per strategy: upstream's ``"Evicted pod"`` lines, kdesched's report), the requests and response bytes the API server counted
 (``apiserver_request_total`` and ``apiserver_response_sizes`` from its /metrics, before and after:
 only the contender talks to it meanwhile; the eviction handler's own PDB LISTs and PDB status
 writes, which the server counts under the same metrics, are taken out), and for kdesched its own phase split (read / plan /
@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,7 +68,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kdesched-dry": ("--kube-api-qps", "1000", "--kube-api-burst", "1000", "--dry-run"),
 }
 SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
-_UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)')
+_UPSTREAM_EVICTED = re.compile(r'"Evicted pod"(?! in dry run)(?:[^\n]*?strategy="(\w+)")?')
 _READ = re.compile(r"read the cluster in ([\d.]+)s: (\d+) pods, (\d+) nodes; (\d+) requests, (\d+) bytes")
 _PLAN = re.compile(r"planned in ([\d.]+)s: (\d+) eviction")
 _EVICT = re.compile(r"carried out the plan in ([\d.]+)s: (\d+) requests, (\d+) bytes; requests waited ([\d.]+)s")
@@ -212,12 +213,16 @@ def run_variant(name: str, kubeconfig: Path, policy: Path, binary: Path, workdir
                            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
                            "server_cpu_s": round(sum(cpu_seconds(p) for p in server_pids) - server_cpu, 2)}
     if name == "upstream":
-        out["evictions"] = len(_UPSTREAM_EVICTED.findall(stdout + stderr))
+        strategies = _UPSTREAM_EVICTED.findall(stdout + stderr)
+        out["evictions"] = len(strategies)
+        out["by_strategy"] = dict(sorted(Counter(s or "?" for s in strategies).items()))
         return out
     try:
         report = json.loads(stdout)
         out["evictions"] = sum(1 for e in report.get("evictions", []) if e.get("result") == "evicted")
         out["results"] = dict(sorted(report.get("summary", {}).get("results", {}).items()))
+        out["by_strategy"] = dict(sorted(Counter(e.get("strategy") or "?" for e in report.get("evictions", [])
+                                                 if e.get("result") == "evicted").items()))
     except ValueError:
         out["evictions"] = None
     log = stderr
