@@ -11,9 +11,9 @@ For each repeat, and each variant in turn (interleaved, so a drift of the machin
 them): the cluster's pods, PDBs and Events are deleted and re-created exactly as generated
 (``bench/generate.py``: nodes, namespaces, priority classes and PVCs are never changed by a pass
 and stay), then one pass runs as a subprocess. Reported per pass: wall time (process start to
-exit), evictions (in all and per strategy: upstream's ``"Evicted pod"`` lines, kdesched's report), the requests and response bytes the API server counted
-(``apiserver_request_total`` and ``apiserver_response_sizes`` from its /metrics, before and after:
-only the contender talks to it meanwhile; the eviction handler's own PDB LISTs and PDB status
+exit), evictions (in all and per strategy: upstream's ``"Evicted pod"`` lines, kdesched's
+report), the requests and response bytes the API server counted (``apiserver_request_total``
+and ``apiserver_response_sizes`` from its /metrics, before and after: only the contender talks to it meanwhile; the eviction handler's own PDB LISTs and PDB status
 writes, which the server counts under the same metrics, are taken out), and for kdesched its own phase split (read / plan /
 evict, from its log), the seconds its requests waited for the client-side rate limit, and the CPU
 seconds of the contender and of the API server + etcd during the pass (``getrusage`` of the child,
@@ -219,10 +219,10 @@ def run_variant(name: str, kubeconfig: Path, policy: Path, binary: Path, workdir
         return out
     try:
         report = json.loads(stdout)
-        out["evictions"] = sum(1 for e in report.get("evictions", []) if e.get("result") == "evicted")
+        evicted = Counter(e.get("strategy") or "?" for e in report.get("evictions", []) if e.get("result") == "evicted")
+        out["evictions"] = sum(evicted.values())
         out["results"] = dict(sorted(report.get("summary", {}).get("results", {}).items()))
-        out["by_strategy"] = dict(sorted(Counter(e.get("strategy") or "?" for e in report.get("evictions", [])
-                                                 if e.get("result") == "evicted").items()))
+        out["by_strategy"] = dict(sorted(evicted.items()))
     except ValueError:
         out["evictions"] = None
     log = stderr
