@@ -125,6 +125,16 @@ class FakeApiServer:
         self._thread.start()
         return self
 
+    def cut_connections(self) -> None:
+        """Drop every open connection (the watch streams among them); the server keeps listening."""
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def stop(self) -> None:
         """Stop listening and cut every open connection (kept-alive ones and watch streams)."""
         if self._httpd is None:

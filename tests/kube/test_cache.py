@@ -10,7 +10,6 @@ tests/realk8s/test_cache_real.py.
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,15 +127,28 @@ def test_snapshot_is_the_listed_one_full_and_node_scoped_through_changes(
     assert all(r.query.get("allowWatchBookmarks") == "true" for r in watches)
 
 
-def cut_connections(fake_api: FakeApiServer) -> None:
-    """Drop every open connection (the watch streams among them); the server keeps listening."""
-    with fake_api._lock:
-        sockets = list(fake_api._sockets)
-    for sock in sockets:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+def test_a_closed_cache_ends_its_watches_quietly(
+        fake_api: FakeApiServer, kube: KubeClient, make_cache: Callable[..., ClusterCache],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping ``serve`` closes the cache; the watches then in flight end with an error (the
+    connection goes with the client, or the server goes first). That is the stop, not a failure:
+    no "failed, retrying" warning at every shutdown, no watch error counted, and the threads end."""
+    fake_api.add(node_obj("n1"), pod_obj("p0", "n1"))
+    cache = make_cache(watch_timeout_seconds=30)
+    assert cache.wait_synced(10)
+    assert cache.wait_for(lambda: sum(r.query.get("watch") == "true" for r in fake_api.requests("GET"))
+                          >= len(cache.reflectors), 10)  # every kind's watch is in flight
+    errors = cache.stats().watch_errors
+    caplog.set_level("DEBUG", logger="kdesched.kube.cache")
+    cache.close()
+    fake_api.cut_connections()  # the watches in flight end with an error now, not at their timeout
+    for reflector in cache.reflectors.values():
+        assert reflector.thread is not None
+        reflector.thread.join(10)
+        assert not reflector.thread.is_alive(), f"{reflector.kind} reflector still running after close"
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    assert cache.stats().watch_errors == errors
+    assert any("watch ended while stopping" in r.getMessage() for r in caplog.records)
 
 
 def test_watch_cut_mid_stream_then_410_and_5xx_on_the_relist_lose_nothing(
@@ -149,7 +161,7 @@ def test_watch_cut_mid_stream_then_410_and_5xx_on_the_relist_lose_nothing(
 
     # 1. the stream is cut mid-watch: reconnect from the last resourceVersion, nothing missed
     errors = cache.stats().watch_errors
-    cut_connections(fake_api)
+    fake_api.cut_connections()
     fake_api.add(pod_obj("p9", "n2"))
     converges(cache, kube)
     assert cache.stats().watch_errors > errors and cache.stats().relists_gone == 0
@@ -157,7 +169,7 @@ def test_watch_cut_mid_stream_then_410_and_5xx_on_the_relist_lose_nothing(
     # 2. the history is compacted while the watch is down and the re-list fails twice with 5xx:
     #    410 -> re-LIST (after the 5xx) -> the store is replaced, the gap's changes are all there
     fake_api.script("GET", "/api/v1/pods", [500, 410, 503, 500])
-    cut_connections(fake_api)
+    fake_api.cut_connections()
     assert cache.wait_for(lambda: not fake_api.scripts[("GET", "/api/v1/pods")], 20)
     fake_api.delete("Pod", "p1", "default")
     fake_api.add(pod_obj("p10", "n2"))

@@ -143,6 +143,24 @@ def test_watch_follows_bookmarks(fake_api: FakeApiServer, kube: KubeClient) -> N
     assert int(watcher.resource_version or 0) > int(before or 0)
 
 
+def test_a_stopped_node_watch_ends_quietly(fake_api: FakeApiServer, kube: KubeClient,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The watch in flight when serve stops ends with an error (the server or the connection
+    goes): that is the stop, not a "node watch failed, retrying" warning at every shutdown."""
+    fake_api.add(node_obj("n1"))
+    watcher = NodeWatcher(kube, Classifier(), lambda evs: None, watch_timeout_seconds=30, backoff_initial=0.05)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    wait_for(lambda: any(r.query.get("watch") == "true" for r in fake_api.requests("GET", "/api/v1/nodes")))
+    caplog.set_level("DEBUG", logger="kdesched.reactor.watch")
+    watcher.stop.set()
+    fake_api.cut_connections()  # the stream ends mid-response now, not at its timeout
+    thread.join(10)
+    assert not thread.is_alive()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    assert any("node watch ended while stopping" in r.getMessage() for r in caplog.records)
+
+
 def test_sigterm_stops_serve_cleanly(fake_api: FakeApiServer, tmp_path: Path) -> None:
     fake_api.add(node_obj("n1"), node_obj("n2"))
     kubeconfig = tmp_path / "kubeconfig"

@@ -384,6 +384,8 @@ class Reflector:
                 if self.resource_version is None:
                     self.relist()
                     self.cache._count("lists")
+                    if self.cache.stop.is_set():  # closed while listing: no watch to wait out
+                        break
                 self.watch_once()
                 backoff = self.cache.backoff_initial
             except Gone:
@@ -391,6 +393,9 @@ class Reflector:
                 self.cache._count("relists_gone")
                 self.resource_version = None
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
+                if self.cache.stop.is_set():  # closing the cache (and its client) ends the watch
+                    log.debug("%s watch ended while stopping: %s", self.kind, exc)
+                    break
                 self.cache._count("watch_errors")
                 log.warning("%s %s failed, retrying in %.1fs: %s", self.kind,
                             "list" if self.resource_version is None else "watch", backoff, exc)

@@ -76,12 +76,17 @@ class NodeWatcher:
             try:
                 if self.resource_version is None:
                     self.relist()
+                    if self.stop.is_set():  # stopped while listing: no watch to wait out
+                        break
                 self.watch_once()
                 backoff = self.backoff_initial
             except Gone:
                 log.info("watch expired (410 Gone): re-listing nodes")
                 self.resource_version = None
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
+                if self.stop.is_set():  # stopping closed the connection: not a failure to report
+                    log.debug("node watch ended while stopping: %s", exc)
+                    break
                 log.warning("node watch failed, retrying in %.1fs: %s", backoff, exc)
                 self.stop.wait(backoff)
                 backoff = min(self.backoff_max, backoff * 2)
