@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kdesched.reactor.requests import Trigger, parse_run_request
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +45,7 @@ def main() -> int:
     from kdesched.policy.load import load_policy
     from kdesched.reactor import events as ev
     from kdesched.reactor import runner as runner_mod
-    from kdesched.reactor.runner import Reactor, Trigger
+    from kdesched.reactor.runner import Reactor
     from kdesched.reactor.settings import ReactorSettings
 
     from tests.fakeapi import FakeApiServer
@@ -73,7 +75,7 @@ def main() -> int:
                                   loader=lambda _c, _n, _k: snapshot)
                 wall, cpu = time.perf_counter(), time.process_time()
                 out = reactor.run_requested(Trigger(ev.RUN_REQUESTED, f"bench-{time.time()}"),
-                                            {"strategies": STRATEGIES, "dryRun": True})
+                                            parse_run_request({"strategies": STRATEGIES, "dryRun": True}))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 sent = sum(1 for e in out["evictions"] if e.get("result") in ("dry-run", "evicted"))
                 results[name].append((wall, cpu, sent, len(out["blocked"])))

@@ -33,7 +33,8 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.policy.defaults import default_policy
 from kdesched.reactor import events as ev
-from kdesched.reactor.runner import CachedLoader, Reactor, Trigger
+from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
+from kdesched.reactor.runner import CachedLoader, Reactor
 from kdesched.reactor.settings import parse_settings
 
 from bench.generate import generate
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pods = sum(1 for o in items if o.get("kind") == "Pod")
 
         def node_event(r: Reactor, etype: str, data: dict[str, Any]) -> Callable[[], Any]:
-            return lambda: r.node_event(Trigger(etype, "bench", "/bench"), data)
+            return lambda: r.node_event(Trigger(etype, "bench", "/bench"), parse_node_event(data))
 
         def scenarios(r: Reactor, suffix: str) -> list[tuple[str, Callable[[], Any]]]:
             return [
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("node.ready (rebalance: LowNodeUtilization + RemoveDuplicates)" + suffix,
                  node_event(r, ev.NODE_READY, {"node": tainted})),
                 ("sweep / full run (whole default policy)" + suffix,
-                 lambda: r.run_requested(Trigger(ev.PING, "b", "/b"), None)),
+                 lambda: r.run_requested(Trigger(ev.PING, "b", "/b"), parse_sweep_data(None))),
             ]
 
         rows = []

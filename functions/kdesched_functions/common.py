@@ -66,7 +66,8 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import NodeInputError
 from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.events import RUN_COMPLETED
-from kdesched.reactor.runner import Reactor, RequestError, Trigger
+from kdesched.reactor.requests import RequestError, Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -470,7 +471,7 @@ def node_event_handler(reactor: Reactor) -> Handler:
     """rebalance, taints, affinity: the reactor runs the event's scope; reply with the report."""
 
     def handle(incoming: Incoming) -> Result:
-        report = reactor.node_event(incoming.trigger(), incoming.data)
+        report = reactor.node_event(incoming.trigger(), parse_node_event(incoming.data))
         return run_completed(report, report["trigger"]["node"])
 
     return handle

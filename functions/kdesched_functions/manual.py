@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
+from kdesched.reactor.events import PING
+from kdesched.reactor.requests import parse_run_request, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 
 from kdesched_functions import FUNCTIONS, Function
@@ -28,7 +30,8 @@ NAME = "manual"
 
 def manual_handler(reactor: Reactor) -> Any:
     def handle(incoming: Incoming) -> Result:
-        return run_completed(reactor.run_requested(incoming.trigger(), incoming.data))
+        parse = parse_sweep_data if incoming.type == PING else parse_run_request
+        return run_completed(reactor.run_requested(incoming.trigger(), parse(incoming.data)))
 
     return handle
 

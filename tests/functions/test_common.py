@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kdesched.kube.errors import Forbidden, Unavailable
 from kdesched.reactor.coordination import LockBusy, ShuttingDown
-from kdesched.reactor.runner import RequestError
+from kdesched.reactor.requests import RequestError
 from kdesched_functions.common import (
     Ack,
     HttpError,

@@ -19,7 +19,8 @@ import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.classifier import Classifier
-from kdesched.reactor.runner import Reactor, Trigger
+from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
@@ -94,7 +95,7 @@ class Story:
     def deliver(self, events: list[Any]) -> list[Delivery]:
         out = []
         for e in events:
-            report = self.reactor.node_event(Trigger(e.type, e.id, "/story", e.node), dict(e.data))
+            report = self.reactor.node_event(Trigger(e.type, e.id, "/story", e.node), parse_node_event(dict(e.data)))
             out.append(Delivery(e.type, e.node, report))
         self.log.extend(out)
         return out
@@ -141,7 +142,7 @@ def test_the_cluster_is_balanced_until_a_node_becomes_usable(fake_api: FakeApiSe
     # the stories' baseline: a rebalance on this cluster evicts nothing (no underutilised node)
     cluster(fake_api)
     story = Story(fake_api, kube)
-    out = story.reactor.node_event(Trigger(ev.NODE_READY, "baseline"), {"node": "n3"})
+    out = story.reactor.node_event(Trigger(ev.NODE_READY, "baseline"), parse_node_event({"node": "n3"}))
     assert out["strategies"] and out["evictions"] == []
 
 

@@ -12,7 +12,8 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.reactor import events as ev
 from kdesched.reactor.events import kinds_needed
-from kdesched.reactor.runner import Reactor, Trigger, node_local_snapshot
+from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor, node_local_snapshot
 from kdesched.reactor.settings import parse_settings
 
 from tests.builders import NOW, node_obj, pod_obj
@@ -62,7 +63,7 @@ def test_a_taint_event_reads_a_few_nodes_not_the_list(fake_api: FakeApiServer, k
     policy = make_policy(TAINTS, kdesched=block)
     reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="t")
     fake_api.clear_journal()
-    report = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/t"), {"node": "n05"})
+    report = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/t"), parse_node_event({"node": "n05"}))
     assert [e["pod"] for e in report["evictions"]] == ["intolerant"]
     node_reads = [(r.path, r.query.get("limit")) for r in fake_api.requests("GET") if r.path.startswith("/api/v1/nodes")]
     assert node_reads == [("/api/v1/nodes/n05", None), ("/api/v1/nodes", "4")]

@@ -12,7 +12,14 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor import events as ev
 from kdesched.reactor.coordination import LockBusy
-from kdesched.reactor.runner import Reactor, RequestError, Trigger, parse_run_request
+from kdesched.reactor.requests import (
+    RequestError,
+    Trigger,
+    parse_node_event,
+    parse_run_request,
+    parse_sweep_data,
+)
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
@@ -48,8 +55,8 @@ def test_taints_changed_evicts_only_the_intolerant_pod_reading_only_that_node(fa
     # see test_safety_defaults_read_every_pod_to_find_somewhere_to_go)
     r = reactor(kube, {"safety": {"enabled": False}})
     fake_api.clear_journal()
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"taints": []},
-                                                                   "after": {"taints": [TAINT]}})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1", "before": {"taints": []},
+                                                                   "after": {"taints": [TAINT]}}))
     assert evicted(fake_api) == ["intolerant"]
     assert [e["pod"] for e in out["evictions"]] == ["intolerant"] and out["evictions"][0]["result"] == "evicted"
     assert out["trigger"] == {"type": ev.TAINTS_CHANGED, "id": "e1", "node": "n1", "source": "/test"}
@@ -57,14 +64,14 @@ def test_taints_changed_evicts_only_the_intolerant_pod_reading_only_that_node(fa
     pod_lists = [r for r in fake_api.requests("GET") if r.path.endswith("/pods")]
     assert pod_lists and all("spec.nodeName=n1" in str(r.query) for r in pod_lists)
     # a redelivery finds nothing more to do
-    again = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    again = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1"}))
     assert again["evictions"] == [] and evicted(fake_api) == ["intolerant"]
 
 
 def test_dry_run_evicts_nothing(fake_api: FakeApiServer, kube: KubeClient) -> None:
     taint_cluster(fake_api)
     r = reactor(kube, {"dryRun": True})
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert out["dryRun"] is True and [e["result"] for e in out["evictions"]] == ["dry-run"]
     assert evicted(fake_api) == []
 
@@ -73,9 +80,9 @@ def test_cooldown_refuses_a_second_eviction_of_the_same_workload(fake_api: FakeA
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
     fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
     r = reactor(kube)
-    first = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    first = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert [e["pod"] for e in first["evictions"]] == ["web-1"]
-    second = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), {"node": "n2"})
+    second = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
     assert second["evictions"] == []
     assert [b["pod"] for b in second["blocked"]] == ["web-2"] and "cool-down" in second["blocked"][0]["reason"]
     assert evicted(fake_api) == ["web-1"]
@@ -84,10 +91,10 @@ def test_cooldown_refuses_a_second_eviction_of_the_same_workload(fake_api: FakeA
 def test_cooldown_is_shared_through_the_lease(fake_api: FakeApiServer, kube: KubeClient) -> None:
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
     fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
-    reactor(kube).node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    reactor(kube).node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     # another instance (fresh process state) still sees the cool-down
     second = Reactor(reactor(kube).policy, reactor(kube).settings, kube, identity="other-instance")
-    out = second.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), {"node": "n2"})
+    out = second.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
     assert out["evictions"] == [] and "cool-down" in out["blocked"][0]["reason"]
 
 
@@ -95,7 +102,7 @@ def test_rate_limit_blocks_beyond_the_burst(fake_api: FakeApiServer, kube: KubeC
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
     fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(4)])
     r = reactor(kube, {"rateLimits": {"perNode": {"perMinute": 1, "burst": 2}}})
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
     assert all("rate limit" in b["reason"] for b in out["blocked"])
 
@@ -106,7 +113,7 @@ def test_a_node_run_refuses_pod_by_pod_when_the_global_bucket_is_empty(fake_api:
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
     fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(4)])
     r = reactor(kube, {"rateLimits": {"global": {"perMinute": 1, "burst": 2}, "perNode": None}})
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
     assert all("global eviction bucket" in b["reason"] for b in out["blocked"])
 
@@ -119,7 +126,7 @@ def test_a_leased_run_stops_planning_once_the_global_bucket_is_empty(fake_api: F
     fake_api.add(*[pod_obj(f"t{i}", "n1", cpu="100m", owner_name=f"t{i}") for i in range(5)])
     r = reactor(kube, {"rateLimits": {"global": {"perMinute": 1, "burst": 2}, "perNode": None,
                                       "perNamespace": None}})
-    out = r.run_requested(Trigger(ev.PING, "p1"), None)
+    out = r.run_requested(Trigger(ev.PING, "p1"), parse_sweep_data(None))
     assert len(evicted(fake_api)) == 2 == len(out["evictions"])
     assert out["blocked"] == []  # the three other intolerant pods were not planned to be refused
     notes = " | ".join(out["notes"])
@@ -145,7 +152,7 @@ def test_twenty_parallel_ready_deliveries_one_or_two_runs_no_double_eviction(fak
     def deliver(i: int) -> None:
         barrier.wait()
         try:
-            results.append(r.node_event(Trigger(ev.NODE_READY, f"e{i}"), {"node": "n2"}))
+            results.append(r.node_event(Trigger(ev.NODE_READY, f"e{i}"), parse_node_event({"node": "n2"})))
         except BaseException as exc:  # noqa: BLE001 - pragma: no cover - reported below
             errors.append(exc)
 
@@ -167,16 +174,16 @@ def test_balance_run_while_lease_held_elsewhere_is_busy(fake_api: FakeApiServer,
     assert LeaseLock(kube, "kdesched", "kdesched", "another-instance", 60).try_acquire()
     r = reactor(kube)
     with pytest.raises(LockBusy):
-        r.node_event(Trigger(ev.NODE_READY, "e1"), {"node": "n2"})
+        r.node_event(Trigger(ev.NODE_READY, "e1"), parse_node_event({"node": "n2"}))
     with pytest.raises(LockBusy):
-        r.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), {"strategies": ["LowNodeUtilization"]})
+        r.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), parse_run_request({"strategies": ["LowNodeUtilization"]}))
     assert evicted(fake_api) == []
 
 
 def test_node_added_not_ready_waits(fake_api: FakeApiServer, kube: KubeClient) -> None:
     lnu_cluster(fake_api)
     fake_api.add(node_obj("fresh", ready=False))
-    out = reactor(kube).node_event(Trigger(ev.NODE_ADDED, "a1"), {"node": "fresh"})
+    out = reactor(kube).node_event(Trigger(ev.NODE_ADDED, "a1"), parse_node_event({"node": "fresh"}))
     assert "waiting for node.ready" in out["notes"][0] and out["evictions"] == []
     assert evicted(fake_api) == [] and not fake_api.requests("PUT")
 
@@ -184,7 +191,7 @@ def test_node_added_not_ready_waits(fake_api: FakeApiServer, kube: KubeClient) -
 def test_manual_run_with_strategies_and_dry_run(fake_api: FakeApiServer, kube: KubeClient) -> None:
     lnu_cluster(fake_api)
     out = reactor(kube).run_requested(Trigger(ev.RUN_REQUESTED, "m1"),
-                                      {"strategies": ["LowNodeUtilization"], "dryRun": True})
+                                      parse_run_request({"strategies": ["LowNodeUtilization"], "dryRun": True}))
     assert out["dryRun"] and out["evictions"] and evicted(fake_api) == []
     assert {e["strategy"] for e in out["evictions"]} == {"LowNodeUtilization"}
 
@@ -192,23 +199,23 @@ def test_manual_run_with_strategies_and_dry_run(fake_api: FakeApiServer, kube: K
 def test_every_report_says_why_it_is_or_is_not_a_dry_run(fake_api: FakeApiServer, kube: KubeClient) -> None:
     lnu_cluster(fake_api)
     live = reactor(kube)
-    out = live.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), {"strategies": ["LowNodeUtilization"], "dryRun": True})
+    out = live.run_requested(Trigger(ev.RUN_REQUESTED, "m1"), parse_run_request({"strategies": ["LowNodeUtilization"], "dryRun": True}))
     assert out["dryRun"] and out["dryRunWhy"] == "the event asked for one (data.dryRun: true)"
-    out = live.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), {"node": "n1"})
+    out = live.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert not out["dryRun"] and out["dryRunWhy"].startswith("live: ")
     policy_dry = reactor(kube, {"dryRun": True})
-    out = policy_dry.run_requested(Trigger(ev.RUN_REQUESTED, "m2"), {"dryRun": False})
+    out = policy_dry.run_requested(Trigger(ev.RUN_REQUESTED, "m2"), parse_run_request({"dryRun": False}))
     assert out["dryRun"] and out["dryRunWhy"] == "kdesched.dryRun: true in the policy"
     settings = parse_settings({"settleSeconds": 0.05, "leaseWaitSeconds": 0.1}, policy=default_like_policy(),
                               env={"KDESCHED_DRY_RUN": "true"})
     env_dry = Reactor(default_like_policy(), settings, kube, identity="test-instance")
-    out = env_dry.run_requested(Trigger(ev.PING, "p1"), None)
+    out = env_dry.run_requested(Trigger(ev.PING, "p1"), parse_sweep_data(None))
     assert out["dryRun"] and out["dryRunWhy"] == "$KDESCHED_DRY_RUN=true" and evicted(fake_api) == []
 
 
 def test_sweep_runs_whole_policy(fake_api: FakeApiServer, kube: KubeClient) -> None:
     taint_cluster(fake_api)
-    out = reactor(kube).run_requested(Trigger(ev.PING, "p1"), None)
+    out = reactor(kube).run_requested(Trigger(ev.PING, "p1"), parse_sweep_data(None))
     assert "intolerant" in evicted(fake_api)
     assert "RemovePodsViolatingNodeTaints" in out["strategies"]
 
@@ -217,6 +224,9 @@ def test_sweep_runs_whole_policy(fake_api: FakeApiServer, kube: KubeClient) -> N
     ("x", "data"), ({"strategies": "LowNodeUtilization"}, "data.strategies"),
     ({"strategies": ["Nope"]}, "data.strategies"), ({"dryRun": "yes"}, "data.dryRun"),
     ({"nodes": ["Bad Node"]}, "data.nodes"), ({"nodes": "n1"}, "data.nodes"), ({"extra": 1}, "data.extra"),
+    # an empty list is refused, not read as "all" (issue 25); a name must be all of the field
+    ({"strategies": []}, "data.strategies"), ({"nodes": []}, "data.nodes"), ({"nodes": ["src-0\n"]}, "data.nodes"),
+    ({"nodes": ["a..b"]}, "data.nodes"), ({"nodes": ["-a"]}, "data.nodes"),
 ])
 def test_bad_run_requests(data: Any, field: str) -> None:
     with pytest.raises(RequestError) as err:
@@ -237,7 +247,7 @@ def test_safety_defaults_read_every_pod_to_find_somewhere_to_go(fake_api: FakeAp
                  pod_obj("hog", "n2", cpu="800m", owner_name="db"))
     r = reactor(kube)
     fake_api.clear_journal()
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1"}))
     pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
     # the node's pods first (something to evict there?), then every pod
     assert len(pod_lists) == 2 and "spec.nodeName=n1" in pod_lists[0] and "spec.nodeName" not in pod_lists[1]
@@ -257,12 +267,12 @@ def test_node_affinity_reads_every_pod_before_evicting_when_safety_is_off(fake_a
     fake_api.add(pod_obj("picky", "n1", cpu="500m", owner_name="web", affinity=required),
                  pod_obj("hog", "n2", cpu="800m", owner_name="db"))
     r = reactor(kube, {"safety": {"enabled": False}})
-    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e1", "/test"), {"node": "n1", "before": {"tier": "gold"}})
+    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1", "before": {"tier": "gold"}}))
     assert evicted(fake_api) == [] and out["evictions"] == []  # n2, the only gold node, is full
     assert any("fits another node" in n for n in out["notes"])
     # with room on n2 it goes, decided on every pod as well
     fake_api.delete("Pod", "hog", "default")
-    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e2", "/test"), {"node": "n1", "before": {"tier": "gold"}})
+    out = r.node_event(Trigger(ev.LABELS_CHANGED, "e2", "/test"), parse_node_event({"node": "n1", "before": {"tier": "gold"}}))
     assert evicted(fake_api) == ["picky"]
 
 
@@ -280,7 +290,7 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
     r = reactor(kube)  # default cool-downs (300 s): the chain's own evictions do not hold its repeats
     assert (r.paced_recheck_first_seconds, r.paced_recheck_seconds) == (1.0, 10.0)
     r.paced_recheck_first_seconds, r.paced_recheck_seconds = 0.05, 0.2
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1"}))
     assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
                                                                    ("web-7d9f8-b", "paced")]
     assert any("repeated in 0.05s" in n for n in out["notes"])
@@ -309,6 +319,18 @@ def test_safety_defaults_keep_the_node_only_read_when_the_node_has_nothing_to_ev
                  pod_obj("elsewhere", "n2", owner_name="db"))
     r = reactor(kube)
     fake_api.clear_journal()
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), {"node": "n1"})
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1"}))
     pod_lists = [str(q.query) for q in fake_api.requests("GET") if q.path.endswith("/pods")]
     assert out["evictions"] == [] and len(pod_lists) == 1 and "spec.nodeName=n1" in pod_lists[0]
+
+
+@pytest.mark.parametrize("node", ["src-0\n", "src-0\nother", "n1 ", "a..b", "a.-b", "", "x" * 254])
+def test_node_event_names_must_be_whole_dns_subdomains(node: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parse_node_event({"node": node})
+    assert err.value.field == "data.node"
+
+
+def test_node_event_names_that_are_valid() -> None:
+    for node in ("n1", "ip-10-0-0-1.ec2.internal", "a", "x" * 253):
+        assert parse_node_event({"node": node}).node == node

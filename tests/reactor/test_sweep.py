@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
-from kdesched.reactor.runner import Reactor, RequestError, Trigger, parse_sweep_data
+from kdesched.reactor.requests import RequestError, RunRequest, Trigger, parse_sweep_data
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 
@@ -49,7 +50,7 @@ def test_ping_dry_run_true_evicts_nothing_and_false_is_a_real_run(tainted: FakeA
 
 
 def test_ping_false_cannot_override_a_dry_run_deployment(tainted: FakeApiServer, kube: KubeClient) -> None:
-    out = make(kube, dryRun=True).run_requested(Trigger(ev.PING, "p1"), {"dryRun": False})
+    out = make(kube, dryRun=True).run_requested(Trigger(ev.PING, "p1"), parse_sweep_data({"dryRun": False}))
     assert out["dryRun"] is True and evicted(tainted) == []
 
 
@@ -62,4 +63,4 @@ def test_bad_sweep_data_names_the_field(data: Any, field: str) -> None:
 
 
 def test_no_data_is_a_sweep_of_the_whole_policy() -> None:
-    assert parse_sweep_data(None) is None and parse_sweep_data("") is None and parse_sweep_data({}) is None
+    assert parse_sweep_data(None) == parse_sweep_data("") == parse_sweep_data({}) == RunRequest()

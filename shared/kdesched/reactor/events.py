@@ -59,7 +59,9 @@ TOPOLOGY_STRATEGIES = frozenset({"RemovePodsViolatingTopologySpreadConstraint"})
 WELL_KNOWN_TOPOLOGY_KEYS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname")
 
 RUNNABLE_POINTS = ("deschedule", "balance")
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# a DNS subdomain (RFC 1123), as the API server validates Node names; matched whole (fullmatch:
+# ``$`` would accept a trailing newline)
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class EventScopeError(ValueError):
@@ -203,7 +205,7 @@ def topology_keys(settings_keys: Iterable[str], snapshot: Snapshot | None) -> fr
 def validate_node_name(node: Any) -> str:
     if not isinstance(node, str) or not node:
         raise EventScopeError(f"node: must be a non-empty node name, got {node!r}", "node")
-    if len(node) > 253 or not _NODE_NAME.match(node):
+    if len(node) > 253 or not _NODE_NAME.fullmatch(node):
         raise EventScopeError(f"node: {node!r} is not a valid node name (lowercase DNS subdomain)", "node")
     return node
 

@@ -34,7 +34,6 @@ from kdesched.model.records import Node
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
-from kdesched.policy.plugins import PLUGINS
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -55,7 +54,6 @@ from kdesched.reactor.events import (
     NODE_READY,
     PING,
     RUN_REQUESTED,
-    RUNNABLE_POINTS,
     TAINTS_CHANGED,
     EventScopeError,
     event_policy,
@@ -63,10 +61,10 @@ from kdesched.reactor.events import (
     kinds_needed,
     needs_all_pods,
     scope_for_event,
-    validate_node_name,
 )
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
 from kdesched.reactor.limits import EvictionHistory, RateLimiter, make_gate, owner_uid
+from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.reactor")
@@ -76,27 +74,6 @@ MAX_TRIGGERS_LISTED = 20
 PACED_RECHECK_FIRST_SECONDS = 1.0  # first repeat of a node-scoped run with paced evictions, after it evicted
 PACED_RECHECK_SECONDS = 10.0  # longest delay between repeats: the delay doubles while nothing moves
 PACED_SUFFIX = "/paced"  # trigger id suffix of such a repeat
-
-
-class RequestError(ValueError):
-    """The event can never succeed as sent (HTTP 400): names the bad ``field``."""
-
-    def __init__(self, message: str, field: str = "") -> None:
-        self.field = field
-        super().__init__(message)
-
-
-@dataclass(frozen=True, slots=True)
-class Trigger:
-    """The event that asked for a run."""
-
-    type: str
-    id: str
-    source: str = ""
-    node: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"type": self.type, "id": self.id, "node": self.node, "source": self.source}
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,76 +151,6 @@ class CachedLoader:
         return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
 
 
-def parse_run_request(data: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None, bool | None]:
-    """``run.requested`` data -> (strategies or None for the whole policy, nodes or None, dryRun or None)."""
-    if data is None:
-        return None, None, None
-    if not isinstance(data, Mapping):
-        raise RequestError("data: must be a JSON object", "data")
-    known = ("strategies", "nodes", "dryRun")
-    for key in data:
-        if key not in known:
-            raise RequestError(f"data.{key}: unknown field (known: {', '.join(known)})", f"data.{key}")
-    strategies = data.get("strategies")
-    if strategies is not None:
-        if not isinstance(strategies, list) or not all(isinstance(s, str) for s in strategies):
-            raise RequestError("data.strategies: must be a list of strategy names", "data.strategies")
-        runnable = [n for n, i in PLUGINS.items() if i.extension_points & set(RUNNABLE_POINTS)]
-        for s in strategies:
-            if s not in runnable:
-                raise RequestError(f"data.strategies: unknown strategy {s!r} (known: {', '.join(runnable)})",
-                                   "data.strategies")
-        strategies = tuple(dict.fromkeys(strategies)) or None
-    nodes = data.get("nodes")
-    if nodes is not None:
-        if not isinstance(nodes, list):
-            raise RequestError("data.nodes: must be a list of node names", "data.nodes")
-        for n in nodes:
-            try:
-                validate_node_name(n)
-            except EventScopeError as exc:
-                raise RequestError(f"data.nodes: {exc}", "data.nodes") from None
-        nodes = tuple(dict.fromkeys(nodes)) or None
-    dry_run = data.get("dryRun")
-    if dry_run is not None and not isinstance(dry_run, bool):
-        raise RequestError(f"data.dryRun: must be true or false, got {dry_run!r}", "data.dryRun")
-    return strategies, nodes, dry_run
-
-
-def parse_sweep_data(data: Any) -> bool | None:
-    """The sweep's (PingSource) data -> dryRun or None. The sweep always runs the whole policy; its
-    data may only say ``{"dryRun": true|false}`` (``false`` cannot override a dry-run deployment).
-    A PingSource without data sends none (or an empty string)."""
-    if data is None or data == "" or data == b"":
-        return None
-    if not isinstance(data, Mapping):
-        raise RequestError('data: a sweep takes a JSON object {"dryRun": true|false} or no data', "data")
-    for key in data:
-        if key != "dryRun":
-            raise RequestError(f"data.{key}: unknown field for a sweep (known: dryRun)", f"data.{key}")
-    dry_run = data.get("dryRun")
-    if dry_run is not None and not isinstance(dry_run, bool):
-        raise RequestError(f"data.dryRun: must be true or false, got {dry_run!r}", "data.dryRun")
-    return dry_run
-
-
-def parse_node_event(data: Any) -> tuple[str, frozenset[str] | None]:
-    """A node event's data -> (node, changed label keys or None when unknown)."""
-    if not isinstance(data, Mapping):
-        raise RequestError("data: must be a JSON object with a node field", "data")
-    node = data.get("node")
-    try:
-        validate_node_name(node)
-    except EventScopeError as exc:
-        raise RequestError(f"data.{exc}", "data.node") from None
-    for key in ("before", "after"):
-        if key in data and not isinstance(data[key], Mapping):
-            raise RequestError(f"data.{key}: must be an object", f"data.{key}")
-    before, after = data.get("before") or {}, data.get("after") or {}
-    changed = frozenset(before) | frozenset(after)
-    return str(node), (changed or None)
-
-
 def empty_report(dry_run: bool, note: str) -> dict[str, Any]:
     return {"dryRun": dry_run, "evictions": [], "blocked": [], "durationSeconds": 0.0, "notes": [note],
             "errors": [], "summary": {}}
@@ -293,14 +200,15 @@ class Reactor:
         self._paced_chain: dict[str, tuple[set[str], set[str]]] = {}
 
     # -- public entry points ----------------------------------------------------------------------
-    def node_event(self, trigger: Trigger, data: Any, *, wait: bool = True) -> dict[str, Any]:
-        """A semantic node event (rebalance, taints, affinity functions). ``wait=False`` (``kdesched
-        serve``): a balance event that joins a batch another event opened returns at once with a
-        short ``joined`` report instead of holding the caller's thread until that run ends."""
-        node, changed = parse_node_event(data)
+    def node_event(self, trigger: Trigger, request: NodeEventRequest, *, wait: bool = True) -> dict[str, Any]:
+        """A semantic node event (rebalance, taints, affinity functions), parsed at the edge
+        (:func:`kdesched.reactor.requests.parse_node_event`). ``wait=False`` (``kdesched serve``): a
+        balance event that joins a batch another event opened returns at once with a short
+        ``joined`` report instead of holding the caller's thread until that run ends."""
+        node, changed = request.node, request.changed
         trigger = Trigger(trigger.type, trigger.id, trigger.source, node)
         if trigger.type in (NODE_ADDED, NODE_READY):
-            waiting = self._not_usable(trigger.type, node, data)
+            waiting = self._not_usable(trigger.type, node, request.after)
             if waiting:
                 m.WAITING.labels(trigger.type.removeprefix("dev.kdesched.")).inc()
                 log.info("%s for %s: no run (%s)", trigger.type, node, waiting)
@@ -320,14 +228,14 @@ class Reactor:
             return self._reply_from(trigger, served.result, served.coalesced)
         raise RequestError(f"type: {trigger.type!r} is not a node event", "type")
 
-    def run_requested(self, trigger: Trigger, data: Any) -> dict[str, Any]:
-        """``run.requested`` (manual) or the PingSource sweep (whole policy)."""
-        if trigger.type == PING:
-            strategies, nodes, dry = None, None, parse_sweep_data(data)
-        elif trigger.type == RUN_REQUESTED:
-            strategies, nodes, dry = parse_run_request(data)
-        else:
+    def run_requested(self, trigger: Trigger, request: RunRequest) -> dict[str, Any]:
+        """``run.requested`` (manual) or the PingSource sweep (whole policy), parsed at the edge
+        (:func:`kdesched.reactor.requests.parse_run_request` / ``parse_sweep_data``)."""
+        if trigger.type not in (PING, RUN_REQUESTED):
             raise RequestError(f"type: {trigger.type!r} is not a run request", "type")
+        strategies, nodes, dry = request.strategies, request.nodes, request.dry_run
+        if trigger.type == PING:
+            strategies, nodes = None, None
         try:
             policy = event_policy(self.policy, strategies) if strategies else self.policy
         except EventScopeError as exc:
@@ -611,14 +519,12 @@ class Reactor:
     def _default_executor(self, dry_run: bool) -> Executor:
         return RecordingExecutor() if dry_run else LiveExecutor(self.client)
 
-    def _not_usable(self, etype: str, node: str, data: Any) -> str:
+    def _not_usable(self, etype: str, node: str, after: Mapping[str, Any]) -> str:
         """Why a rebalance trigger runs nothing ("" = it runs): the node is not usable for ordinary
         pods (:mod:`kdesched.reactor.lifecycle`). Decided on the event's own ``after`` when it says
         (the classifier's view at that write: so exactly one event of a node's way to usable runs,
         however late it is delivered); else, for a ``node.added`` without those fields, on the node
         as the API server has it now."""
-        after = data.get("after") if isinstance(data, Mapping) else None
-        after = after if isinstance(after, Mapping) else {}
         usable = after.get("usable")
         if isinstance(usable, bool):
             if usable:

@@ -49,7 +49,8 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
 from kdesched.reactor.events import PING, kinds_needed
-from kdesched.reactor.runner import CachedLoader, Reactor, Trigger
+from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
+from kdesched.reactor.runner import CachedLoader, Reactor
 from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
 
@@ -208,7 +209,7 @@ class ReactorServer:
             try:
                 # wait=False: a balance event joining a queued run frees this worker at once (a burst
                 # of nodes must not hold one thread per node)
-                report = self.reactor.node_event(trigger, dict(e.data), wait=False)
+                report = self.reactor.node_event(trigger, parse_node_event(e.data), wait=False)
                 self._keep(report)
                 if report.get("joined"):
                     log.info("%s on %s: joined the queued balance run", e.type, e.node)
@@ -235,7 +236,8 @@ class ReactorServer:
 
     def sweep_once(self) -> dict[str, Any] | None:
         try:
-            report = self.reactor.run_requested(Trigger(PING, f"sweep-{uuid.uuid4().hex[:12]}", f"{SOURCE}/sweep"), None)
+            report = self.reactor.run_requested(Trigger(PING, f"sweep-{uuid.uuid4().hex[:12]}", f"{SOURCE}/sweep"),
+                                                RunRequest())
         except (LockBusy, ShuttingDown) as exc:
             log.info("sweep skipped: %s", exc)
             return None
