@@ -56,7 +56,7 @@ def main() -> int:
     policy = load_policy(str(POLICY))
     settings = ReactorSettings.from_policy(policy)
 
-    original = runner_mod.Reactor._plan_and_execute
+    original = runner_mod.Reactor._decide_and_execute
 
     def variant(stop: bool) -> Any:
         def plan_and_execute(self: Any, *a: Any, **kw: Any) -> Any:
@@ -70,7 +70,7 @@ def main() -> int:
         client = KubeClient.for_host(fake.url)
         for _ in range(args.repeat):
             for name, stop in (("stop when spent", True), ("plan every candidate", False)):
-                runner_mod.Reactor._plan_and_execute = variant(stop)  # type: ignore[method-assign]
+                runner_mod.Reactor._decide_and_execute = variant(stop)  # type: ignore[method-assign]
                 reactor = Reactor(policy, settings, client, identity=f"bench-{name}",
                                   loader=lambda _c, _n, _k: snapshot)
                 wall, cpu = time.perf_counter(), time.process_time()
@@ -81,7 +81,7 @@ def main() -> int:
                 results[name].append((wall, cpu, sent, len(out["blocked"])))
                 print(f"{name:22s} wall {wall:6.2f}s cpu {cpu:6.2f}s evictions {sent:5d} "
                       f"(+{len(out['evictions']) - sent} paced) refusals listed {len(out['blocked']):6d}", flush=True)
-        runner_mod.Reactor._plan_and_execute = original  # type: ignore[method-assign]
+        runner_mod.Reactor._decide_and_execute = original  # type: ignore[method-assign]
     print(f"\npython {platform.python_version()}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; median of {args.repeat}")
     for name, rows in results.items():

@@ -33,8 +33,9 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.policy.defaults import default_policy
 from kdesched.reactor import events as ev
+from kdesched.reactor.loaders import CachedLoader
 from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
-from kdesched.reactor.runner import CachedLoader, Reactor
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 
 from bench.generate import generate

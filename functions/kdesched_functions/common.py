@@ -369,7 +369,7 @@ class Runtime:
             if cache_enabled():
                 from kdesched.kube.cache import ClusterCache
                 from kdesched.reactor.events import kinds_needed
-                from kdesched.reactor.runner import CachedLoader
+                from kdesched.reactor.loaders import CachedLoader
 
                 # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
                 self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()

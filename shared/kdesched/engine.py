@@ -23,6 +23,7 @@ from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor
+from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.metrics import mark_workload_below, workloads_below
 from kdesched.evictor.pacing import PacedStep, Pacer, PacingPlan, workload_status
 from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor, Refusal
@@ -202,11 +203,13 @@ def plan_run(
     registry: Registry | None = None,
     gate: Gate | None = None,
     safety: Safety | None = None,
+    ledger: Ledger | None = None,
 ) -> RunPlan:
     """Decide a run. ``strategies`` limits which plugins run (None = all enabled in the policy);
     ``nodes`` scopes Deschedule plugins to those nodes (Balance plugins always see every node);
     ``gate`` is an extra admission check applied to every planned eviction (cool-downs, buckets);
-    ``safety`` (resolved for the command) turns on "somewhere to go" and per-workload pacing."""
+    ``safety`` (resolved for the command) turns on "somewhere to go" and per-workload pacing;
+    ``ledger`` (the event path) adds what other runs have in flight to both."""
     registry = registry if registry is not None else default_registry()
     now = now or datetime.now(UTC)
     node_sel = parse_selector(policy.node_selector, "nodeSelector") if policy.node_selector else None
@@ -218,7 +221,7 @@ def plan_run(
     counter = LimitCounter(Limits(policy.max_pods_to_evict_per_node, policy.max_pods_to_evict_per_namespace,
                                   policy.max_pods_to_evict_total))
 
-    pacer = Pacer(safety, state) if safety is not None and safety.enabled else None
+    pacer = Pacer(safety, state, ledger) if safety is not None and safety.enabled else None
 
     def done() -> RunPlan:
         pacing = None

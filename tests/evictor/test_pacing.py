@@ -235,16 +235,18 @@ def test_a_pdb_stricter_than_the_allowance_still_wins() -> None:
     assert len(plan.refusals) == 2 and all("PodDisruptionBudget default/web" in r.reason for r in plan.refusals)
 
 
-def test_evictions_held_for_a_later_wave_do_not_pass_the_gate() -> None:
-    # the reactor's gate spends tokens and cool-downs: only what this run really sends may spend them
-    asked: list[str] = []
+def test_evictions_held_for_a_later_wave_are_marked_held_at_the_gate() -> None:
+    # the reactor's gate spends tokens: only what this run really sends may spend them, so the gate
+    # learns which evictions pacing holds (it still checks their cool-downs)
+    asked: list[tuple[str, str, bool]] = []
 
-    def gate(p: Any) -> None:
-        asked.append(p.name)
+    def gate(p: Any, strategy: str, held: bool) -> None:
+        asked.append((p.name, strategy, held))
 
     plan = plan_run(taints_policy(), snapshot(tainted_cluster()), now=NOW, safety=safety(), gate=gate)
     assert waves(plan) == {"web-7d9f8-0": 0, "web-7d9f8-1": 1, "web-7d9f8-2": 2}
-    assert asked == ["web-7d9f8-0"]
+    taints = "RemovePodsViolatingNodeTaints"
+    assert asked == [("web-7d9f8-0", taints, False), ("web-7d9f8-1", taints, True), ("web-7d9f8-2", taints, True)]
     asked.clear()
     plan_run(taints_policy(), snapshot(tainted_cluster()), now=NOW, gate=gate)  # parity: every eviction
-    assert asked == ["web-7d9f8-0", "web-7d9f8-1", "web-7d9f8-2"]
+    assert [held for _, _, held in asked] == [False, False, False]

@@ -172,7 +172,7 @@ def test_pod_without_uid_is_refused_before_limits() -> None:
 def test_gate_refusal_is_recorded_after_limits() -> None:
     calls: list[str] = []
 
-    def gate(pod: Pod) -> str | None:
+    def gate(pod: Pod, strategy: str, held: bool) -> str | None:
         calls.append(pod.name)
         return "node a is cooling down" if pod.node_name == "a" else None
 

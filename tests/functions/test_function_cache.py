@@ -12,7 +12,7 @@ from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ConfigError
 from kdesched.reactor import events as ev
-from kdesched.reactor.runner import CACHE_NOTE
+from kdesched.reactor.loaders import CACHE_NOTE
 from kdesched.reactor.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 from kdesched_functions.common import CACHE_ENV, cache_enabled

@@ -1,4 +1,4 @@
-"""Coalescing, locks, Lease guard, token buckets and the eviction history, without strategies."""
+"""Coalescing, locks, Lease guard and token buckets, without strategies (the ledger: tests/evictor/test_ledger.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import threading
 from typing import Any
 
 import pytest
-from kdesched.evictor.execute import EvictionOutcome
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor.coordination import (
@@ -16,20 +15,10 @@ from kdesched.reactor.coordination import (
     LockBusy,
     NodeLocks,
     ShuttingDown,
-    read_history,
 )
-from kdesched.reactor.limits import (
-    HISTORY_ANNOTATION,
-    EvictionHistory,
-    RateLimiter,
-    TokenBucket,
-    make_gate,
-    owner_uid,
-)
+from kdesched.reactor.limits import RateLimiter, TokenBucket
 from kdesched.reactor.settings import BucketSettings, RateLimitSettings
-from kdesched.strategies.framework import PlannedEviction
 
-from tests.builders import pod
 from tests.fakeapi import FakeApiServer
 
 
@@ -83,46 +72,6 @@ def test_rate_limiter_peek_does_not_consume() -> None:
 
 
 # --- history -------------------------------------------------------------------------------------
-
-
-def _outcome(p: Any, result: str = "evicted") -> EvictionOutcome:
-    return EvictionOutcome(PlannedEviction(p, p.node_name, "S", "prof", "why"), result, "", 1)
-
-
-def test_history_cooldowns_record_prune_and_round_trip() -> None:
-    p1 = pod("a-1", "n1", owner_name="web")
-    p2 = pod("a-2", "n2", owner_name="web")
-    p3 = pod("b-1", "n1", owner_name="db")
-    h = EvictionHistory()
-    assert h.record([_outcome(p1), _outcome(p3, "blocked")], now=100) == 1
-    assert "workload" in (h.refusal(p2, 200, 300, 0) or "")
-    assert "node n1" in (h.refusal(p3, 200, 0, 300) or "")
-    assert h.refusal(p2, 401, 300, 300) is None
-    again = EvictionHistory.from_annotation(h.to_annotation())
-    assert again.owners == {owner_uid(p1): 100} and again.nodes == {"n1": 100}
-    h.prune(now=500, keep_seconds=300, max_entries=10)
-    assert not h
-
-
-@pytest.mark.parametrize("text", [None, "", "not json", '{"v": 99}', '[1]', '{"v":1,"o":{"x":"bad"},"n":[]}'])
-def test_garbled_history_is_empty(text: str | None) -> None:
-    assert not EvictionHistory.from_annotation(text)
-
-
-def test_history_bounded() -> None:
-    h = EvictionHistory({f"o{i}": float(i) for i in range(50)}, {})
-    h.prune(now=60, keep_seconds=1000, max_entries=10)
-    assert sorted(h.owners) == sorted(f"o{i}" for i in range(40, 50))
-
-
-def test_gate_refuses_with_reasons() -> None:
-    p = pod("a-1", "n1", owner_name="web")
-    h = EvictionHistory({owner_uid(p): 990}, {})
-    gate, refusals = make_gate(h, None, now=1000, workload_seconds=300, node_seconds=0, consume=True)
-    assert "cool-down" in (gate(p) or "") and len(refusals) == 1
-    gate, _ = make_gate(EvictionHistory(), RateLimiter(RateLimitSettings(BucketSettings(1, 1), None, None)),
-                        now=1000, workload_seconds=300, node_seconds=0, consume=True)
-    assert gate(p) is None and "rate limit" in (gate(p) or "")
 
 
 # --- coalescer -----------------------------------------------------------------------------------
@@ -228,24 +177,6 @@ def test_lease_held_by_another_holder_is_busy(fake_api: FakeApiServer, kube: Kub
     with pytest.raises(LockBusy) as err, guard:
         pass
     assert "someone-else" in str(err.value)
-
-
-def test_lease_guard_saves_history_and_keeps_it_across_renew_and_release(fake_api: FakeApiServer,
-                                                                         kube: KubeClient) -> None:
-    p = pod("a-1", "n1", owner_name="web")
-    h = EvictionHistory()
-    h.record([_outcome(p)], now=100)
-    with LeaseGuard(kube, "ops", "kd", "me", duration_seconds=60, wait_seconds=0) as guard:
-        assert not guard.history
-        assert guard.save_history(h)
-        assert guard.lock.renew()
-    lease = fake_api.get("Lease", "kd", "ops")
-    assert lease is not None and HISTORY_ANNOTATION in lease["metadata"]["annotations"]
-    assert not lease["spec"].get("holderIdentity")  # released
-    assert read_history(kube, "ops", "kd").owners == {owner_uid(p): 100}
-    # the next holder sees it
-    with LeaseGuard(kube, "ops", "kd", "other", duration_seconds=60, wait_seconds=0) as guard:
-        assert guard.history.owners == {owner_uid(p): 100}
 
 
 def test_dry_run_clone_spends_a_copy() -> None:

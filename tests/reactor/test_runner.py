@@ -5,6 +5,7 @@ cool-downs hold."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,11 +30,26 @@ from tests.reactor.policies import default_like_policy
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 
 
+STARTED: list[Reactor] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_reactors() -> Iterator[None]:
+    """Paced repeats run on timers: stop every reactor a test made before its fake API server goes."""
+    yield
+    while STARTED:
+        r = STARTED.pop()
+        r.stop.set()
+        r.continuations.cancel_all()
+
+
 def reactor(kube: KubeClient, block: dict[str, Any] | None = None, **kw: Any) -> Reactor:
     block = {"settleSeconds": 0.05, "leaseWaitSeconds": 0.1, **(block or {})}
     policy = default_like_policy(kdesched=block, **kw)
     settings = parse_settings(block, policy=policy, env={})
-    return Reactor(policy, settings, kube, identity="test-instance")
+    r = Reactor(policy, settings, kube, identity="test-instance")
+    STARTED.append(r)
+    return r
 
 
 def evicted(fake: FakeApiServer) -> list[str]:
@@ -76,26 +92,52 @@ def test_dry_run_evicts_nothing(fake_api: FakeApiServer, kube: KubeClient) -> No
     assert evicted(fake_api) == []
 
 
-def test_cooldown_refuses_a_second_eviction_of_the_same_workload(fake_api: FakeApiServer, kube: KubeClient) -> None:
+def test_a_second_taint_joins_the_workloads_move_and_waits_its_wave(fake_api: FakeApiServer,
+                                                                    kube: KubeClient) -> None:
+    """Two nodes of one maintenance: the second run finds the workload's move in progress (its pod
+    existed when the move began), so the cool-down does not hold it; the allowance does (paced)."""
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
     fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
     r = reactor(kube)
     first = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert [e["pod"] for e in first["evictions"]] == ["web-1"]
     second = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
-    assert second["evictions"] == []
-    assert [b["pod"] for b in second["blocked"]] == ["web-2"] and "cool-down" in second["blocked"][0]["reason"]
+    assert [(e["pod"], e["result"]) for e in second["evictions"]] == [("web-2", "paced")]
+    assert "allowance" in second["evictions"][0]["message"] and second["blocked"] == []
     assert evicted(fake_api) == ["web-1"]
 
 
-def test_cooldown_is_shared_through_the_lease(fake_api: FakeApiServer, kube: KubeClient) -> None:
+def test_the_ledger_is_shared_by_instances(fake_api: FakeApiServer, kube: KubeClient) -> None:
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"))
     fake_api.add(pod_obj("web-1", "n1", owner_name="web"), pod_obj("web-2", "n2", owner_name="web"))
     reactor(kube).node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
-    # another instance (fresh process state) still sees the cool-down
-    second = Reactor(reactor(kube).policy, reactor(kube).settings, kube, identity="other-instance")
+    # another instance (fresh process state) sees web-1 in flight through the ledger on the Lease
+    second = reactor(kube)
     out = second.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
-    assert out["evictions"] == [] and "cool-down" in out["blocked"][0]["reason"]
+    assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-2", "paced")]
+    assert evicted(fake_api) == ["web-1"]
+
+
+def test_cooldown_holds_a_workload_against_a_new_trigger_once_its_move_ended(fake_api: FakeApiServer,
+                                                                             kube: KubeClient) -> None:
+    ready = [{"type": "Ready", "status": "True"}]
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake_api.add(pod_obj("web-1", "n1", owner_name="web", conditions=ready),
+                 pod_obj("web-2", "n2", owner_name="web", conditions=ready))
+    r = reactor(kube)
+    first = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
+    assert [e["pod"] for e in first["evictions"]] == ["web-1"]
+    # the replacement is Ready: the move ends (settled by the next run that reads every pod)
+    fake_api.add(pod_obj("web-3", "n3", owner_name="web", conditions=ready))
+    node = fake_api.get("Node", "n2")
+    assert node is not None
+    node["spec"]["taints"] = [TAINT]
+    fake_api.update(node)
+    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
+    assert out["evictions"] == [] and [b["pod"] for b in out["blocked"]] == ["web-2"]
+    assert "cool-down: workload" in out["blocked"][0]["reason"]
+    assert any("held by a cool-down: this run is repeated" in n for n in out["notes"])
+    assert evicted(fake_api) == ["web-1"]
 
 
 def test_rate_limit_blocks_beyond_the_burst(fake_api: FakeApiServer, kube: KubeClient) -> None:
@@ -299,7 +341,7 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
     fake_api.add(web("web-7d9f8-c", "n2", phase="Pending"))
     _time.sleep(1.2)
     assert evicted(fake_api) == ["web-7d9f8-a"]
-    assert r._paced_delay["taints/n1"] == 0.2
+    assert r.continuations.delay("node:n1:RemovePodsViolatingNodeTaints") == 0.2
     replacement = fake_api.get("Pod", "web-7d9f8-c", "default")
     assert replacement is not None
     replacement["status"].update(phase="Running", conditions=ready)

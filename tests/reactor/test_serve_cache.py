@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
-from kdesched.reactor.runner import CACHE_NOTE
+from kdesched.reactor.loaders import CACHE_NOTE
 from kdesched.reactor.serve import ReactorServer
 from kdesched.reactor.settings import parse_settings
 from kdesched_functions.manual import create_serve_app

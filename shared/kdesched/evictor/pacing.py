@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdesched.model.derived import WorkloadKey, workload_key
 from kdesched.model.records import Node, Pod, positional_constructor
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState
 from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
+
+if TYPE_CHECKING:  # the ledger imports this module
+    from kdesched.evictor.ledger import Ledger
 
 MAX_UNAVAILABLE_ANNOTATION = "kdesched.dev/max-unavailable"
 """Per-workload override, set on the pod template (a count ``"2"`` or a percentage ``"25%"``)."""
@@ -90,10 +93,12 @@ class WorkloadStatus:
                 "unavailable": self.unavailable}
 
 
-def workload_status(workload: Workload, pods: Iterable[Pod]) -> WorkloadStatus:
+def workload_status(workload: Workload, pods: Iterable[Pod], not_ready: frozenset[str] = frozenset()) -> WorkloadStatus:
     """Count a workload's pods. Terminal pods do not count. A terminating pod does not count
     either (its ReplicaSet/Job has already created the replacement, which counts until Ready),
-    except for a StatefulSet, whose replacement is created only once the old pod is gone."""
+    except for a StatefulSet, whose replacement is created only once the old pod is gone. Pods
+    whose uid is in ``not_ready`` (admitted for eviction: the disruption ledger's in-flight pods)
+    count as not Ready whatever the snapshot says."""
     expected = ready = 0
     for p in pods:
         if p.terminal:
@@ -101,7 +106,7 @@ def workload_status(workload: Workload, pods: Iterable[Pod]) -> WorkloadStatus:
         if p.terminating and workload.kind != "StatefulSet":
             continue
         expected += 1
-        if pod_ready(p):
+        if pod_ready(p) and p.uid not in not_ready:
             ready += 1
     return WorkloadStatus(workload, expected, ready)
 
@@ -152,9 +157,10 @@ class PacingPlan:
 class Pacer:
     """The planning side: checks destinations and assigns waves, one instance per run."""
 
-    def __init__(self, safety: Safety, state: ClusterState) -> None:
+    def __init__(self, safety: Safety, state: ClusterState, ledger: Ledger | None = None) -> None:
         self.safety = safety
         self.state = state
+        self.ledger = ledger  # what other runs have in flight (kdesched.evictor.ledger)
         self.notes: list[str] = []
         self._index: dict[Workload, Sequence[Pod]] | None = None
         self._by_key: Mapping[WorkloadKey, Sequence[Pod]] | None = None
@@ -172,6 +178,10 @@ class Pacer:
         # pod template (selector, required node affinity, tolerations) -> (order version, the nodes
         # that pass the static checks in the current order, the static failures)
         self._static: dict[Any, tuple[int, list[Node], list[tuple[str, str]]]] = {}
+        if ledger is not None:  # capacity that pods in flight (any run's) will take on their destination
+            for node, reserved in ledger.reservations().items():
+                self._reserved[node] = dict(reserved)
+                self._reserved_cpu[node] = reserved.get("cpu", 0)
 
     # -- workloads -------------------------------------------------------------------------------
     def pods_of(self, workload: Workload) -> Sequence[Pod]:
@@ -207,7 +217,14 @@ class Pacer:
         known = self._workloads.get(workload)
         if known is not None:
             return known
-        status = workload_status(workload, self.pods_of(workload))
+        move = self.ledger.move(f"{workload.kind}/{workload.namespace}/{workload.name}") if self.ledger else None
+        if move is not None and move.inflight:
+            # pods in flight are down whatever the snapshot says, and a workload whose replacement
+            # is not created yet is still short of the pods it had when the move began
+            status = workload_status(workload, self.pods_of(workload), move.inflight_uids())
+            status = WorkloadStatus(workload, max(status.expected, move.expected), status.ready)
+        else:
+            status = workload_status(workload, self.pods_of(workload))
         setting: int | str = self.safety.max_unavailable
         source = "kdesched.safety.maxUnavailable"
         raw = pod.annotations.get(MAX_UNAVAILABLE_ANNOTATION)

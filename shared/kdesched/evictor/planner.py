@@ -103,8 +103,10 @@ def spends_budget(pod: Pod, pdb: PodDisruptionBudget) -> bool:
     return not (current is not None and desired is not None and desired > 0 and current >= desired)
 
 
-Gate = Callable[[Pod], "str | None"]
-"""An extra admission check (the reactor's cool-downs and token buckets): a reason to refuse, or None."""
+Gate = Callable[[Pod, str, bool], "str | None"]
+"""An extra admission check (the reactor's cool-downs and token buckets), called with the pod, the
+strategy that wants it evicted, and whether pacing holds it for a later wave: a reason to refuse,
+or None."""
 
 
 class PlanningEvictor:
@@ -134,11 +136,12 @@ class PlanningEvictor:
             log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
             return False
         self.counter.check(pod)  # raises the limit errors
-        # a paced eviction held for a later wave is not sent in this run: it must not spend the
-        # reactor's cool-downs and tokens (the run that sends it passes the gate then)
-        if self.gate is not None and not (self.pacer is not None and self.pacer.held(pod)):
+        # a paced eviction held for a later wave is not sent in this run: the gate checks its
+        # cool-downs (a held pod continues a move only if it could have started it) but it spends
+        # no tokens (the run that sends it passes the gate again then)
+        if self.gate is not None:
             try:
-                refused = self.gate(pod)
+                refused = self.gate(pod, strategy, self.pacer is not None and self.pacer.held(pod))
             except EvictionBudgetSpent as exc:
                 self.counter.spent = str(exc)  # the engine runs no further strategy
                 raise

@@ -18,8 +18,8 @@ out:
 * :class:`LeaseGuard` (across processes): the ``coordination.k8s.io/v1`` Lease. Balance runs take it
   before deciding and give it up after; a run that finds it held waits ``leaseWaitSeconds`` then
   fails with :class:`LockBusy` (HTTP 429, Knative retries later). While held it is renewed every
-  third of its duration. The Lease also carries the eviction history (an annotation written while
-  holding it), which every instance reads.
+  third of its duration. The Lease also carries the disruption ledger
+  (an annotation every run writes with optimistic concurrency: :mod:`kdesched.reactor.ledger_store`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Self, TypeVar
 
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import Conflict
-from kdesched.kube.lease import LeaseLock, get_lease
-from kdesched.reactor.limits import HISTORY_ANNOTATION, EvictionHistory
+from kdesched.kube.lease import LeaseLock
 
 log = logging.getLogger("kdesched.reactor.coordination")
 
@@ -255,18 +253,10 @@ def default_identity() -> str:
     return f"{base}-{uuid.uuid4().hex[:8]}"
 
 
-def read_history(client: KubeClient, namespace: str, name: str) -> EvictionHistory:
-    """The eviction history as the Lease holds it (empty if there is no Lease yet)."""
-    lease = get_lease(client, namespace, name)
-    annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
-    return EvictionHistory.from_annotation(annotations.get(HISTORY_ANNOTATION))
-
-
 class LeaseGuard:
     """Hold the Lease for the duration of a ``with`` block (after waiting up to ``wait_seconds``).
 
-    On entry: acquire (else :class:`LockBusy`), read the history annotation into ``history`` and
-    start renewing. ``save_history()`` writes the annotation while held. On exit: stop renewing and
+    On entry: acquire (else :class:`LockBusy`) and start renewing. On exit: stop renewing and
     release. A lost Lease (renew failed) sets ``lost``; the runner checks it before evicting.
     """
 
@@ -280,7 +270,6 @@ class LeaseGuard:
         self.wait_seconds = wait_seconds
         self.poll_seconds = poll_seconds
         self.stop = stop or threading.Event()
-        self.history = EvictionHistory()
         self.lost = False
         self._renewer: threading.Thread | None = None
         self._done = threading.Event()
@@ -294,11 +283,6 @@ class LeaseGuard:
                 raise LockBusy(f"Lease {self.namespace}/{self.name} is held by another run "
                                f"({self.lock.holder() or 'unknown holder'}); waited {self.wait_seconds:g}s")
             self.stop.wait(self.poll_seconds)
-        try:
-            self.history = read_history(self.client, self.namespace, self.name)
-        except Exception:
-            self.lock.release()
-            raise
         self._renewer = threading.Thread(target=self._renew_loop, name=f"lease-renew-{self.name}", daemon=True)
         self._renewer.start()
         return self
@@ -313,23 +297,6 @@ class LeaseGuard:
                     return
             except Exception as exc:  # noqa: BLE001 - keep trying until the lease would expire
                 log.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, exc)
-
-    def save_history(self, history: EvictionHistory) -> bool:
-        """Write ``history`` into the Lease annotation (only while we hold it). Retries a lost race
-        with our own renewer a few times."""
-        for _ in range(3):
-            lease = get_lease(self.client, self.namespace, self.name)
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
-                self.lost = True
-                return False
-            meta = dict(lease.get("metadata") or {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), HISTORY_ANNOTATION: history.to_annotation()}
-            try:
-                self.client.replace_raw("Lease", {**lease, "metadata": meta})
-                return True
-            except Conflict:
-                continue
-        return False
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()

@@ -1,35 +1,29 @@
-"""Eviction admission over time: token buckets and the anti-flapping eviction history.
+"""Eviction admission over time: token buckets, and the gate that applies them with the cool-downs.
 
 Why: upstream's limits are per cycle, and an event-driven descheduler has no cycle: twenty events
 in a minute would each get a fresh per-run budget. Token buckets (global, per node, per
-namespace) bound evictions per unit of time, and the eviction history (owner uid -> last eviction,
-node -> last eviction) keeps a cool-down so the next event does not evict a workload's replacement
-pods before the scheduler has placed them (upstream descheduler issues #1712, #994). Both plug
-into the engine's ``gate=`` hook; a refusal is reported in the run report as blocked, with the reason.
-
-The history is persisted as compact JSON in an annotation of the coordination Lease (see
-:mod:`kdesched.reactor.coordination`) so every instance sees it.
+namespace) bound evictions per unit of time, and the cool-downs (workload -> last eviction, node
+-> last eviction, kept in the disruption ledger, :mod:`kdesched.evictor.ledger`) stop the next
+event from evicting a workload's replacement pods before the scheduler has placed them (upstream
+descheduler issues #1712, #994). Both plug into the engine's ``gate=`` hook; a refusal is reported
+in the run report as blocked, with the reason.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from kdesched.evictor.execute import EvictionOutcome
+from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.planner import Gate
 from kdesched.model.records import Pod
 from kdesched.reactor.settings import BucketSettings, RateLimitSettings
 from kdesched.strategies.framework import EvictionBudgetSpent
 
-Clock = Callable[[], float]  # seconds, monotonic for buckets, wall clock (epoch) for history
+Clock = Callable[[], float]  # seconds, monotonic
 
-HISTORY_ANNOTATION = "kdesched.dev/eviction-history"
-HISTORY_VERSION = 1
 
 
 class TokenBucket:
@@ -60,6 +54,11 @@ class TokenBucket:
             self._tokens -= n
             return True
         return False
+
+    def charge(self, n: float = 1.0) -> None:
+        """Take ``n`` tokens whether or not they are there (an eviction admitted elsewhere already
+        happened): the bucket may go below zero, down to ``-burst``, and refills from there."""
+        self._tokens = max(-float(self.burst), self.tokens() - n)
 
     def seconds_until(self, n: float = 1.0) -> float:
         missing = n - self.tokens()
@@ -130,6 +129,16 @@ class RateLimiter:
             return None
 
 
+    def charge(self, node: str, namespace: str) -> None:
+        """Spend one token from every bucket an eviction from ``node`` in ``namespace`` passes (the
+        run planned on a copy of the buckets, :meth:`clone`, and its admission succeeded)."""
+        with self._lock:
+            for bucket in (self._global, self._keyed(self._nodes, node, self.settings.per_node),
+                           self._keyed(self._namespaces, namespace, self.settings.per_namespace)):
+                if bucket is not None:
+                    bucket.charge()
+
+
 def _copy_bucket(bucket: TokenBucket | None) -> TokenBucket | None:
     if bucket is None:
         return None
@@ -138,97 +147,20 @@ def _copy_bucket(bucket: TokenBucket | None) -> TokenBucket | None:
     return copy
 
 
-def owner_uid(pod: Pod) -> str:
-    """The workload a pod belongs to: its controller owner's uid (else its first owner's), else the pod."""
-    refs = pod.owner_refs
-    if not refs:
-        return f"pod:{pod.uid or pod.key}"
-    ctrl = next((r for r in refs if r.controller), refs[0])
-    return ctrl.uid or f"{ctrl.kind}:{pod.namespace}/{ctrl.name}"
-
-
 @dataclass
-class EvictionHistory:
-    """When each workload (owner uid) and each node last lost a pod to kdesched (epoch seconds)."""
+class GateLog:
+    """What a run's gate refused: every reason (for metrics), and when the earliest cool-down that
+    held a pod back ends (epoch seconds; the reactor repeats a node-scoped run then)."""
 
-    owners: dict[str, float] = field(default_factory=dict)
-    nodes: dict[str, float] = field(default_factory=dict)
-
-    def refusal(self, pod: Pod, now: float, workload_seconds: float, node_seconds: float) -> str | None:
-        uid = owner_uid(pod)
-        last = self.owners.get(uid)
-        if workload_seconds > 0 and last is not None and now - last < workload_seconds:
-            return (f"cool-down: workload {uid} lost a pod {int(now - last)}s ago "
-                    f"(cooldown.workloadSeconds {workload_seconds:g})")
-        last = self.nodes.get(pod.node_name)
-        if node_seconds > 0 and pod.node_name and last is not None and now - last < node_seconds:
-            return (f"cool-down: node {pod.node_name} was evicted from {int(now - last)}s ago "
-                    f"(cooldown.nodeSeconds {node_seconds:g})")
-        return None
-
-    def record(self, outcomes: Iterable[EvictionOutcome], now: float) -> int:
-        """Remember the pods that were really evicted (or were already gone); returns how many."""
-        n = 0
-        for o in outcomes:
-            if o.result not in ("evicted", "already-gone"):
-                continue
-            self.owners[owner_uid(o.eviction.pod)] = now
-            if o.eviction.node:
-                self.nodes[o.eviction.node] = now
-            n += 1
-        return n
-
-    def merge(self, other: EvictionHistory) -> None:
-        for mine, theirs in ((self.owners, other.owners), (self.nodes, other.nodes)):
-            for k, t in theirs.items():
-                if t > mine.get(k, float("-inf")):
-                    mine[k] = t
-
-    def prune(self, now: float, keep_seconds: float, max_entries: int) -> None:
-        """Drop entries past the cool-down, then the oldest beyond ``max_entries`` per table."""
-        for table in (self.owners, self.nodes):
-            for k in [k for k, t in table.items() if now - t >= keep_seconds]:
-                del table[k]
-            if len(table) > max_entries:
-                for k, _ in sorted(table.items(), key=lambda kv: kv[1])[: len(table) - max_entries]:
-                    del table[k]
-
-    def copy(self) -> EvictionHistory:
-        return EvictionHistory(dict(self.owners), dict(self.nodes))
-
-    def __bool__(self) -> bool:
-        return bool(self.owners or self.nodes)
-
-    def to_annotation(self) -> str:
-        """Compact JSON: ``{"v":1,"o":{uid: epoch},"n":{node: epoch}}`` (whole seconds)."""
-        return json.dumps({"v": HISTORY_VERSION, "o": {k: int(t) for k, t in sorted(self.owners.items())},
-                           "n": {k: int(t) for k, t in sorted(self.nodes.items())}}, separators=(",", ":"))
-
-    @classmethod
-    def from_annotation(cls, text: str | None) -> EvictionHistory:
-        """Parse the annotation; a missing or garbled one is an empty history (it is only a hint)."""
-        if not text:
-            return cls()
-        try:
-            raw: Any = json.loads(text)
-        except ValueError:
-            return cls()
-        if not isinstance(raw, Mapping) or raw.get("v") != HISTORY_VERSION:
-            return cls()
-
-        def table(key: str) -> dict[str, float]:
-            t = raw.get(key)
-            if not isinstance(t, Mapping):
-                return {}
-            return {str(k): float(v) for k, v in t.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-        return cls(table("o"), table("n"))
+    refusals: list[str] = field(default_factory=list)
+    cooldown_until: float | None = None
 
 
-def make_gate(history: EvictionHistory, limiter: RateLimiter | None, *, now: float, workload_seconds: float,
-              node_seconds: float, consume: bool, stop_when_spent: bool = False) -> tuple[Gate, list[str]]:
-    """The engine's ``gate=``: cool-downs first (they cost nothing), then the buckets. Also returns a
-    list that collects every refusal reason (for metrics).
+def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, workload_seconds: float,
+              node_seconds: float, consume: bool, stop_when_spent: bool = False) -> tuple[Gate, GateLog]:
+    """The engine's ``gate=``: cool-downs first (they cost nothing; read from the disruption
+    ledger, so a move in progress is not held back by its own earlier waves), then the buckets,
+    which only evictions sent in this run spend (not the ones pacing holds for a later wave).
 
     ``stop_when_spent`` (balance runs): once the global bucket is empty the gate raises
     :class:`~kdesched.strategies.framework.EvictionBudgetSpent`, so the run stops planning and runs
@@ -236,19 +168,23 @@ def make_gate(history: EvictionHistory, limiter: RateLimiter | None, *, now: flo
     thousands of candidates of which the bucket lets a few dozen go: planning (and reporting) the
     rest, one refusal each, was most of its decision time. Node-scoped runs keep refusing pod by
     pod: their ``paced`` outcomes schedule their repeat, and they are small."""
-    refusals: list[str] = []
+    log = GateLog()
 
-    def gate(pod: Pod) -> str | None:
-        if stop_when_spent and limiter is not None:
+    def gate(pod: Pod, strategy: str, held: bool) -> str | None:
+        if stop_when_spent and limiter is not None and not held:
             spent = limiter.global_spent()
             if spent is not None:
-                refusals.append(spent)
+                log.refusals.append(spent)
                 raise EvictionBudgetSpent(spent)
-        why = history.refusal(pod, now, workload_seconds, node_seconds)
-        if why is None and limiter is not None:
+        why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
+        if why is not None:
+            ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)
+            if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
+                log.cooldown_until = ends
+        elif limiter is not None and not held:
             why = limiter.admit(pod.node_name, pod.namespace, consume=consume)
         if why is not None:
-            refusals.append(why)
+            log.refusals.append(why)
         return why
 
-    return gate, refusals
+    return gate, log

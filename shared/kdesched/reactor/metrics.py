@@ -34,6 +34,8 @@ def refusal_kind(reason: str) -> str:
         return "cooldown-workload"
     if reason.startswith("cool-down: node"):
         return "cooldown-node"
+    if reason.startswith("cool-down:"):
+        return "cooldown-workload"
     if reason.startswith("rate limit"):
         return "rate-limit"
     return "other"
@@ -42,3 +44,13 @@ def refusal_kind(reason: str) -> str:
 WAITING = Counter("kdesched_reactor_not_usable_total",
                   "Rebalance triggers that ran nothing because their node was not usable for ordinary pods yet.",
                   ["type"], registry=REGISTRY)
+
+LEDGER_WRITES = Counter("kdesched_ledger_writes_total",
+                        "Conditional writes of the disruption ledger, by result: written, or conflict (another run "
+                        "wrote it first; the run re-read and decided again).", ["result"], registry=REGISTRY)
+LEDGER_MOVES = Gauge("kdesched_ledger_moves", "Workloads with a move in progress in the disruption ledger, as this "
+                     "process last read it.", registry=REGISTRY)
+CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
+                        "Repeats of runs that held paced evictions (or were held by a cool-down), by outcome: "
+                        "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out.",
+                        ["outcome"], registry=REGISTRY)

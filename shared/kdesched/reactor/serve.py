@@ -49,8 +49,9 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
 from kdesched.reactor.events import PING, kinds_needed
+from kdesched.reactor.loaders import CachedLoader
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
-from kdesched.reactor.runner import CachedLoader, Reactor
+from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
 

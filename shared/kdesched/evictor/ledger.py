@@ -1,0 +1,354 @@
+"""The disruption ledger: what kdesched has taken down, per workload, shared by every run.
+
+Why: the safety defaults promised "at most ``maxUnavailable`` pods of a workload down because of
+kdesched", but each run derived that from its own snapshot. Two runs deciding at once (six taint
+events of a maintenance, a rebalance beside a taint, two replicas of a function) each saw the
+workload at full strength and each evicted a pod. And a workload whose evicted pod is terminating
+and whose replacement the ReplicaSet has not created yet looks whole in any snapshot. The ledger is
+the state no snapshot shows: one record, kept in the cluster (:mod:`kdesched.reactor.ledger_store`),
+read and written by every evicting run of every process, atomically (optimistic concurrency on
+the record's ``resourceVersion``: a run admits evictions only against the ledger it planned with).
+
+Per workload, a :class:`Move`:
+
+* **in flight**: pods admitted for eviction and not yet replaced, with the capacity reserved for
+  each on the node it will most likely land on ("somewhere to go" across runs). A pod in flight
+  counts as unavailable whatever a (possibly stale) snapshot says, and the workload's expected
+  count never drops below what it was when the move began. The move's in-flight pods are *settled*
+  once a snapshot that holds every pod shows the workload back at the Ready count it had before
+  (not counting the in-flight pods themselves), or expire after ``replacementTimeoutSeconds``.
+* **held**: pods a run planned but held for a later wave (``paced``), with the run *scope* that
+  planned them, so any process (after a restart or a leader change too) can continue the move.
+* the move's **strategy** and start: a run of the same strategy continuing the move (a pod that
+  existed when the move began) is not held back by the cool-down the move's own earlier waves
+  recorded; a different strategy, or a pod created after the move began (a replacement: the
+  flapping case), is.
+
+And the cool-downs (workload -> last eviction, node -> last eviction), which were the "eviction
+history" before. Everything here is pure: no I/O, a clock passed in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kdesched.evictor.pacing import Workload, pod_ready, workload_of
+from kdesched.model.records import Pod
+
+LEDGER_VERSION = 2
+MAX_HELD_PER_MOVE = 200  # held pods remembered per workload (a larger move re-plans the rest anyway)
+
+
+def workload_key(pod: Pod) -> str:
+    """The ledger's key of a pod's workload: ``Kind/namespace/name`` (a Deployment through its
+    ReplicaSets, so a rollout's pods are one workload); a bare pod is its own ``Pod/ns/name``."""
+    w = workload_of(pod)
+    return key_of(w) if w is not None else f"Pod/{pod.namespace}/{pod.name}"
+
+
+def key_of(workload: Workload) -> str:
+    return f"{workload.kind}/{workload.namespace}/{workload.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A pod admitted for eviction whose workload is not back at its Ready count yet."""
+
+    uid: str
+    pod: str  # namespace/name
+    node: str
+    at: float  # admitted (epoch seconds)
+    destination: str = ""  # the node its replacement most likely lands on ("" = none reserved)
+    requests: Mapping[str, int] = field(default_factory=dict)  # reserved there, plus one pod slot
+
+    def to_json(self) -> list[Any]:
+        return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests)]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A pod planned and held for a later wave: the move continues with it."""
+
+    uid: str
+    pod: str
+    node: str
+    scope: str  # the run to repeat to continue (kdesched.reactor.continuation scope keys)
+    since: float
+
+    def to_json(self) -> list[Any]:
+        return [self.uid, self.pod, self.node, self.scope, round(self.since, 3)]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One workload's disruption by kdesched, from its first admitted (or held) eviction until its
+    last replacement is Ready and nothing is held."""
+
+    strategy: str
+    started: float
+    progress: float  # last admission or settlement (a held pod waits at most the timeout after it)
+    expected: int  # the workload's expected pods when the move began
+    ready: int  # and how many of them were Ready: the count to get back to
+    inflight: tuple[InFlight, ...] = ()
+    held: tuple[Held, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.inflight or self.held)
+
+    def inflight_uids(self) -> frozenset[str]:
+        return frozenset(f.uid for f in self.inflight)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"s": self.strategy, "t0": round(self.started, 3), "p": round(self.progress, 3), "e": self.expected,
+                "r": self.ready, "f": [f.to_json() for f in self.inflight], "h": [h.to_json() for h in self.held]}
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What :meth:`Ledger.settle` found: moves whose replacements are Ready, and held pods given up
+    at the replacement timeout (each reported ``paced`` with an Event by the caller)."""
+
+    ledger: Ledger
+    done: tuple[str, ...] = ()  # workload keys whose in-flight pods are all replaced
+    timed_out: tuple[tuple[str, Held], ...] = ()  # (workload key, held pod) dropped at the timeout
+    expired: tuple[tuple[str, InFlight], ...] = ()  # in-flight pods not replaced within the timeout
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.done or self.timed_out or self.expired)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One planned eviction as a run asks the ledger to admit it (wave 0) or hold it (later wave)."""
+
+    pod: Pod
+    strategy: str
+    held: bool
+    scope: str
+    destination: str = ""
+    expected: int = 0  # the workload's status in the run's snapshot (for a new move)
+    ready: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The whole record. Immutable: every change returns a new ledger."""
+
+    moves: Mapping[str, Move] = field(default_factory=dict)
+    workloads: Mapping[str, float] = field(default_factory=dict)  # workload key -> last eviction (cool-down)
+    nodes: Mapping[str, float] = field(default_factory=dict)  # node -> last eviction (cool-down)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def move(self, key: str) -> Move | None:
+        return self.moves.get(key)
+
+    def held_scopes(self) -> dict[str, list[str]]:
+        """scope -> the pods held for it (what a process continues after a restart)."""
+        out: dict[str, list[str]] = {}
+        for mv in self.moves.values():
+            for h in mv.held:
+                out.setdefault(h.scope, []).append(h.pod)
+        return out
+
+    def reservations(self) -> dict[str, dict[str, int]]:
+        """node -> requests reserved there by pods in flight (plus one pod slot each)."""
+        out: dict[str, dict[str, int]] = {}
+        for mv in self.moves.values():
+            for f in mv.inflight:
+                if not f.destination:
+                    continue
+                r = out.setdefault(f.destination, {"pods": 0})
+                for res, amount in f.requests.items():
+                    r[res] = r.get(res, 0) + amount
+                r["pods"] += 1
+        return out
+
+    def continuing(self, pod: Pod, key: str, strategy: str) -> bool:
+        """Does evicting ``pod`` for ``strategy`` continue its workload's move in progress? Only a
+        pod held for the move, or one that already existed when the move began (never a
+        replacement the move itself created: evicting that again would be flapping)."""
+        mv = self.moves.get(key)
+        if mv is None or not mv.active or mv.strategy != strategy:
+            return False
+        if any(h.uid == pod.uid for h in mv.held):
+            return True
+        created = pod.creation_time  # the API server always sets it; a hand-made pod without one is old
+        return created is None or created.timestamp() < mv.started
+
+    def cooldown_refusal(self, pod: Pod, strategy: str, now: float, workload_seconds: float,
+                         node_seconds: float) -> str | None:
+        """Why the cool-downs hold ``pod`` back from ``strategy`` now, or None."""
+        key = workload_key(pod)
+        if self.continuing(pod, key, strategy):
+            return None
+        mv = self.moves.get(key)
+        if mv is not None and mv.active and mv.strategy != strategy:
+            return (f"cool-down: workload {key} is being moved by {mv.strategy} (began {max(0, int(now - mv.started))}s "
+                    f"ago); {strategy} waits for that move to end")
+        last = self.workloads.get(key)
+        if workload_seconds > 0 and last is not None and now - last < workload_seconds:
+            return (f"cool-down: workload {key} lost a pod {max(0, int(now - last))}s ago "
+                    f"(cooldown.workloadSeconds {workload_seconds:g})")
+        last = self.nodes.get(pod.node_name)
+        if node_seconds > 0 and pod.node_name and last is not None and now - last < node_seconds:
+            return (f"cool-down: node {pod.node_name} was evicted from {max(0, int(now - last))}s ago "
+                    f"(cooldown.nodeSeconds {node_seconds:g})")
+        return None
+
+    def cooldown_ends(self, pod: Pod, now: float, workload_seconds: float, node_seconds: float) -> float | None:
+        """When the cool-downs that hold ``pod`` end (epoch seconds), or None if none holds it."""
+        ends = [t + workload_seconds for t in (self.workloads.get(workload_key(pod)),) if t is not None]
+        ends += [t + node_seconds for t in (self.nodes.get(pod.node_name),) if t is not None]
+        ends = [e for e in ends if e > now]
+        return max(ends) if ends else None
+
+    # -- changing ----------------------------------------------------------------------------------
+    def settle(self, pods_of: Mapping[str, Sequence[Pod]] | None, now: float, timeout_seconds: float) -> Settled:
+        """Settle moves against a snapshot holding EVERY pod (``pods_of``: workload key -> its pods;
+        None when the run's snapshot does not hold every pod: then only the timeouts apply)."""
+        moves: dict[str, Move] = {}
+        done: list[str] = []
+        timed_out: list[tuple[str, Held]] = []
+        expired: list[tuple[str, InFlight]] = []
+        for key, mv in self.moves.items():
+            inflight, held, progress = mv.inflight, mv.held, mv.progress
+            if inflight and pods_of is not None:
+                gone = mv.inflight_uids()
+                ready = sum(1 for p in pods_of.get(key, ()) if p.uid not in gone and pod_ready(p))
+                if ready >= mv.ready:
+                    done.append(key)
+                    inflight, progress = (), now
+            if inflight:
+                keep = tuple(f for f in inflight if now - f.at < timeout_seconds)
+                expired += [(key, f) for f in inflight if f not in keep]
+                inflight = keep
+            if held and pods_of is not None:
+                present = {p.uid for p in pods_of.get(key, ())}
+                held = tuple(h for h in held if h.uid in present)  # a held pod that is gone needs no move
+            if held and not inflight and now - progress >= timeout_seconds:
+                timed_out += [(key, h) for h in held]
+                held = ()
+            if inflight or held:
+                moves[key] = replace(mv, inflight=inflight, held=held, progress=progress)
+        ledger = replace(self, moves=moves)
+        return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired))
+
+    def admit(self, admissions: Iterable[Admission], now: float) -> Ledger:
+        """Record a run's admitted (in flight) and held evictions, and the cool-downs they start."""
+        moves = dict(self.moves)
+        workloads, nodes = dict(self.workloads), dict(self.nodes)
+        for a in admissions:
+            key = workload_key(a.pod)
+            mv = moves.get(key)
+            if mv is None or not mv.active:
+                mv = Move(a.strategy, now, now, a.expected, a.ready)
+            held = tuple(h for h in mv.held if h.uid != a.pod.uid)
+            pod = f"{a.pod.namespace}/{a.pod.name}"
+            if a.held:
+                if len(held) < MAX_HELD_PER_MOVE:
+                    held += (Held(a.pod.uid, pod, a.pod.node_name, a.scope, now),)
+                mv = replace(mv, held=held)
+            else:
+                requests = dict(a.pod.requests) if a.destination else {}
+                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests)
+                mv = replace(mv, held=held, inflight=(*(f for f in mv.inflight if f.uid != a.pod.uid), entry),
+                             progress=now)
+                workloads[key] = now
+                if a.pod.node_name:
+                    nodes[a.pod.node_name] = now
+            moves[key] = mv
+        return Ledger(moves, workloads, nodes)
+
+    def record_outcomes(self, failed: Iterable[Pod], admitted_at: float,
+                        previous: Ledger | None = None) -> Ledger:
+        """After a run's evictions: pods whose eviction did not happen (refused, failed, abandoned)
+        leave the in-flight set, and the cool-downs their admission started are taken back (to what
+        ``previous``, the ledger before the admission, had) unless another pod of the same workload
+        or node was evicted meanwhile."""
+        failed = list(failed)
+        if not failed:
+            return self
+        moves = dict(self.moves)
+        workloads, nodes = dict(self.workloads), dict(self.nodes)
+        for pod in failed:
+            key = workload_key(pod)
+            mv = moves.get(key)
+            if mv is not None:
+                mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != pod.uid))
+                if mv.active:
+                    moves[key] = mv
+                else:
+                    del moves[key]
+            still = mv is not None and any(abs(f.at - admitted_at) < 1e-6 for f in mv.inflight)
+            if workloads.get(key) == admitted_at and not still:
+                _restore(workloads, key, previous.workloads if previous else {})
+            if pod.node_name and nodes.get(pod.node_name) == admitted_at and not any(
+                    f.node == pod.node_name and abs(f.at - admitted_at) < 1e-6
+                    for m in moves.values() for f in m.inflight):
+                _restore(nodes, pod.node_name, previous.nodes if previous else {})
+        return Ledger(moves, workloads, nodes)
+
+    def prune(self, now: float, keep_seconds: float, max_entries: int) -> Ledger:
+        """Drop cool-downs past ``keep_seconds``, then the oldest beyond ``max_entries`` per table
+        (moves are never dropped here: they end by settling or at their timeout)."""
+        tables = []
+        for table in (self.workloads, self.nodes):
+            kept = {k: t for k, t in table.items() if now - t < keep_seconds}
+            if len(kept) > max_entries:
+                kept = dict(sorted(kept.items(), key=lambda kv: kv[1])[len(kept) - max_entries:])
+            tables.append(kept)
+        return Ledger(dict(self.moves), tables[0], tables[1])
+
+    def __bool__(self) -> bool:
+        return bool(self.moves or self.workloads or self.nodes)
+
+    # -- the record --------------------------------------------------------------------------------
+    def to_annotation(self) -> str:
+        return json.dumps({"v": LEDGER_VERSION, "m": {k: m.to_json() for k, m in sorted(self.moves.items())},
+                           "o": {k: round(t, 3) for k, t in sorted(self.workloads.items())},
+                           "n": {k: round(t, 3) for k, t in sorted(self.nodes.items())}}, separators=(",", ":"))
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> tuple[Ledger, str]:
+        """Parse the record: (ledger, "") or (an empty ledger, why it could not be read). An
+        unreadable record is not fatal (the snapshot still shows most unavailability), but the
+        caller reports it: the cool-downs and moves in it are lost."""
+        if not text:
+            return cls(), ""
+        try:
+            raw: Any = json.loads(text)
+        except ValueError as exc:
+            return cls(), f"the disruption ledger is not JSON ({exc}); starting from an empty one"
+        if not isinstance(raw, Mapping) or raw.get("v") != LEDGER_VERSION:
+            version = raw.get("v") if isinstance(raw, Mapping) else None
+            return cls(), f"the disruption ledger has version {version!r}, not {LEDGER_VERSION}; starting from an empty one"
+        try:
+            moves = {str(k): _move(v) for k, v in (raw.get("m") or {}).items()}
+            return cls(moves, _times(raw.get("o")), _times(raw.get("n"))), ""
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            return cls(), f"the disruption ledger is malformed ({type(exc).__name__}: {exc}); starting from an empty one"
+
+
+def _restore(table: dict[str, float], key: str, before: Mapping[str, float]) -> None:
+    if key in before:
+        table[key] = before[key]
+    else:
+        table.pop(key, None)
+
+
+def _times(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _move(raw: Mapping[str, Any]) -> Move:
+    inflight = tuple(InFlight(str(f[0]), str(f[1]), str(f[2]), float(f[3]), str(f[4]),
+                              {str(k): int(v) for k, v in dict(f[5]).items()}) for f in raw.get("f") or ())
+    held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4])) for h in raw.get("h") or ())
+    return Move(str(raw["s"]), float(raw["t0"]), float(raw["p"]), int(raw["e"]), int(raw["r"]), inflight, held)

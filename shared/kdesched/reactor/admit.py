@@ -1,0 +1,205 @@
+"""Deciding a run against the disruption ledger and admitting its evictions, atomically.
+
+Why: the allowance ("at most maxUnavailable pods of a workload down because of kdesched") holds only
+if every run admits its evictions against what every other run has in flight. This is the one
+place that happens, for every kind of run (node-scoped, balance, manual, sweep, a paced repeat):
+
+1. read the ledger (:mod:`kdesched.reactor.ledger_store`) and settle it against the run's snapshot
+   (moves whose replacements are Ready end; held pods past the replacement timeout are given up);
+2. plan with it: the pacer counts in-flight pods as down and their destinations as taken, the gate
+   applies the cool-downs (a move continuing is not held back by its own earlier waves);
+3. write the ledger with this run's admitted (in flight) and held evictions, on the condition that
+   nobody wrote it since step 1. If someone did, go back to 1 with the same snapshot: the plan is
+   made again against what the other run admitted, so no two runs ever admit on the same state.
+
+Only then does the run evict, and only what was admitted. :func:`record_outcomes` afterwards takes
+back the admissions whose eviction did not happen. The admission is written BEFORE any eviction,
+so an eviction is never without its ledger entry (its cool-down, its in-flight count): a process
+that dies, or a Lease write that fails, after evicting loses nothing that a redelivery needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kdesched.engine import RunPlan, plan_run
+from kdesched.evictor.execute import EvictionOutcome
+from kdesched.evictor.ledger import Admission, Held, Ledger, Settled
+from kdesched.model.derived import workload_key as workload_key_tuple
+from kdesched.model.records import Pod
+from kdesched.model.snapshot import Snapshot
+from kdesched.policy.safety import Safety
+from kdesched.policy.types import Policy
+from kdesched.reactor import metrics as m
+from kdesched.reactor.coordination import LockBusy
+from kdesched.reactor.ledger_store import LedgerStore
+from kdesched.reactor.limits import GateLog, RateLimiter, make_gate
+
+log = logging.getLogger("kdesched.reactor.admit")
+
+MAX_ATTEMPTS = 12  # conditional writes lost in a row before the run gives up (429: try again later)
+EVICTED = frozenset({"evicted", "already-gone"})
+
+
+@dataclass(frozen=True, slots=True)
+class Cooldowns:
+    """The cool-down settings a run applies."""
+
+    workload_seconds: float
+    node_seconds: float
+    keep_seconds: float  # how long the ledger keeps a cool-down (the longer of the two)
+    max_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunScope:
+    """What a run decides over, and the key a paced repeat of it uses (kdesched.reactor.continuation)."""
+
+    key: str
+    strategies: tuple[str, ...] | None
+    nodes: tuple[str, ...] | None
+    complete: bool  # the snapshot holds every pod (a run may settle moves on it)
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A plan whose evictions are admitted in the ledger (or a dry run, which writes nothing)."""
+
+    plan: RunPlan
+    gate: GateLog
+    before: Ledger  # the ledger the plan was made with (settled)
+    admitted_at: float
+    written: bool
+    settled: Settled
+    attempts: int
+    admissions: tuple[Admission, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def admitted_uids(self) -> frozenset[str]:
+        return frozenset(a.pod.uid for a in self.admissions if not a.held)
+
+
+def pods_by_workload(snapshot: Snapshot, keys: Collection[str]) -> dict[str, list[Pod]]:
+    """Every pod of the workloads ``keys`` (ledger keys), from the snapshot (its index when it has one)."""
+    out: dict[str, list[Pod]] = {k: [] for k in keys}
+    if not keys:
+        return out
+    index = snapshot.workload_pods
+    if index is not None:
+        for (kind, ns, name), pods in index.items():
+            key = f"{kind}/{ns}/{name}"
+            if key in out:
+                out[key].extend(pods)
+        return out
+    for p in snapshot.pods:
+        if p.owner_refs:
+            k = workload_key_tuple(p)
+            if k is not None:
+                key = f"{k[0]}/{k[1]}/{k[2]}"
+                if key in out:
+                    out[key].append(p)
+    return out
+
+
+def admissions_of(plan: RunPlan, scope: str) -> tuple[Admission, ...]:
+    """The plan's evictions as the ledger records them: wave 0 in flight, later waves held."""
+    pacing = plan.pacing
+    out: list[Admission] = []
+    for i, e in enumerate(plan.evictions):
+        if pacing is None:
+            out.append(Admission(e.pod, e.strategy, False, scope))
+            continue
+        step = pacing.steps[i]
+        known = pacing.workloads.get(step.workload) if step.workload is not None else None
+        status = known.status if known is not None else None
+        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope, step.destination,
+                             status.expected if status else 0, status.ready if status else 0))
+    return tuple(out)
+
+
+def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
+           dry_run: bool, now: float, limiter: RateLimiter, cooldowns: Cooldowns, stop_when_spent: bool,
+           checkpoint: Callable[[], None] = lambda: None) -> Decided:
+    """Plan the run against the ledger and admit it (see the module docstring). Raises
+    :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
+    attempts = 0
+    while True:
+        attempts += 1
+        read = store.read()
+        keys = [k for k, mv in read.ledger.moves.items() if mv.active]
+        pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
+        settled = read.ledger.settle(pods_of, now, safety.replacement_timeout_seconds)
+        ledger = settled.ledger
+        m.LEDGER_MOVES.set(len(ledger.moves))
+        # a dry run (or a repeat after a lost write) must not spend the real buckets: plan on a copy;
+        # the admitted evictions take their tokens once the write has succeeded
+        gate, gate_log = make_gate(ledger, limiter.clone(), now=now, workload_seconds=cooldowns.workload_seconds,
+                                   node_seconds=cooldowns.node_seconds, consume=True,
+                                   stop_when_spent=stop_when_spent)
+        plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
+                        nodes=scope.nodes, gate=gate, safety=safety, ledger=ledger)
+        admissions = admissions_of(plan, scope.key)
+        notes = ([read.problem] if read.problem else []) + _settle_notes(settled)
+        if dry_run or (not admissions and not settled.changed):
+            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes))
+        checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
+        new = ledger.admit(admissions, now).prune(now, cooldowns.keep_seconds, cooldowns.max_entries)
+        if store.write(read, new):
+            for a in admissions:
+                if not a.held:
+                    limiter.charge(a.pod.node_name, a.pod.namespace)
+            if attempts > 1:
+                notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
+                             "meanwhile; this plan was made again against them)")
+            return Decided(plan, gate_log, ledger, now, True, settled, attempts, admissions, tuple(notes))
+        if attempts >= MAX_ATTEMPTS:
+            raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
+                           "evicted, try again")
+        log.debug("ledger write lost (attempt %d): deciding again against the new ledger", attempts)
+
+
+def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[EvictionOutcome]) -> str:
+    """Take back the admissions whose eviction did not happen. Returns "" or a note for the report:
+    a failure here is never raised (the evictions happened; their entries err on the safe side)."""
+    if not decided.written:
+        return ""
+    admitted = decided.admitted_uids
+    failed = [o.eviction.pod for o in outcomes if o.eviction.pod.uid in admitted and o.result not in EVICTED]
+    if not failed:
+        return ""
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            read = store.read()
+            if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before)):
+                return ""
+        except Exception as exc:  # noqa: BLE001 - boundary: the report says it, the run succeeds
+            return (f"disruption ledger: could not take back {len(failed)} admission(s) that were not evicted ({exc}); "
+                    "they count as in flight until their workload is back at its Ready count or the replacement "
+                    "timeout passes")
+    return (f"disruption ledger: could not take back {len(failed)} admission(s) that were not evicted (the record kept "
+            "changing); they count as in flight until settled or timed out")
+
+
+def _settle_notes(settled: Settled) -> list[str]:
+    notes = []
+    if settled.timed_out:
+        pods = ", ".join(h.pod for _, h in settled.timed_out[:5])
+        more = f" and {len(settled.timed_out) - 5} more" if len(settled.timed_out) > 5 else ""
+        notes.append(f"paced: gave up {len(settled.timed_out)} held eviction(s) ({pods}{more}): their workload was not "
+                     "back at its Ready count within replacementTimeoutSeconds; the next event or sweep re-decides")
+    if settled.expired:
+        notes.append(f"disruption ledger: {len(settled.expired)} eviction(s) in flight past replacementTimeoutSeconds "
+                     "no longer hold their workload's allowance (a replacement that is still not Ready still counts)")
+    return notes
+
+
+def timed_out_by_workload(settled: Settled) -> Mapping[str, list[Held]]:
+    out: dict[str, list[Held]] = {}
+    for key, h in settled.timed_out:
+        out.setdefault(key, []).append(h)
+    return out
+

@@ -1,0 +1,223 @@
+"""Paced moves that finish: a run that held evictions is repeated until nothing is held.
+
+Why: on the event path a run never waits for a replacement (a Knative request, the node and
+balance locks must not be held for it): it evicts wave 0 and reports the rest ``paced``. Something
+must then come back for them, for every kind of run (node-scoped, balance, manual, sweep), or the
+cluster stays half-moved until the next sweep. This module keeps, per *scope* (what the run decided
+over: :func:`node_scope` / :func:`balance_scope`), one timer that repeats the run:
+
+* 1 s after a run that evicted (a replacement is usually Ready within seconds), then 1.5x longer
+  each time nothing moved, up to ``longest`` (10 s);
+* at once (``first``) when another run made progress on a workload this scope holds pods of
+  (:meth:`Continuations.wake`: the maintenance taint of six nodes is six scopes sharing one
+  workload; the one that evicts wakes the others when it settles);
+* until a run of the scope holds nothing, or nothing moved for the replacement timeout: then the
+  move ends ``paced`` (the ledger gives its held pods up with a note and an Event), and the next
+  event or the sweep re-decides.
+
+A node-scoped run whose only obstacle was a cool-down is repeated once when the cool-down ends.
+The state of a move lives in the disruption ledger, not here: a restarted process or a new leader
+calls :meth:`Continuations.resume` with the scopes the ledger still holds pods for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+from kdesched.reactor import metrics as m
+
+log = logging.getLogger("kdesched.reactor.continuation")
+
+FIRST_SECONDS = 1.0
+LONGEST_SECONDS = 10.0
+BACKOFF = 1.5
+
+
+def node_scope(node: str, strategies: Iterable[str]) -> str:
+    """The scope of a node-scoped run (its repeat runs these strategies on this node)."""
+    return f"node:{node}:{'+'.join(strategies)}"
+
+
+def balance_scope(strategies: Iterable[str] | None, nodes: Iterable[str] | None = None) -> str:
+    """The scope of a run under the Lease (rebalance, manual, sweep, topology): ``*`` = the whole policy."""
+    names = "+".join(strategies) if strategies is not None else "*"
+    return f"balance:{names}" + (f"@{','.join(nodes)}" if nodes else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A parsed scope key."""
+
+    kind: str  # "node" | "balance"
+    strategies: tuple[str, ...] | None  # None: the whole policy
+    node: str = ""
+    nodes: tuple[str, ...] | None = None
+
+
+def parse_scope(key: str) -> Scope:
+    """The inverse of :func:`node_scope` / :func:`balance_scope`; ValueError for anything else (a
+    ledger written by another version)."""
+    kind, _, rest = key.partition(":")
+    if kind == "node":
+        node, sep, names = rest.partition(":")
+        if not node or not sep or not names:
+            raise ValueError(f"not a node scope: {key!r}")
+        return Scope("node", tuple(names.split("+")), node=node)
+    if kind == "balance" and rest:
+        names, _, nodes = rest.partition("@")
+        return Scope("balance", None if names == "*" else tuple(names.split("+")),
+                     nodes=tuple(nodes.split(",")) if nodes else None)
+    raise ValueError(f"not a run scope: {key!r}")
+
+
+@dataclass
+class _Chain:
+    delay: float
+    progress: float
+    workloads: set[str] = field(default_factory=set)
+    timer: threading.Timer | None = None
+    due: float = 0.0
+
+
+class Continuations:
+    """Timers that repeat runs holding paced evictions (see the module docstring). ``run`` repeats
+    one scope (the reactor's); it is called in a timer thread and may raise (logged, retried)."""
+
+    def __init__(self, run: Callable[[str], None], *, stop: threading.Event, timeout_seconds: float,
+                 first: float = FIRST_SECONDS, longest: float = LONGEST_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.run = run
+        self.stop = stop
+        self.timeout_seconds = timeout_seconds
+        self.first = first
+        self.longest = max(longest, first)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._chains: dict[str, _Chain] = {}
+
+    def scheduled(self) -> dict[str, float]:
+        """scope -> seconds until its repeat (for tests and /readyz)."""
+        now = self.clock()
+        with self._lock:
+            return {k: max(0.0, c.due - now) for k, c in self._chains.items() if c.timer is not None}
+
+    def delay(self, scope: str) -> float | None:
+        """The delay the next repeat of ``scope`` waits (its back-off), None when none is due."""
+        with self._lock:
+            chain = self._chains.get(scope)
+            return None if chain is None else chain.delay
+
+    def after_run(self, scope: str, *, held: Collection[str], evicted: Collection[str],
+                  cooldown_in: float | None = None) -> str:
+        """Called after every run of ``scope``: ``held`` / ``evicted`` are the workload keys it held
+        pods of / evicted pods of, ``cooldown_in`` the seconds until the cool-down that held a pod
+        back ends (None: none did). Returns a note for the report ("" when nothing is repeated)."""
+        if evicted:
+            self.wake(evicted, but=scope)
+        now = self.clock()
+        bound = max(self.timeout_seconds, self.longest)
+        with self._lock:
+            chain = self._chains.get(scope)
+            if not held:
+                if chain is not None:
+                    self._drop(scope, chain)
+                    m.CONTINUATIONS.labels("ended").inc()
+                if cooldown_in is None or self.stop.is_set():
+                    return ""
+                delay = max(self.first, cooldown_in + 0.5)
+                chain = self._chains[scope] = _Chain(delay, now)
+                self._schedule(scope, chain, delay)
+                m.CONTINUATIONS.labels("scheduled").inc()
+                return f"held by a cool-down: this run is repeated in {delay:.0f}s, when it ends"
+            if self.stop.is_set():
+                return ""
+            if chain is None:
+                chain = self._chains[scope] = _Chain(self.first, now)
+            chain.workloads |= set(held)
+            if evicted:
+                chain.progress, chain.delay = now, self.first
+            elif chain.timer is None:
+                chain.delay = min(self.longest, chain.delay * BACKOFF)
+            if now - chain.progress >= bound:
+                self._drop(scope, chain)
+                m.CONTINUATIONS.labels("timed-out").inc()
+                return (f"paced evictions: no progress for {bound:g}s (replacementTimeoutSeconds); left to the next "
+                        "event or sweep")
+            if chain.timer is None:
+                self._schedule(scope, chain, chain.delay)
+                m.CONTINUATIONS.labels("scheduled").inc()
+            delay = max(0.0, chain.due - now)
+        return (f"paced evictions: this run is repeated in {round(delay, 2):g}s, to evict the next pods of each workload "
+                "once it is back at its Ready count")
+
+    def wake(self, workloads: Collection[str], but: str = "") -> None:
+        """Another run made progress on ``workloads``: the scopes holding their pods look again soon."""
+        now = self.clock()
+        wanted = set(workloads)
+        with self._lock:
+            for scope, chain in self._chains.items():
+                if scope == but or not (chain.workloads & wanted):
+                    continue
+                chain.progress, chain.delay = now, self.first
+                if chain.timer is not None and chain.due - now > self.first:
+                    chain.timer.cancel()
+                    self._schedule(scope, chain, self.first)
+
+    def resume(self, scopes: Iterable[str]) -> int:
+        """Continue moves found in the ledger (at start, or after winning the leadership)."""
+        now = self.clock()
+        n = 0
+        with self._lock:
+            for scope in scopes:
+                if scope in self._chains or self.stop.is_set():
+                    continue
+                chain = self._chains[scope] = _Chain(self.first, now)
+                self._schedule(scope, chain, self.first)
+                n += 1
+        if n:
+            m.CONTINUATIONS.labels("resumed").inc(n)
+        return n
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            for scope, chain in list(self._chains.items()):
+                self._drop(scope, chain)
+
+    # -- internals (the caller holds _lock) ------------------------------------------------------------
+    def _schedule(self, scope: str, chain: _Chain, delay: float) -> None:
+        chain.due = self.clock() + delay
+        chain.timer = threading.Timer(delay, self._fire, (scope, chain))
+        chain.timer.daemon = True
+        chain.timer.name = f"kdesched-continue-{scope}"[:60]
+        chain.timer.start()
+
+    def _drop(self, scope: str, chain: _Chain) -> None:
+        if chain.timer is not None:
+            chain.timer.cancel()
+            chain.timer = None
+        if self._chains.get(scope) is chain:
+            del self._chains[scope]
+
+    def _fire(self, scope: str, chain: _Chain) -> None:
+        with self._lock:
+            if self._chains.get(scope) is not chain or chain.timer is None:
+                return  # dropped or rescheduled meanwhile
+            chain.timer = None
+        if self.stop.is_set():
+            return
+        try:
+            self.run(scope)  # its after_run() schedules the next repeat, or ends the chain
+        except Exception as exc:  # noqa: BLE001 - a busy Lease, an API error: look again later
+            log.info("repeating %s failed (%s); trying again", scope, exc)
+            with self._lock:
+                if self._chains.get(scope) is chain and chain.timer is None and not self.stop.is_set():
+                    chain.delay = min(self.longest, chain.delay * BACKOFF)
+                    if self.clock() - chain.progress >= max(self.timeout_seconds, self.longest):
+                        self._drop(scope, chain)
+                        m.CONTINUATIONS.labels("timed-out").inc()
+                    else:
+                        self._schedule(scope, chain, chain.delay)

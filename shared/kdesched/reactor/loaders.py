@@ -1,0 +1,91 @@
+"""Where a run's snapshot comes from: a LIST per run, the node-local reads of a taint run, or the
+watch cache.
+
+Why: the same run reads very different amounts depending on what it decides. A taint decision
+needs only its node's pods and whether two Ready nodes exist; a run with the safety defaults and
+something to evict needs every pod (somewhere to go, the workload's other pods); ``kdesched serve``
+and a function with ``KDESCHED_CACHE=1`` plan from a warm watch cache instead of listing. The
+reactor picks one of these per run (:mod:`kdesched.reactor.runner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+from kdesched.kube.cache import ClusterCache
+from kdesched.kube.client import KubeClient
+from kdesched.kube.snapshot import load_live_snapshot
+from kdesched.model.records import Node
+from kdesched.model.selectors import parse_selector
+from kdesched.model.snapshot import Snapshot
+
+SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
+
+
+def default_loader(client: KubeClient, pod_nodes: Collection[str] | None, include: Sequence[str]) -> Snapshot:
+    return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
+
+
+CACHE_NOTE = "read from the watch cache"
+
+# Deschedule strategies whose decision for a node reads only that node (its taints) and the run's
+# "at least 2 Ready nodes" rule: a node-scoped run of these alone need not LIST every Node.
+# (RemovePodsViolatingNodeAffinity is not one: it asks whether the pod fits any other node.)
+NODE_LOCAL_STRATEGIES = frozenset({"RemovePodsViolatingNodeTaints"})
+# Deschedule strategies that ask whether a pod fits another node (resources, pod slots, inter-pod
+# anti-affinity), which the event node's pods alone cannot answer (they make other nodes look empty)
+FITS_ANOTHER_NODE = frozenset({"RemovePodsViolatingNodeAffinity"})
+WITNESS_PAGE = 4  # nodes per page while looking for a second Ready node
+
+
+def node_local_snapshot(client: KubeClient, node: str, include: Sequence[str],
+                        node_selector: str | None = None) -> Snapshot:
+    """What a node-scoped run of :data:`NODE_LOCAL_STRATEGIES` needs, read over the API: the node's
+    pods (``spec.nodeName``), the other ``include`` kinds but Nodes, the event node (one GET) and
+    just enough other Nodes (small LIST pages) to know whether the run's "at least 2 Ready nodes
+    selected by the policy" rule holds. It decides exactly what the full Node list would; when the
+    run has something to evict, the safety defaults read everything anyway (somewhere to go)."""
+    pods = load_live_snapshot(client, pod_nodes=[node], include=[k for k in include if k != "Node"])
+    selector = parse_selector(node_selector, "nodeSelector") if node_selector else None
+
+    def counts(n: Node) -> bool:
+        return n.ready and (selector is None or selector.matches(n.labels))
+
+    nodes: list[Node] = []
+    raw = client.get_raw("Node", node)
+    if raw is not None:
+        nodes.append(Node.from_api(raw))
+    read = 0
+    if sum(map(counts, nodes)) < 2:
+        for page in client.list_pages("Node", page_size=WITNESS_PAGE):
+            read += len(page)
+            nodes.extend(n for n in map(Node.from_api, page) if n.name != node and counts(n))
+            if sum(map(counts, nodes)) >= 2:
+                break
+    note = (f"nodes read: {node} and {read} other(s) ({len(nodes) - (raw is not None)} Ready and selected; "
+            "a taint decision needs only its node and whether 2+ Ready nodes exist)")
+    return Snapshot.build(nodes, pods.pods, pods.pdbs, pods.priority_classes.values(), pods.namespaces.values(),
+                          pods.pvcs.values(), (*pods.notes, note))
+
+
+class CachedLoader:
+    """A :data:`SnapshotLoader` that plans from a warm :class:`~kdesched.kube.cache.ClusterCache`
+    once it has listed every kind the run reads (and is under its ceiling), else LISTs like
+    :func:`default_loader`. ``kdesched serve`` and a function with ``KDESCHED_CACHE=1`` use it."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.from_cache = 0
+        self.listed = 0
+
+    def __call__(self, client: KubeClient, pod_nodes: Collection[str] | None, include: Sequence[str]) -> Snapshot:
+        if self.cache.usable(include):
+            try:
+                snapshot = self.cache.snapshot(pod_nodes, include, notes=(CACHE_NOTE,))
+            except LookupError:  # gave up in between: LIST
+                pass
+            else:
+                self.from_cache += 1
+                return snapshot
+        self.listed += 1
+        return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)

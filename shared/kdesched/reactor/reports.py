@@ -1,0 +1,64 @@
+"""The reply of every run: the run report, shaped once for the functions and ``kdesched serve``.
+
+Why: a run serves one or many events (a coalesced burst), and each delivery gets the same report
+marked with its own trigger and how many events the run served. The shape is a contract (the
+``dev.kdesched.run.completed`` event, docs/cli.md's JSON report): it is built here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdesched.engine import RunReport
+from kdesched.reactor.requests import Trigger
+
+MAX_TRIGGERS_LISTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one run produced: its report body (JSON-ready) and the events it served."""
+
+    body: Mapping[str, Any]
+    triggers: tuple[Trigger, ...]
+    strategies: tuple[str, ...] = ()
+    extra_notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_notes(self, before: Sequence[str] = (), after: Sequence[str] = ()) -> RunResult:
+        body = dict(self.body)
+        body["notes"] = [*before, *body.get("notes", []), *after]
+        return RunResult(body, self.triggers, self.strategies)
+
+    @property
+    def evictions(self) -> list[dict[str, Any]]:
+        return list(self.body.get("evictions", []))
+
+
+def empty_result(dry_run: bool, note: str, triggers: Sequence[Trigger] = ()) -> RunResult:
+    """A run that ran nothing, and why."""
+    return RunResult({"dryRun": dry_run, "evictions": [], "blocked": [], "durationSeconds": 0.0, "notes": [note],
+                      "errors": [], "summary": {}}, tuple(triggers))
+
+
+def result_of(report: RunReport, strategies: Sequence[str], triggers: Sequence[Trigger]) -> RunResult:
+    j = report.to_json()
+    summary = j.get("summary", {})
+    names = list(strategies) or [s["strategy"] for s in summary.get("strategies", [])]
+    body = {"dryRun": j["dryRun"], "evictions": j["evictions"], "blocked": j["blocked"], "strategies": names,
+            "durationSeconds": summary.get("durationSeconds", round(report.duration_seconds, 6)),
+            "notes": list(summary.get("notes", [])), "errors": list(summary.get("errors", [])), "summary": summary}
+    return RunResult(body, tuple(triggers), tuple(names))
+
+
+def reply(trigger: Trigger, result: RunResult, coalesced: int, dry_run_why: str) -> dict[str, Any]:
+    """The report one delivery gets: its own trigger, the run's body, how many events the run served."""
+    body = dict(result.body)
+    out = {"trigger": trigger.to_json(), "strategies": list(body.get("strategies", result.strategies)), **body,
+           "coalesced": coalesced}
+    if "dryRun" in body:
+        out["dryRunWhy"] = dry_run_why
+    if coalesced > 1:
+        out["coalescedTriggers"] = [t.to_json() for t in list(result.triggers)[:MAX_TRIGGERS_LISTED]]
+    return out
