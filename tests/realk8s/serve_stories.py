@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import yaml
@@ -342,3 +342,67 @@ def taint(cp: ControlPlane, cluster: Cluster) -> Story:
 
 STORIES: dict[str, Callable[[ControlPlane, Cluster], Story]] = {
     "scale-out": scale_out, "recovery": recovery, "taint": taint}
+
+
+# -- several events at once (the disruption ledger, issue 21) ----------------------------------------
+def place_one_per_node(cp: ControlPlane, cluster: Cluster, app: str, nodes: list[str], *, cpu: str = "200m",
+                       **kw: Any) -> None:
+    """A Deployment of ``len(nodes)`` replicas with exactly one on each of ``nodes``: the nodes are
+    uncordoned one at a time while the Deployment is scaled up by one (the scheduler has no choice)."""
+    for n in nodes[1:]:
+        set_unschedulable(cluster, n, True)
+    cluster.deployment(app, 1, cpu=cpu, **kw)
+    wait_placement(cp, cluster, app, lambda p: p == {nodes[0]: 1})
+    for i, n in enumerate(nodes[1:], start=1):
+        set_unschedulable(cluster, nodes[i - 1], True)
+        set_unschedulable(cluster, n, False)
+        cluster.api.patch(f"/apis/apps/v1/namespaces/default/deployments/{app}", {"spec": {"replicas": i + 1}})
+        wait_placement(cp, cluster, app, lambda p, i=i, n=n: sum(p.values()) == i + 1 and p.get(n) == 1)
+    for n in nodes:
+        set_unschedulable(cluster, n, False)
+
+
+def maintenance(cp: ControlPlane, cluster: Cluster, *, pool: int = 6, spares: int = 2) -> tuple[list[str], list[str]]:
+    """A pool of ``pool`` nodes (label pool=a) running one replica of ``web`` each, and ``spares``
+    cordoned spare nodes with room (uncordoned at the end): the maintenance-taint story."""
+    pool_nodes = [f"pool-{i}" for i in range(pool)]
+    spare_nodes = [f"spare-{i}" for i in range(spares)]
+    for n in pool_nodes:
+        cluster.node(n, labels={"pool": "a"})
+    for n in spare_nodes:
+        cluster.node(n, unschedulable=True)
+    place_one_per_node(cp, cluster, "web", pool_nodes)
+    for n in spare_nodes:
+        set_unschedulable(cluster, n, False)
+    return pool_nodes, spare_nodes
+
+
+class ReadySampler:
+    """Samples how many pods of ``app`` are Ready (not terminating) every ``interval`` seconds, in a
+    thread, and keeps the lowest count seen: the "never fewer than N Ready" invariant."""
+
+    def __init__(self, cluster: Cluster, app: str, interval: float = 0.1) -> None:
+        import threading
+
+        self.cluster, self.app, self.interval = cluster, app, interval
+        self.lowest: int | None = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"ready-sampler-{app}", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                ready = sum(placement(self.cluster, self.app).values())
+            except Exception:  # noqa: BLE001, S112 - a failed sample is skipped, not counted
+                continue
+            self.samples += 1
+            self.lowest = ready if self.lowest is None else min(self.lowest, ready)

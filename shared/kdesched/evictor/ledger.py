@@ -284,11 +284,11 @@ class Ledger:
                     moves[key] = mv
                 else:
                     del moves[key]
-            still = mv is not None and any(abs(f.at - admitted_at) < 1e-6 for f in mv.inflight)
-            if workloads.get(key) == admitted_at and not still:
+            still = mv is not None and any(_same(f.at, admitted_at) for f in mv.inflight)
+            if _same(workloads.get(key), admitted_at) and not still:
                 _restore(workloads, key, previous.workloads if previous else {})
-            if pod.node_name and nodes.get(pod.node_name) == admitted_at and not any(
-                    f.node == pod.node_name and abs(f.at - admitted_at) < 1e-6
+            if pod.node_name and _same(nodes.get(pod.node_name), admitted_at) and not any(
+                    f.node == pod.node_name and _same(f.at, admitted_at)
                     for m in moves.values() for f in m.inflight):
                 _restore(nodes, pod.node_name, previous.nodes if previous else {})
         return Ledger(moves, workloads, nodes)
@@ -332,6 +332,11 @@ class Ledger:
             return cls(moves, _times(raw.get("o")), _times(raw.get("n"))), ""
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             return cls(), f"the disruption ledger is malformed ({type(exc).__name__}: {exc}); starting from an empty one"
+
+
+def _same(recorded: float | None, at: float) -> bool:
+    """Is ``recorded`` the time ``at`` (the record keeps milliseconds)?"""
+    return recorded is not None and abs(recorded - at) < 0.002
 
 
 def _restore(table: dict[str, float], key: str, before: Mapping[str, float]) -> None:

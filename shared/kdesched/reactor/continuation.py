@@ -135,12 +135,13 @@ class Continuations:
                 return f"held by a cool-down: this run is repeated in {delay:.0f}s, when it ends"
             if self.stop.is_set():
                 return ""
+            fresh = chain is None
             if chain is None:
                 chain = self._chains[scope] = _Chain(self.first, now)
             chain.workloads |= set(held)
             if evicted:
                 chain.progress, chain.delay = now, self.first
-            elif chain.timer is None:
+            elif chain.timer is None and not fresh:  # a repeat that moved nothing: back off
                 chain.delay = min(self.longest, chain.delay * BACKOFF)
             if now - chain.progress >= bound:
                 self._drop(scope, chain)

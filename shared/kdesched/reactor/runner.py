@@ -308,12 +308,16 @@ class Reactor:
             taints = set(strategies) <= NODE_LOCAL_STRATEGIES
             kind, etype = ("taints", TAINTS_CHANGED) if taints else ("affinity", LABELS_CHANGED)
             trigger = Trigger(etype, trigger_id, CONTINUATION_SOURCE, scope.node)
-            self.node_events.get(f"{kind}/{scope.node}").submit(_NodeReq(trigger, None, tuple(strategies)))
-            return
-        trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
-        policy = event_policy(self.policy, scope.strategies) if scope.strategies else self.policy
-        self._balance_locked("continuation", lambda: self._leased_run(policy, scope.strategies, scope.nodes,
-                                                                      self._dry(), "continuation", [trigger]))
+            result = self.node_events.get(f"{kind}/{scope.node}").submit(
+                _NodeReq(trigger, None, tuple(strategies))).result
+        else:
+            trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
+            policy = event_policy(self.policy, scope.strategies) if scope.strategies else self.policy
+            result = self._balance_locked("continuation", lambda: self._leased_run(
+                policy, scope.strategies, scope.nodes, self._dry(), "continuation", [trigger]))
+        results = [e.get("result") for e in result.evictions]
+        log.info("continuing %s: %d eviction(s), %d still paced", scope_key, results.count("evicted"),
+                 results.count("paced"))
 
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,

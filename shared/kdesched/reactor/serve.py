@@ -319,6 +319,8 @@ class ReactorServer:
             threading.Thread(target=self.watcher.run, name="kdesched-watch", daemon=True).start()
         if self.sweep_interval > 0:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
+        # moves a previous leader (or this process before a restart) left paced: continue them
+        threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
         interval = max(1.0, self.settings.lease_duration_seconds / 3)
         while not self.stop.wait(interval):
             if not self.leader_election:
@@ -372,6 +374,7 @@ class ReactorServer:
 
     def _cleanup(self, drain_seconds: float = 30.0) -> None:
         self.stop.set()
+        self.reactor.continuations.cancel_all()
         self.pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + drain_seconds
         while self.reactor.active_runs and time.monotonic() < deadline:

@@ -1,0 +1,254 @@
+"""Admission through the disruption ledger, against the fake API server: runs of several processes
+deciding at once, lost conditional writes, evictions that did not happen, and the paced repeats
+(reactor/admit.py, reactor/ledger_store.py, reactor/continuation.py).
+
+The same properties are shown on the real control plane in tests/realk8s/test_concurrent_moves.py
+and, randomised, in tests/realk8s/test_storm.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from kdesched.evictor.execute import EvictionOutcome, RecordingExecutor
+from kdesched.evictor.ledger import Ledger
+from kdesched.kube.client import KubeClient
+from kdesched.reactor import events as ev
+from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.ledger_store import LEDGER_ANNOTATION, LedgerRead, LedgerStore
+from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor
+from kdesched.reactor.settings import parse_settings
+from kdesched.strategies.framework import PlannedEviction
+
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.reactor.policies import default_like_policy
+
+TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+READY = [{"type": "Ready", "status": "True"}]
+KEY = "Deployment/default/web"
+STARTED: list[Reactor] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_reactors() -> Iterator[None]:
+    yield
+    while STARTED:
+        r = STARTED.pop()
+        r.stop.set()
+        r.continuations.cancel_all()
+
+
+def reactor(kube: KubeClient, identity: str = "test", **kw: Any) -> Reactor:
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
+    policy = default_like_policy(kdesched=block)
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity=identity, **kw)
+    STARTED.append(r)
+    return r
+
+
+def web(name: str, node: str) -> dict[str, Any]:
+    return pod_obj(name, node, owner_name="web-7d9f8", labels={"app": "web", "pod-template-hash": "7d9f8"},
+                   conditions=READY)
+
+
+def pool(fake: FakeApiServer, nodes: int, spares: int = 2) -> None:
+    fake.add(*[node_obj(f"p{i}", taints=[TAINT]) for i in range(nodes)], *[node_obj(f"s{i}") for i in range(spares)])
+    fake.add(*[web(f"web-7d9f8-{i}", f"p{i}") for i in range(nodes)])
+
+
+def evicted(fake: FakeApiServer) -> list[str]:
+    return [r.path.split("/")[-2] for r in fake.requests("POST") if r.path.endswith("/eviction")]
+
+
+def ledger_of(fake: FakeApiServer) -> Ledger:
+    lease = fake.get("Lease", "kdesched", "kdesched") or {}
+    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
+    assert problem == ""
+    return ledger
+
+
+def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
+    return r.node_event(Trigger(ev.TAINTS_CHANGED, f"e-{node}-{i}"), parse_node_event({"node": node}))
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_six_processes_deciding_at_once_admit_one_eviction(round_: int) -> None:
+    """Six reactors (six processes: pods of the taints function) each get one node's taint event at
+    the same moment; the workload's allowance is 1, so exactly one pod goes, the others are paced."""
+    with FakeApiServer() as fake:
+        fake.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+        pool(fake, 6)
+        clients = [KubeClient.for_host(fake.url) for _ in range(6)]
+        reactors = [reactor(c, f"proc-{i}") for i, c in enumerate(clients)]
+        barrier = threading.Barrier(6)
+        outs: list[dict[str, Any]] = [{} for _ in range(6)]
+
+        def run(i: int) -> None:
+            barrier.wait()
+            outs[i] = taint_event(reactors[i], f"p{i}", round_)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        results = sorted(e["result"] for o in outs for e in o["evictions"])
+        assert len(evicted(fake)) == 1 and results == ["evicted"] + ["paced"] * 5
+        move = ledger_of(fake).move(KEY)
+        assert move is not None and len(move.inflight) == 1 and len(move.held) == 5
+        for c in clients:
+            c.close()
+
+
+class RacingStore(LedgerStore):
+    """A store whose first write loses to a competing run that admitted ``rival`` meanwhile."""
+
+    def __init__(self, inner: LedgerStore, rival: Any) -> None:
+        super().__init__(inner.client, inner.namespace, inner.name)
+        self.rival = rival
+        self.lost = 0
+
+    def write(self, read: LedgerRead, ledger: Ledger) -> bool:
+        if not self.lost:
+            self.lost += 1
+            from kdesched.evictor.ledger import Admission
+
+            fresh = self.read()
+            other = fresh.ledger.admit([Admission(self.rival, "RemovePodsViolatingNodeTaints", False, "node:p1:x",
+                                                  "", 2, 2)], time.time())
+            assert super().write(fresh, other)
+        return super().write(read, ledger)
+
+
+def test_a_lost_write_plans_again_against_the_winner(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    from kdesched.model.records import Pod
+
+    pool(fake_api, 2)
+    r = reactor(kube)
+    rival = Pod.from_api(fake_api.get("Pod", "web-7d9f8-1", "default"))  # type: ignore[arg-type]
+    r.store = RacingStore(r.store, rival)
+    out = taint_event(r, "p0")
+    # the rival's admission (web-7d9f8-1 in flight) took the allowance: this run re-planned and held
+    assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-0", "paced")]
+    assert any("admitted on attempt 2" in n for n in out["notes"]) and evicted(fake_api) == []
+
+
+class FailingExecutor(RecordingExecutor):
+    def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
+                failure_events: bool = False) -> list[EvictionOutcome]:
+        return [EvictionOutcome(e, "failed", "the API server said no", 1) for e in evictions]
+
+
+def test_an_eviction_that_did_not_happen_is_taken_back(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 2)
+    r = reactor(kube, executor_factory=lambda _dry: FailingExecutor())
+    out = taint_event(r, "p0")
+    assert [e["result"] for e in out["evictions"]] == ["failed"]
+    ledger = ledger_of(fake_api)
+    assert ledger.move(KEY) is None and KEY not in ledger.workloads and "p0" not in ledger.nodes
+
+
+def test_the_admission_is_written_before_the_eviction(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """So a process that dies right after evicting (or a write that fails then) loses nothing."""
+    pool(fake_api, 1)
+    seen: list[Ledger] = []
+
+    class Watching(RecordingExecutor):
+        def execute(self, evictions: Sequence[PlannedEviction], **kw: Any) -> list[EvictionOutcome]:
+            seen.append(ledger_of(fake_api))
+            return [EvictionOutcome(e, "evicted", "", 1) for e in evictions]
+
+    r = reactor(kube, executor_factory=lambda _dry: Watching())
+    taint_event(r, "p0")
+    assert seen and seen[0].move(KEY) is not None and seen[0].workloads.get(KEY) is not None
+
+
+def test_a_dry_run_writes_no_ledger(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1)
+    block = {"settleSeconds": 0.05, "dryRun": True}
+    policy = default_like_policy(kdesched=block)
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="dry")
+    STARTED.append(r)
+    out = taint_event(r, "p0")
+    assert [e["result"] for e in out["evictions"]] == ["dry-run"] and not ledger_of(fake_api)
+
+
+def test_a_restarted_process_resumes_the_held_scopes(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1)
+    fake_api.add(web("web-7d9f8-9", "p0"))  # two replicas on p0: one evicted, one held
+    first = reactor(kube, "first")
+    out = taint_event(first, "p0")
+    assert sorted(e["result"] for e in out["evictions"]) == ["evicted", "paced"]
+    first.stop.set()
+    first.continuations.cancel_all()
+    second = reactor(kube, "second")
+    ran: list[str] = []
+    second.continuations.run = ran.append  # record instead of running
+    second.continuations.first = 0.01
+    assert second.resume() == 1
+    deadline = time.monotonic() + 5
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == [node_scope("p0", ["RemovePodsViolatingNodeTaints"])]
+
+
+# -- continuation timers (pure) ------------------------------------------------------------------------
+
+def test_scopes_round_trip() -> None:
+    assert parse_scope(node_scope("n1", ["A", "B"])).strategies == ("A", "B")
+    s = parse_scope(balance_scope(["LowNodeUtilization"], ["n1", "n2"]))
+    assert (s.kind, s.strategies, s.nodes) == ("balance", ("LowNodeUtilization",), ("n1", "n2"))
+    assert parse_scope(balance_scope(None)).strategies is None
+    for bad in ("", "node:", "node:n1", "balance:", "other:x"):
+        with pytest.raises(ValueError):
+            parse_scope(bad)
+
+
+def test_a_held_run_is_repeated_backing_off_and_a_wake_brings_it_forward() -> None:
+    stop = threading.Event()
+    ran: list[str] = []
+    c = Continuations(ran.append, stop=stop, timeout_seconds=60, first=0.05, longest=5)
+    note = c.after_run("s1", held={KEY}, evicted=set())
+    assert "repeated in 0.05s" in note
+    deadline = time.monotonic() + 5
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == ["s1"]
+    c.after_run("s1", held={KEY}, evicted=set())  # nothing moved: back off 1.5x
+    assert c.delay("s1") == pytest.approx(0.075)
+    for _ in range(10):
+        c.after_run("s1", held={KEY}, evicted=set())
+    # another scope evicted a pod of the same workload: s1 looks again soon
+    c2: list[str] = []
+    c.run = c2.append
+    c.after_run("s2", held=set(), evicted={KEY})
+    assert c.delay("s1") == 0.05
+    c.after_run("s1", held=set(), evicted=set())  # nothing held any more: the chain ends
+    assert c.delay("s1") is None
+    stop.set()
+    c.cancel_all()
+
+
+def test_a_chain_without_progress_ends_at_the_timeout() -> None:
+    now = [0.0]
+    c = Continuations(lambda s: None, stop=threading.Event(), timeout_seconds=30, first=1, longest=10,
+                      clock=lambda: now[0])
+    c.after_run("s", held={KEY}, evicted={KEY})
+    now[0] = 29
+    assert "repeated" in c.after_run("s", held={KEY}, evicted=set())
+    now[0] = 31
+    assert "no progress for 30s" in c.after_run("s", held={KEY}, evicted=set())
+    assert c.delay("s") is None
+    c.cancel_all()
+
+
+def test_a_cool_down_schedules_one_repeat_when_it_ends() -> None:
+    c = Continuations(lambda s: None, stop=threading.Event(), timeout_seconds=30, first=1, longest=10)
+    assert "repeated in 43s" in c.after_run("s", held=set(), evicted=set(), cooldown_in=42.4)
+    assert c.after_run("t", held=set(), evicted=set()) == ""
+    c.cancel_all()

@@ -1,0 +1,159 @@
+"""Several events at once on a real control plane: the disruption ledger and paced moves that finish.
+
+The stories of issue 21, with ``kdesched serve`` (the shipped policy), the real scheduler and
+controller-manager and the kubelet stand-in:
+
+* a maintenance taint on a six-node pool (six taint events back to back, one replica of a
+  6-replica Deployment on each, replacements Ready 3 s after they are bound): all six move, never
+  more than one down at a time, through six concurrent node runs that share one ledger;
+* a node joins where three replicas are piled on one node: both moves happen (the paced second
+  eviction of a balance run is repeated, not left to the sweep);
+* the leader killed in the middle of a paced move: the next one continues it from the ledger.
+
+Assertions are about cluster state; the time bounds are generous functional bounds ("the move
+finishes"), the figures themselves are bench/bench_reaction.py's job.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.realk8s.cluster import Cluster
+from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
+from tests.realk8s.serve_stories import (
+    NS,
+    UNINITIALIZED,
+    ReadySampler,
+    Serve,
+    app_pods,
+    leader,
+    maintenance,
+    placement,
+    policy_text,
+    set_taints,
+    set_unschedulable,
+    uids,
+    wait_placement,
+    write_file,
+)
+
+GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+LEDGER = "kdesched.dev/disruption-ledger"
+
+
+@pytest.fixture
+def serves() -> Iterator[list[Serve]]:
+    started: list[Serve] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
+         cluster: Cluster) -> Cluster:
+    cluster.namespace(NS)
+    return cluster
+
+
+def start(serves: list[Serve], tmp_path: Path, cp: ControlPlane, identity: str) -> Serve:
+    policy = write_file(tmp_path, "policy.yaml", policy_text())
+    s = Serve(cp.admin_kubeconfig, policy, identity, workdir=tmp_path).start()
+    serves.append(s)
+    return s
+
+
+def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
+    def check() -> bool:
+        assert s.alive(), f"serve {s.identity} exited:\n{s.log()[-3000:]}"
+        status, why = s.readyz()
+        return leader(cluster) == s.identity and status == 200 and "leader, watching" in why
+    cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
+
+
+def ledger(cluster: Cluster) -> dict[str, object]:
+    lease = cluster.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched") or {}
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
+    return json.loads(text) if text else {}
+
+
+def on_spares(spares: list[str], replicas: int) -> object:
+    return lambda p: sum(p.values()) == replicas and set(p) <= set(spares)
+
+
+def test_maintenance_taint_of_six_nodes_moves_all_six_one_at_a_time(control_plane: ControlPlane, real: Cluster,
+                                                                    kubelet: Kubelet, serves: list[Serve],
+                                                                    tmp_path: Path) -> None:
+    pool, spares = maintenance(control_plane, real)
+    before = uids(real, "web")
+    kubelet.ready_delay = 3.0  # replacements take 3 s to become Ready
+    s = start(serves, tmp_path, control_plane, "a")
+    wait_leading(control_plane, real, s)
+    with ReadySampler(real, "web") as sampler:
+        began = time.monotonic()
+        for n in pool:  # kubectl taint nodes -l pool=a dedicated=gpu:NoSchedule
+            set_taints(real, n, [GPU])
+        wait_placement(control_plane, real, "web", on_spares(spares, 6), timeout=150, interval=0.2,
+                       what="all six replicas on the spare nodes")
+        took = time.monotonic() - began
+    assert sampler.samples > 20 and sampler.lowest is not None
+    assert sampler.lowest >= 5, f"{6 - sampler.lowest} replicas were down at once (allowance 1); took {took:.1f}s"
+    assert not before & uids(real, "web") and len(uids(real, "web")) == 6  # each evicted once, none twice
+    assert s.evictions_logged() == 6, s.log()[-4000:]
+    # the move is over: nothing is held any more (the last pod in flight is settled lazily, by the
+    # next run that reads every pod, or expires; once its replacement is Ready it holds nothing back)
+    assert not any(m.get("h") for m in (ledger(real).get("m") or {}).values()), ledger(real)
+
+
+def test_a_node_joining_three_piled_replicas_gets_both_moves(control_plane: ControlPlane, real: Cluster,
+                                                            serves: list[Serve], tmp_path: Path) -> None:
+    real.node("node-1")
+    real.node("node-2", unschedulable=True)
+    real.deployment("nginx", 3, cpu="500m")
+    wait_placement(control_plane, real, "nginx", lambda p: p == {"node-1": 3})
+    set_unschedulable(real, "node-2", False)
+    before = uids(real, "nginx")
+    s = start(serves, tmp_path, control_plane, "a")
+    wait_leading(control_plane, real, s)
+    real.node("node-3", taints=[UNINITIALIZED])  # a cloud node; initialised a moment later
+    time.sleep(0.3)
+    set_taints(real, "node-3", [])
+    got = wait_placement(control_plane, real, "nginx", lambda p: p == {"node-1": 1, "node-2": 1, "node-3": 1},
+                         timeout=60, what="one nginx per node")
+    assert got == {"node-1": 1, "node-2": 1, "node-3": 1}
+    assert len(before - uids(real, "nginx")) == 2  # exactly the two moves needed
+    assert "continuing balance:" in s.log()  # the second move came from the repeat (the sweep is off)
+    time.sleep(1)
+    assert len(before - uids(real, "nginx")) == 2
+
+
+def test_a_new_leader_continues_a_paced_move_from_the_ledger(control_plane: ControlPlane, real: Cluster,
+                                                           kubelet: Kubelet, serves: list[Serve],
+                                                           tmp_path: Path) -> None:
+    real.node("node-1", unschedulable=True)
+    real.node("gpu-1")
+    real.deployment("shop", 3, cpu="200m")
+    wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 3})
+    set_unschedulable(real, "node-1", False)
+    before = uids(real, "shop")
+    kubelet.ready_delay = 4.0
+    a = start(serves, tmp_path, control_plane, "a")
+    wait_leading(control_plane, real, a)
+    set_taints(real, "gpu-1", [GPU])
+    # the first replica is evicted and the other two are held in the ledger for the move to continue
+    control_plane.wait_for(lambda: len(before - uids(real, "shop")) == 1 and any(
+        m.get("h") for m in (ledger(real).get("m") or {}).values()), 30, what="one eviction and held pods")
+    a.stop(signal.SIGKILL)  # a crash: no shutdown, no handover
+    b = start(serves, tmp_path, control_plane, "b")
+    wait_leading(control_plane, real, b, timeout=90)
+    wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 3}, timeout=90,
+                   what="the new leader to finish the move")
+    assert not before & uids(real, "shop")
+    assert "resuming" in b.log() and all(p["spec"].get("nodeName") == "node-1" for p in app_pods(real, "shop"))
+    assert placement(real, "shop") == {"node-1": 3}
