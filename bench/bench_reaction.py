@@ -10,7 +10,8 @@ runs from the write that makes the change (for scale-out: the write that makes t
 i.e. lifts the uninitialized taint) until the expected placement is Ready. Reported: median, min
 and max seconds, evictions (pods replaced, and what serve logged), and the machine's conditions.
 
-    python bench/bench_reaction.py                       # 3 stories x 5 repeats
+    python bench/bench_reaction.py                       # 3 seed stories x 5 repeats
+    python bench/bench_reaction.py --stories piled,maintenance --repeat 3   # several events at once (issue 21)
     python bench/bench_reaction.py --stories taint --repeat 3 --ready-delay 0.5
 
 The kubelet stand-in polls every 0.1 s and marks a bound pod Ready after ``--ready-delay`` seconds
@@ -37,9 +38,9 @@ sys.path.insert(0, str(REPO))
 from bench.machine import machine
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, find_binaries
-from tests.realk8s.serve_stories import NS, STORIES, Serve, leader, placement, uids, write_file
+from tests.realk8s.serve_stories import NS, STORIES, ReadySampler, Serve, leader, placement, uids, write_file
 
-STORIES_EXPECTED = {"scale-out": 1, "recovery": 1, "taint": 2}
+STORIES_EXPECTED = {"scale-out": 1, "recovery": 1, "taint": 2, "piled": 2, "maintenance": 6}
 
 
 def one_run(cp: ControlPlane, name: str, workdir: Path, policy: Path, timeout: float,
@@ -59,25 +60,30 @@ def one_run(cp: ControlPlane, name: str, workdir: Path, policy: Path, timeout: f
             raise TimeoutError(f"{exc}; serve's log:\n{serve.log()[-2000:]}") from None
         time.sleep(0.5)  # let the watch settle; nothing may happen before the change
         assert uids(cluster, story.app) == before, "something moved before the change"
-        t0 = story.change()
-        deadline = t0 + timeout
-        seconds = None
-        while time.monotonic() < deadline:
-            if story.done(placement(cluster, story.app)):
-                seconds = time.monotonic() - t0
-                break
-            time.sleep(0.02)
-        time.sleep(1.0)  # anything extra that would still happen
+        if story.ready_delay is not None:
+            cp.start_kubelet(ready_delay=story.ready_delay)
+        with ReadySampler(cluster, story.app, interval=0.05) as sampler:
+            t0 = story.change()
+            deadline = t0 + timeout
+            seconds = None
+            while time.monotonic() < deadline:
+                if story.done(placement(cluster, story.app)):
+                    seconds = time.monotonic() - t0
+                    break
+                time.sleep(0.02)
+            time.sleep(1.0)  # anything extra that would still happen
         replaced = len(before - uids(cluster, story.app))
         return {"story": name, "code": "baseline" if baseline else "this", "seconds": None if seconds is None else round(seconds, 3), "replaced": replaced,
-                "expected": story.evictions, "logged": serve.evictions_logged()}
+                "expected": story.evictions, "logged": serve.evictions_logged(),
+                "fewest_ready": sampler.lowest if story.replicas else None, "replicas": story.replicas}
     finally:
         serve.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stories", default="scale-out,recovery,taint")
+    ap.add_argument("--stories", default="scale-out,recovery,taint",
+                    help=f"comma-separated, of: {', '.join(STORIES)} (piled, maintenance: issue 21's stories)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--ready-delay", type=float, default=0.0, help="kubelet stand-in: bound -> Ready after S seconds")
     ap.add_argument("--timeout", type=float, default=60.0)
@@ -101,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cp.start_scheduler()
         cp.start_controller_manager()
         cp.start_kubelet(ready_delay=args.ready_delay)
+        default_delay = args.ready_delay
         policy = Path(args.policy)
         if not policy.exists():
             policy = write_file(Path(tmp), "policy.yaml", args.policy)
@@ -109,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in stories:
                 for code in codes:
                     try:
+                        cp.start_kubelet(ready_delay=default_delay)
                         run = one_run(cp, name, Path(tmp), policy, args.timeout, code)
                     except Exception as exc:  # noqa: BLE001 - one failed run is reported, the rest still run
                         run = {"story": name, "code": "baseline" if code else "this", "seconds": None,
@@ -126,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=False).stdout.strip()
         print(f"baseline: {args.baseline} at {base}")
-    print(f"{'code':9s} {'story':12s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'evictions':>10s} {'expected':>9s}")
+    print(f"{'code':9s} {'story':12s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'evictions':>10s} {'expected':>9s}"
+          f" {'fewest Ready':>13s}")
     for code, name in [(c, n) for n in stories for c in (("this", "baseline") if args.baseline else ("this",))]:
         mine = [r for r in runs if r["story"] == name and r["code"] == code]
         secs = [r["seconds"] for r in mine if r["seconds"] is not None]
@@ -135,8 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lo = f"{min(secs):.2f}" if secs else "-"
         hi = f"{max(secs):.2f}" if secs else "-"
         failed = len(mine) - len(secs)
+        fewest = [r["fewest_ready"] for r in mine if r.get("fewest_ready") is not None]
+        low = f"{min(fewest)} of {max(r.get('replicas', 0) for r in mine)}" if fewest else "-"
         print(f"{code:9s} {name:12s} {med:>9s} {lo:>7s} {hi:>7s} {'/'.join(map(str, evictions)):>10s} "
-              f"{mine[0]['expected']:>9d}" + (f"  ({failed} timed out)" if failed else ""))
+              f"{mine[0]['expected']:>9d} {low:>13s}" + (f"  ({failed} timed out)" if failed else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": info, "runs": runs}, indent=2))
     return 0

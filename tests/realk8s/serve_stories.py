@@ -270,6 +270,8 @@ class Story:
     done: Callable[[dict[str, int]], bool]
     evictions: int
     source: str
+    ready_delay: float | None = None  # the kubelet stand-in's bound -> Ready delay this story needs
+    replicas: int = 0  # for the "fewest Ready while it moved" figure (0: not sampled)
 
 
 def scale_out(cp: ControlPlane, cluster: Cluster, *, lift_after: float = 0.3) -> Story:
@@ -340,8 +342,7 @@ def taint(cp: ControlPlane, cluster: Cluster) -> Story:
     return Story("taint", "shop", change, lambda p: p == {"node-1": 2}, 2, "gpu-1")
 
 
-STORIES: dict[str, Callable[[ControlPlane, Cluster], Story]] = {
-    "scale-out": scale_out, "recovery": recovery, "taint": taint}
+
 
 
 # -- several events at once (the disruption ledger, issue 21) ----------------------------------------
@@ -406,3 +407,44 @@ class ReadySampler:
                 continue
             self.samples += 1
             self.lowest = ready if self.lowest is None else min(self.lowest, ready)
+
+
+def piled(cp: ControlPlane, cluster: Cluster, *, lift_after: float = 0.3) -> Story:
+    """Issue 21: nginx (3 x 500m) all on node-1, node-2 empty; node-3 registers as a cloud node and is
+    initialised ``lift_after`` s later. Expected: two moves (RemoveDuplicates, one at a time: the
+    second once the first replacement is Ready), one nginx per node."""
+    cluster.node("node-1")
+    cluster.node("node-2", unschedulable=True)
+    cluster.deployment("nginx", 3, cpu="500m")
+    wait_placement(cp, cluster, "nginx", lambda p: p == {"node-1": 3})
+    set_unschedulable(cluster, "node-2", False)
+
+    def change() -> float:
+        cluster.node("node-3", taints=[UNINITIALIZED])
+        time.sleep(lift_after)
+        at = time.monotonic()
+        set_taints(cluster, "node-3", [])
+        return at
+
+    return Story("piled", "nginx", change, lambda p: p == {"node-1": 1, "node-2": 1, "node-3": 1}, 2, "node-1",
+                 ready_delay=0.0, replicas=3)
+
+
+def maintenance_taint(cp: ControlPlane, cluster: Cluster) -> Story:
+    """Issue 21: a maintenance taint on a six-node pool (one web replica on each, two spare nodes),
+    the six nodes patched back to back; replacements Ready 3 s after they are bound. Expected: six
+    evictions, never more than one replica down."""
+    pool_nodes, spares = maintenance(cp, cluster)
+
+    def change() -> float:
+        at = time.monotonic()
+        for n in pool_nodes:
+            set_taints(cluster, n, [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+        return at
+
+    return Story("maintenance", "web", change, lambda p: sum(p.values()) == 6 and set(p) <= set(spares), 6,
+                 "pool-*", ready_delay=3.0, replicas=6)
+
+
+STORIES: dict[str, Callable[[ControlPlane, Cluster], Story]] = {
+    "scale-out": scale_out, "recovery": recovery, "taint": taint, "piled": piled, "maintenance": maintenance_taint}
