@@ -397,7 +397,7 @@ class Tenure:
                 elapsed = self.clock() - self._last_renewed
                 if elapsed > self.deadline_seconds:
                     self._reason = (f"{self.what} not renewed for {elapsed:.1f}s (renew deadline "
-                                    f"{self.deadline_seconds:g}s): stepped down")
+                                    f"{self.deadline_seconds:g}s)")
             return self._reason
 
     @property
@@ -451,7 +451,7 @@ class LeaseGuard:
     def still_held(self) -> str | None:
         """None while this guard holds the Lease and the renew deadline since the last successful
         renew has not passed; else the reason, e.g. "Lease kdesched/kdesched not renewed for 41.2s
-        (renew deadline 40s): stepped down". Cheap (no API call: a clock read under a lock) and
+        (renew deadline 40s)". Cheap (no API call: a clock read under a lock) and
         thread-safe: meant to be called between eviction batches; a reason means stop evicting."""
         if self._released:
             return f"Lease {self.namespace}/{self.name} released"
@@ -505,10 +505,10 @@ class LeaseGuard:
                 tenure.renewed(started)
                 wait = self.timing.interval_seconds
                 continue
-            tenure.end(f"Lease {self.namespace}/{self.name} is no longer ours (gone or taken over): stepped down")
+            tenure.end(f"Lease {self.namespace}/{self.name} is no longer ours (gone or taken over)")
             break
         if not self._done.is_set():
-            log.error("%s; not renewing it any more", tenure.check())
+            log.error("stepping down: %s; not renewing it any more", tenure.check())
 
     def save_history(self, history: EvictionHistory) -> bool:
         """Write ``history`` into the Lease annotation (only while we hold it). Retries a lost race
@@ -518,7 +518,7 @@ class LeaseGuard:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 if self._tenure is not None:
                     self._tenure.end(f"Lease {self.namespace}/{self.name} is no longer ours (found while "
-                                     "saving the history): stepped down")
+                                     "saving the history)")
                 return False
             meta = dict(lease.get("metadata") or {})
             meta["annotations"] = {**(meta.get("annotations") or {}), HISTORY_ANNOTATION: history.to_annotation()}
