@@ -1,8 +1,17 @@
-"""Coalescing, locks, Lease guard and token buckets, without strategies (the ledger: tests/evictor/test_ledger.py)."""
+"""Coalescing, locks, Lease guard and token buckets, without strategies (the ledger: tests/evictor/test_ledger.py).
+
+The Lease guard's renew deadline is tested on a fake clock (the renew thread runs for real, with
+short waits, but whether the deadline passed is decided by the clock the test moves); per-node
+state pruning is tested with threads racing new requests against pruning.
+"""
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,10 +20,13 @@ from kdesched.kube.lease import LeaseLock
 from kdesched.reactor.coordination import (
     Coalescer,
     CoalescingCore,
+    KeyedCoalescers,
     LeaseGuard,
     LockBusy,
     NodeLocks,
+    RenewTiming,
     ShuttingDown,
+    Tenure,
 )
 from kdesched.reactor.limits import RateLimiter, TokenBucket
 from kdesched.reactor.settings import BucketSettings, RateLimitSettings
@@ -69,9 +81,6 @@ def test_rate_limiter_peek_does_not_consume() -> None:
     assert rl.admit("n", "ns", consume=False) is None
     assert rl.admit("n", "ns") is None
     assert rl.admit("n", "ns") is not None
-
-
-# --- history -------------------------------------------------------------------------------------
 
 
 # --- coalescer -----------------------------------------------------------------------------------
@@ -165,6 +174,266 @@ def test_lock_timeout_gives_lock_busy() -> None:
 def test_node_locks_are_per_node() -> None:
     locks = NodeLocks()
     assert locks.get("a") is locks.get("a") and locks.get("a") is not locks.get("b")
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        threading.Event().wait(0.01)
+    raise AssertionError("condition not met in time")
+
+
+# --- per-node state is dropped once idle -----------------------------------------------------------
+
+
+def test_node_locks_keep_a_lock_only_while_it_is_used() -> None:
+    locks = NodeLocks()
+    held = locks.get("n1")
+    with held:
+        assert locks.get("n1") is held  # in use: every caller gets the same lock
+        assert not locks.get("n1").acquire(blocking=False)
+    for i in range(10_000):  # node churn: names come and go
+        with locks.get(f"churn-{i}"):
+            pass
+    gc.collect()
+    assert len(locks) == 1  # only n1, still referenced by `held`
+    del held
+    gc.collect()
+    assert len(locks) == 0
+
+
+def test_node_locks_never_give_two_holders_one_node_while_unused_locks_are_dropped() -> None:
+    """Threads take and release the locks of a few nodes as fast as they can; unused locks vanish
+    and reappear all the time. At no moment may two threads be inside the same node's lock."""
+    locks = NodeLocks()
+    inside = dict.fromkeys("abc", 0)
+    worst = dict.fromkeys("abc", 0)
+    guard = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def work(seed: int) -> None:
+        barrier.wait()
+        for i in range(2000):
+            node = "abc"[(seed + i) % 3]
+            with locks.get(node):
+                with guard:
+                    inside[node] += 1
+                    worst[node] = max(worst[node], inside[node])
+                if i % 7 == 0:
+                    time.sleep(0)  # let another thread try the same node meanwhile
+                with guard:
+                    inside[node] -= 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert worst == dict.fromkeys("abc", 1)
+    gc.collect()
+    assert len(locks) == 0
+
+
+def test_keyed_coalescers_drop_idle_keys_but_not_a_busy_one() -> None:
+    made: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def factory(key: str) -> Coalescer[int, str]:
+        made.append(key)
+
+        def run(reqs: list[int]) -> str:
+            if key == "busy":
+                started.set()
+                release.wait(10)
+            return key
+
+        return Coalescer(run)
+
+    keyed: KeyedCoalescers[int, str] = KeyedCoalescers(factory)
+    busy = threading.Thread(target=lambda: keyed.get("busy").submit(0))
+    busy.start()
+    assert started.wait(10)
+    for i in range(1000):  # node churn
+        assert keyed.get(f"node-{i}").submit(i).result == f"node-{i}"
+    assert len(keyed) <= KeyedCoalescers.PRUNE_FLOOR  # pruned as it grew: bounded, not 1001
+    keyed.prune()
+    assert len(keyed) == 1  # the busy one stays: its batch is running
+    assert keyed.get("busy").idle() is False and made.count("busy") == 1
+    release.set()
+    busy.join(10)
+    assert keyed.prune() == 1 and len(keyed) == 0
+    keyed.get("busy")
+    assert made.count("busy") == 2  # a fresh one, once the old one was idle and dropped
+
+
+def test_an_idle_coalescer_with_spacing_left_is_kept_until_the_interval_passed() -> None:
+    clock = FakeClock()
+    keyed: KeyedCoalescers[int, int] = KeyedCoalescers(lambda key: Coalescer(lambda r: 1, min_interval_seconds=10,
+                                                                              clock=clock))
+    keyed.get("k").submit(1)
+    assert keyed.prune() == 0  # its next batch must still wait for the interval: forgetting it would not
+    clock.t += 10
+    assert keyed.prune() == 1
+
+
+def test_pruning_never_races_a_new_request_for_the_same_key() -> None:
+    """Requests for a few keys from many threads, each key's runs serialised by its node lock as
+    the runner wires them, while another thread prunes without pause: no two runs of one key ever
+    overlap, every request is served, and nothing is left behind."""
+    locks = NodeLocks()
+    inside: dict[str, int] = {}
+    worst: dict[str, int] = {}
+    alive: dict[str, int] = {}
+    most_alive: dict[str, int] = {}
+    served = [0]
+    guard = threading.Lock()
+
+    def gone(key: str) -> None:
+        with guard:
+            alive[key] -= 1
+
+    def factory(key: str) -> Coalescer[int, int]:
+        with guard:
+            alive[key] = alive.get(key, 0) + 1
+            most_alive[key] = max(most_alive.get(key, 0), alive[key])
+
+        def run(reqs: list[int]) -> int:
+            with guard:
+                inside[key] = inside.get(key, 0) + 1
+                worst[key] = max(worst.get(key, 0), inside[key])
+            time.sleep(0)
+            with guard:
+                inside[key] -= 1
+                served[0] += len(reqs)
+            return len(reqs)
+
+        c: Coalescer[int, int] = Coalescer(run, run_lock=locks.get(key))
+        weakref.finalize(c, gone, key)
+        return c
+
+    keyed: KeyedCoalescers[int, int] = KeyedCoalescers(factory)
+    stop = threading.Event()
+
+    def prune() -> None:
+        while not stop.is_set():
+            keyed.prune()
+
+    def deliver(seed: int) -> None:
+        for i in range(500):
+            keyed.get("wxyz"[(seed * 7 + i) % 4]).submit(i)
+
+    pruner = threading.Thread(target=prune)
+    pruner.start()
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stop.set()
+    pruner.join(10)
+    assert served[0] == 8 * 500
+    assert worst == dict.fromkeys("wxyz", 1)
+    assert most_alive == dict.fromkeys("wxyz", 1)  # never a second coalescer for a key while one is in use
+    keyed.prune()
+    gc.collect()
+    assert len(keyed) == 0 and len(locks) == 0
+
+
+# --- renew timing and stepping down ----------------------------------------------------------------
+
+
+def test_renew_timing_follows_client_go() -> None:
+    assert RenewTiming.for_lease(15) == RenewTiming(15, 10, 5, 2)  # LeaseDuration/RenewDeadline/RetryPeriod
+    t = RenewTiming.for_lease(60)
+    assert (t.deadline_seconds, t.interval_seconds, t.retry_seconds) == (40, 20, 2)
+    t = RenewTiming.for_lease(60, 20)
+    assert (t.deadline_seconds, t.interval_seconds, t.retry_seconds) == (20, 10, 2)
+    t = RenewTiming.for_lease(5)
+    assert t.interval_seconds < t.deadline_seconds < 5 and t.retry_seconds < t.deadline_seconds
+    for bad in (0, -1, 60, 61):
+        with pytest.raises(ValueError, match="renew deadline"):
+            RenewTiming.for_lease(60, bad)
+
+
+def test_tenure_ends_at_the_deadline_and_stays_ended() -> None:
+    clock = FakeClock()
+    tenure = Tenure(40, clock=clock, what="Lease ns/x")
+    clock.t += 30
+    tenure.renewed(clock.t - 1)
+    clock.t += 38
+    assert tenure.check() is None  # 68 s since the start, 39 s since the renew began
+    clock.t += 2
+    reason = tenure.check()
+    assert reason is not None and "Lease ns/x not renewed for 41.0s (renew deadline 40s)" in reason
+    tenure.renewed(clock.t)  # too late: whoever relied on it has stopped already
+    assert tenure.check() == reason
+
+
+def guard_on(kube: KubeClient, clock: FakeClock, *, name: str = "kd", **kw: Any) -> LeaseGuard:
+    """A guard whose deadline is judged by ``clock``; its renew thread wakes every 20 ms."""
+    timing = RenewTiming(60, 40, 0.02, 0.02)
+    return LeaseGuard(kube, "ops", name, "me", duration_seconds=60, wait_seconds=0, timing=timing, clock=clock, **kw)
+
+
+def lease_puts(fake_api: FakeApiServer, name: str = "kd") -> list[Any]:
+    return fake_api.requests("PUT", f"/apis/coordination.k8s.io/v1/namespaces/ops/leases/{name}")
+
+
+def test_guard_is_held_while_renewing_even_through_409s(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A concurrent write (409 on our renew) is not a loss: re-read, renew, still held."""
+    clock = FakeClock()
+    with guard_on(kube, clock) as guard:
+        assert guard.still_held() is None and not guard.lost
+        clock.t += 30
+        before = len(lease_puts(fake_api))
+        fake_api.script("PUT", "/apis/coordination.k8s.io/v1/namespaces/ops/leases/kd", [409, 409, 409, 409, 409])
+        wait_for(lambda: len(lease_puts(fake_api)) >= before + 8)  # the 409s, then renews that went through
+        clock.t += 39  # 69 s since the Lease was taken, 39 s since the last successful renew began
+        assert guard.still_held() is None and not guard.lost
+    assert not guard.lost and guard.still_held() == "Lease ops/kd released"
+    assert not (fake_api.get("Lease", "kd", "ops") or {})["spec"].get("holderIdentity")
+
+
+def test_guard_steps_down_when_no_renew_succeeds_within_the_deadline(fake_api: FakeApiServer,
+                                                                     kube: KubeClient) -> None:
+    clock = FakeClock()
+    with guard_on(kube, clock) as guard:
+        fake_api.script("PUT", "/apis/coordination.k8s.io/v1/namespaces/ops/leases/kd", [500] * 10_000)
+        before = len(lease_puts(fake_api))
+        wait_for(lambda: len(lease_puts(fake_api)) >= before + 3)  # failing, retried
+        assert guard.still_held() is None  # errors alone are not a step-down: the deadline is
+        clock.t += 41
+        reason = guard.still_held()
+        assert reason is not None and "renew deadline 40s" in reason and guard.lost
+        renewer = guard._renewer
+        assert renewer is not None
+        wait_for(lambda: not renewer.is_alive())  # stopped renewing
+        tried = len(lease_puts(fake_api))
+        threading.Event().wait(0.1)
+        assert len(lease_puts(fake_api)) == tried
+        fake_api.scripts.pop(("PUT", "/apis/coordination.k8s.io/v1/namespaces/ops/leases/kd"), None)
+    assert not guard.lost  # exited: released (the Lease still named us)
+
+
+def test_guard_steps_down_at_once_when_another_holder_has_the_lease(fake_api: FakeApiServer,
+                                                                    kube: KubeClient) -> None:
+    clock = FakeClock()
+    with guard_on(kube, clock) as guard:
+        lease = fake_api.get("Lease", "kd", "ops")
+        assert lease is not None
+        lease["spec"]["holderIdentity"] = "usurper"
+        fake_api.update(lease)
+        reason = wait_for(guard.still_held)
+        assert "no longer ours" in reason and guard.lost
+    assert (fake_api.get("Lease", "kd", "ops") or {})["spec"]["holderIdentity"] == "usurper"  # not released
+
+
+def test_guard_rejects_a_deadline_not_shorter_than_the_duration(kube: KubeClient) -> None:
+    with pytest.raises(ValueError, match="shorter than the Lease duration"):
+        LeaseGuard(kube, "ops", "kd", "me", duration_seconds=60, wait_seconds=0, renew_deadline_seconds=60)
 
 
 # --- Lease ---------------------------------------------------------------------------------------

@@ -26,6 +26,13 @@ def test_defaults() -> None:
     assert s.events[ev.NODE_READY] == ("LowNodeUtilization", "RemoveDuplicates")
 
 
+def test_lease_renew_deadline_defaults_to_two_thirds_of_the_duration() -> None:
+    assert settings().lease_renew_deadline == 40  # of 60 s, as client-go's 10 s of 15 s
+    assert settings({"leaseDurationSeconds": 15}).lease_renew_deadline == 10
+    s = settings({"leaseDurationSeconds": 30, "leaseRenewDeadlineSeconds": 12.5})
+    assert s.lease_renew_deadline_seconds == s.lease_renew_deadline == 12.5
+
+
 def test_values_and_env() -> None:
     s = settings({"settleSeconds": 0.5, "balanceDelaySeconds": 0, "cooldown": {"workloadSeconds": 60}, "rateLimits": {"perNode": None,
                   "global": {"perMinute": 6, "burst": 2}}, "topologyKeys": ["rack"],
@@ -45,6 +52,13 @@ BAD = [
     ({"balanceDelaySeconds": "soon"}, {}, 'kdesched.balanceDelaySeconds: must be a number >= 0, got "soon"'),
     ({"safety": {"controlPlaneTaints": "yes"}}, {}, 'kdesched.safety.controlPlaneTaints: must be true or false, got "yes"'),
     ({"leaseDurationSeconds": 1}, {}, "kdesched.leaseDurationSeconds: must be an integer >= 5, got 1"),
+    ({"leaseRenewDeadlineSeconds": 60}, {},
+     "kdesched.leaseRenewDeadlineSeconds: must be a number >= 1 and < leaseDurationSeconds (60), got 60"),
+    ({"leaseDurationSeconds": 15, "leaseRenewDeadlineSeconds": 20}, {},
+     "kdesched.leaseRenewDeadlineSeconds: must be a number >= 1 and < leaseDurationSeconds (15), got 20"),
+    ({"leaseRenewDeadlineSeconds": 0.5}, {}, "kdesched.leaseRenewDeadlineSeconds: must be a number >= 1"),
+    ({"leaseRenewDeadlineSeconds": ".inf"}, {}, 'kdesched.leaseRenewDeadlineSeconds: must be a number >= 1'),
+    ({"leaseRenewDeadlineSeconds": float("nan")}, {}, "kdesched.leaseRenewDeadlineSeconds: must be a number >= 1"),
     ({"cooldown": {"nodeSeconds": True}}, {}, "kdesched.cooldown.nodeSeconds: must be a number >= 0, got true"),
     ({"cooldown": {"nodeSecs": 1}}, {}, "kdesched.cooldown.nodeSecs: unknown field"),
     ({"rateLimits": {"global": {"perMinute": 0}}}, {}, "kdesched.rateLimits.global.perMinute: must be a number > 0"),

@@ -94,15 +94,20 @@ def test_watch_from_a_compacted_resource_version_is_gone(compacting: ControlPlan
 # --- Lease ----------------------------------------------------------------------------------------
 
 class Clock:
+    """Wall clock (what the Lease records) and the monotonic seconds since T0 (what expiry is judged by)."""
+
     def __init__(self) -> None:
         self.now = T0
 
     def __call__(self) -> datetime:
         return self.now
 
+    def mono(self) -> float:
+        return (self.now - T0).total_seconds()
+
 
 def lock(client: KubeClient, clock: Any, who: str, duration: int = 30) -> LeaseLock:
-    return LeaseLock(client, "default", "balance", who, duration, clock=clock)
+    return LeaseLock(client, "default", "balance", who, duration, clock=clock, monotonic=clock.mono)
 
 
 def test_lease_acquire_contend_renew_expire_release(kube: KubeClient) -> None:
@@ -143,6 +148,7 @@ def test_lease_lost_races_are_real_conflicts(kube: KubeClient, control_plane: Co
         monkeypatch.setattr(other, "get_raw", absent_then_a_creates)
         assert not b.try_acquire()
         monkeypatch.setattr(other, "get_raw", original)
+        assert not b.try_acquire()  # b sees a's record (expiry is judged from b's first sight of it)
         # takeover race: b read the expired lease, a renewed meanwhile -> 409 on b's stale resourceVersion
         clock.now = T0 + timedelta(seconds=60)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import signal
@@ -45,6 +46,7 @@ def _port(text: str) -> int:
 
 
 DEFAULT_MAX_OBJECTS_TEXT = "300,000: about 0.8 GB of records"
+DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kdesched.reactor.serve.DEFAULT_DRAIN_SECONDS
 
 
 def _positive_int(text: str) -> int:
@@ -62,6 +64,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value):  # float() takes "inf" and "nan": neither is a duration
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
@@ -92,6 +96,10 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
                    help="run without the leader Lease (only with a single replica)")
     p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME or host name + random)")
+    p.add_argument("--drain-seconds", type=_seconds, default=None, metavar="SECONDS",
+                   help="on SIGTERM, how long runs in flight get to end before serve releases the leader Lease and "
+                        f"exits 0 anyway (default {DEFAULT_DRAIN_TEXT}); keep it under the pod's "
+                        "terminationGracePeriodSeconds minus ~10 s for the release")
     p.add_argument("--lease-namespace", metavar="NAMESPACE",
                    help="namespace of the Leases kdesched and kdesched-leader (default: $KDESCHED_LEASE_NAMESPACE, "
                         "else the pod's namespace in a cluster, else the kubeconfig context's namespace, else "
@@ -227,18 +235,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
     from kdesched.kube.cache import DEFAULT_MAX_OBJECTS
+    from kdesched.reactor.serve import DEFAULT_DRAIN_SECONDS
 
     server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
                            identity=args.identity, cache=args.cache,
-                           cache_max_objects=args.cache_max_objects or DEFAULT_MAX_OBJECTS)
+                           cache_max_objects=args.cache_max_objects or DEFAULT_MAX_OBJECTS,
+                           drain_seconds=DEFAULT_DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds)
     _on_signals(server.shutdown)
     log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "
              "(namespace from %s); %s", settings.balance_delay_seconds, settings.settle_seconds,
              server.sweep_interval, namespace, settings.lease_name, namespace, settings.lease_name, origin,
              f"watch cache of {', '.join(server.cache.kinds)} (ceiling {server.cache.max_objects} objects)"
              if server.cache is not None else "no watch cache: runs LIST what they read")
-    return server.run()
+    code = server.run()
+    if getattr(args, "exit_when_done", False):
+        # on the command line: exit now, not when a run still evicting past the drain (a worker
+        # thread the interpreter would wait for) ends; the Lease is already released
+        from kdesched.cli.main import exit_now
+
+        exit_now(code)
+    return code
 
 
 def build_function_app(name: str, policy_path: str | None = None) -> Any:

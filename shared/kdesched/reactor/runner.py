@@ -328,7 +328,8 @@ class Reactor:
         try:
             guard = LeaseGuard(self.client, self.settings.lease_namespace, self.settings.lease_name, self.identity,
                                duration_seconds=self.settings.lease_duration_seconds,
-                               wait_seconds=self.settings.lease_wait_seconds, stop=self.stop)
+                               wait_seconds=self.settings.lease_wait_seconds, stop=self.stop,
+                               renew_deadline_seconds=self.settings.lease_renew_deadline)
             with guard:
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
                 # leased runs stop planning once the global bucket is empty (reactor.limits.make_gate)
@@ -351,8 +352,9 @@ class Reactor:
             now = self.wall_clock()
 
             def checkpoint() -> None:
-                if guard is not None and guard.lost:
-                    raise LockBusy("the Lease was lost while deciding; not evicting")
+                held = guard.still_held() if guard is not None else None
+                if held is not None:
+                    raise LockBusy(f"not evicting: {held}")
                 if self.stop.is_set():
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 

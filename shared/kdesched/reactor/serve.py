@@ -16,19 +16,34 @@ makes the first leader-election attempt with errors surfaced. A namespace that d
 RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace and the fix, and
 ``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
 
+Stepping down (client-go's rules, :class:`~kdesched.reactor.coordination.RenewTiming`): the leader
+renews its Lease every third of ``leaseDurationSeconds`` and retries a failed renew every retry
+period; when the Lease is found held by someone else, or no renew has succeeded for
+``leaseRenewDeadlineSeconds`` (default 2/3 of the duration), it steps down: it stops leading
+(``is_leader`` cleared, the watch and the sweep stop with the stop event), and ``serve`` shuts
+down as on SIGTERM and exits 0; the Deployment restarts the pod, which campaigns again as any
+standby does. A standby takes over only after a full duration without a change to the Lease
+record by its own clock, so the old leader is gone by then.
+
 Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
 WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.runner.CachedLoader`), and
 its Node reflector also feeds the classifier (one Node watch). Until a kind is listed, or once the
 cache is past its ceiling, runs LIST per event as without it (docs/reactor.md, "Warm cache").
 
 Shutdown (SIGTERM -> :meth:`ReactorServer.shutdown`): a threading.Event stops the watch, cuts
-settle windows short, abandons a run that has not started evicting, lets an eviction loop in
-progress finish (bounded by the eviction retry budget), releases the leader Lease and returns 0.
+settle windows short, abandons a run that has not started evicting, and tells a run that is
+evicting to stop (the evictor checks the event between batches). Runs get ``drain_seconds``
+(``--drain-seconds``, default :data:`DEFAULT_DRAIN_SECONDS`) to end; then, ended or not, HTTP stops,
+the leader Lease is released and ``run`` returns 0. The drain must end before the kubelet's
+SIGKILL: the Deployment's ``terminationGracePeriodSeconds`` (30) leaves
+:data:`SHUTDOWN_MARGIN_SECONDS` after the default drain for stopping HTTP and releasing the Lease
+(tests/reactor/test_serve_failures.py checks the manifest against both).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -47,7 +62,7 @@ from kdesched.kube.lease import LeaseLock, get_lease
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
-from kdesched.reactor.coordination import LockBusy, ShuttingDown, default_identity
+from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
 from kdesched.reactor.events import PING, kinds_needed
 from kdesched.reactor.loaders import CachedLoader
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
@@ -59,6 +74,8 @@ log = logging.getLogger("kdesched.reactor.serve")
 
 SOURCE = "/kdesched/serve"
 LEADER_SUFFIX = "-leader"
+DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
+SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
 
 
 class LeaseAccessError(Exception):
@@ -131,7 +148,10 @@ class ReactorServer:
                  sweep_interval_seconds: float | None = None, leader_election: bool = True,
                  identity: str | None = None, workers: int = 8, retry_delay_seconds: float = 5.0,
                  watch_timeout_seconds: int = 300, cache: bool = True,
-                 cache_max_objects: int = DEFAULT_MAX_OBJECTS) -> None:
+                 cache_max_objects: int = DEFAULT_MAX_OBJECTS, drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not (math.isfinite(drain_seconds) and drain_seconds >= 0):
+            raise ValueError(f"drain_seconds must be a finite number >= 0, got {drain_seconds!r}")
         self.stop = threading.Event()
         self.identity = identity or default_identity()
         self.client = client
@@ -162,6 +182,13 @@ class ReactorServer:
         self.checked = threading.Event()  # preflight passed
         self.election_error = ""  # the last leader-election failure ("" = none)
         self.is_leader = threading.Event()
+        self.clock = clock  # monotonic: judges the leader Lease's renew deadline
+        self.renew_timing = RenewTiming.for_lease(settings.lease_duration_seconds, settings.lease_renew_deadline)
+        self.stepped_down = ""  # why this leader stepped down ("" = it did not)
+        self.drain_seconds = drain_seconds
+        self.abandoned_runs = 0  # runs still in flight when the drain ended (told to stop, not waited for)
+        self._led = False
+        self._acquire_started = clock()
         self.retry_delay_seconds = retry_delay_seconds
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
         self.host, self.port = host, port
@@ -283,6 +310,7 @@ class ReactorServer:
         leading = True
         if self.leader_election:
             try:
+                self._acquire_started = self.clock()
                 leading = self.leader_lock.try_acquire()
             except (Forbidden, NotFound) as exc:
                 raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.leader_lock.name,
@@ -296,6 +324,7 @@ class ReactorServer:
         if not self.leader_election:
             return True
         try:
+            self._acquire_started = self.clock()
             taken = self.leader_lock.try_acquire()
         except Exception as exc:  # noqa: BLE001 - boundary: reported (log + /readyz), never raised further
             if isinstance(exc, (Forbidden, NotFound)):
@@ -309,8 +338,9 @@ class ReactorServer:
         return taken
 
     def _lead(self) -> None:
-        """Watch and sweep while we hold the leader Lease (renewed every third of its duration)."""
+        """Watch and sweep while we hold the leader Lease; step down when it cannot be kept."""
         self.is_leader.set()
+        self._led = True
         m.LEADER.set(1)
         log.info("leading as %s", self.identity)
         if self.cache is not None:
@@ -321,16 +351,43 @@ class ReactorServer:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
-        interval = max(1.0, self.settings.lease_duration_seconds / 3)
-        while not self.stop.wait(interval):
-            if not self.leader_election:
-                continue
+        if not self.leader_election:
+            self.stop.wait()
+            return
+        timing = self.renew_timing
+        tenure = Tenure(timing.deadline_seconds, clock=self.clock, since=self._acquire_started,
+                        what=f"leader Lease {self.settings.lease_namespace}/{self.leader_lock.name}")
+        wait = timing.interval_seconds
+        while not self.stop.wait(wait):
+            started = self.clock()
             try:
-                if not self.leader_lock.renew():
-                    log.error("lost the leader Lease: stopping")
-                    self.stop.set()  # a clean exit; the Deployment restarts us as a follower
-            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-                log.warning("renewing the leader Lease failed: %s", exc)
+                renewed = self.leader_lock.renew()
+            except Exception as exc:  # noqa: BLE001 - boundary: retried until the renew deadline
+                log.warning("renewing the leader Lease failed (%.1fs since the last renew, deadline %gs; retrying "
+                            "in %gs): %s", tenure.since_renewed, timing.deadline_seconds, timing.retry_seconds, exc)
+                renewed = None
+            if renewed:
+                tenure.renewed(started)
+                wait = timing.interval_seconds
+                continue
+            if renewed is False:
+                tenure.end(f"the leader Lease {self.settings.lease_namespace}/{self.leader_lock.name} is no longer "
+                           f"ours (gone or taken over)")
+            reason = tenure.check()
+            if reason is not None:
+                self._step_down(reason)
+                return
+            wait = timing.retry_seconds
+
+    def _step_down(self, reason: str) -> None:
+        """Stop leading at once, then stop the process as on SIGTERM (the Deployment restarts it and
+        it campaigns again as a standby): the watch and the sweep end with the stop event, runs in
+        flight are told to stop, and the Lease is released if it still names us."""
+        self.stepped_down = reason
+        self.is_leader.clear()
+        m.LEADER.set(0)
+        log.error("stepping down as leader: %s; stopping (restarted, this replica campaigns again)", reason)
+        self.stop.set()
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start_http(self) -> None:
@@ -372,19 +429,27 @@ class ReactorServer:
         """Ask the loop to stop (safe from a signal handler)."""
         self.stop.set()
 
-    def _cleanup(self, drain_seconds: float = 30.0) -> None:
+    def _cleanup(self) -> None:
+        """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
+        by the stop event and are not waited for longer), then HTTP stops and the leader Lease is
+        released, all before the kubelet's SIGKILL (module docstring)."""
         self.stop.set()
         self.reactor.continuations.cancel_all()
         self.pool.shutdown(wait=False, cancel_futures=True)
-        deadline = time.monotonic() + drain_seconds
+        deadline = time.monotonic() + self.drain_seconds
         while self.reactor.active_runs and time.monotonic() < deadline:
             time.sleep(0.05)
+        self.abandoned_runs = self.reactor.active_runs
+        if self.abandoned_runs:
+            log.warning("%d run(s) still in flight after the %gs drain: told to stop at their next eviction "
+                        "batch, not waited for; releasing the Lease and exiting", self.abandoned_runs,
+                        self.drain_seconds)
         if self._http is not None:
             self._http.shutdown()
             self._http = None
-        if self.is_leader.is_set() and self.leader_election:
+        if self._led and self.leader_election:
             try:
-                self.leader_lock.release()
+                self.leader_lock.release()  # only while it still names us
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("releasing the leader Lease failed (it will expire): %s", exc)
         self.is_leader.clear()

@@ -16,6 +16,8 @@ settleSeconds                   10         a burst's follow-up balance run start
                                            the previous one started (node-scoped runs: right after)
 leaseWaitSeconds                5          how long a balance run waits for a busy Lease (429 after)
 leaseDurationSeconds            60         Lease duration; renewed every third of it while held
+leaseRenewDeadlineSeconds       2/3 of it  a holder whose renews all failed for this long steps down
+                                           (stops evicting, stops leading); must be >= 1 and < the duration
 cooldown.workloadSeconds        300        no second eviction of the same owner (uid) before this
 cooldown.nodeSeconds            300        no eviction from a node evicted from before this
 rateLimits.global               60/min, burst 30   token bucket over every eviction of this instance
@@ -82,6 +84,7 @@ class ReactorSettings:
     balance_delay_seconds: float = 0.5  # leading edge: gather time of the first balance event
     lease_wait_seconds: float = 5.0
     lease_duration_seconds: int = 60
+    lease_renew_deadline_seconds: float | None = None  # None: 2/3 of the duration (see lease_renew_deadline)
     lease_name: str = "kdesched"
     lease_namespace: str = "kdesched"
     cooldown_workload_seconds: float = 300.0
@@ -94,6 +97,14 @@ class ReactorSettings:
     dry_run_why: str = ""  # what made it a dry run (the policy, the environment, --dry-run); "" when live
     broker_url: str = ""
     safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
+
+    @property
+    def lease_renew_deadline(self) -> float:
+        """The renew deadline in force: ``lease_renew_deadline_seconds``, else 2/3 of the duration
+        (client-go's 10 s of 15 s)."""
+        if self.lease_renew_deadline_seconds is not None:
+            return self.lease_renew_deadline_seconds
+        return self.lease_duration_seconds * 2 / 3
 
     @classmethod
     def from_policy(cls, policy: Policy, env: Mapping[str, str] | None = None) -> ReactorSettings:
@@ -179,8 +190,9 @@ class _Reader:
         return BucketSettings(per_minute, burst)
 
 
-KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds", "cooldown", "rateLimits",
-              "topologyKeys", "sweepIntervalSeconds", "historyMaxEntries", "dryRun", "safety")
+KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
+              "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
+              "historyMaxEntries", "dryRun", "safety")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -196,6 +208,14 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     balance_delay = r.number(block, "balanceDelaySeconds", "kdesched", 0.5)
     lease_wait = r.number(block, "leaseWaitSeconds", "kdesched", 5.0)
     lease_duration = r.integer(block, "leaseDurationSeconds", "kdesched", 60, minimum=5)
+    renew_deadline: float | None = None
+    raw_deadline = block.get("leaseRenewDeadlineSeconds")
+    if raw_deadline is not None:
+        if not _is_number(raw_deadline) or not 1 <= raw_deadline < lease_duration:
+            errors.append(f"kdesched.leaseRenewDeadlineSeconds: must be a number >= 1 and < leaseDurationSeconds "
+                          f"({lease_duration}), got {_show(raw_deadline)}")
+        else:
+            renew_deadline = float(raw_deadline)
     sweep = r.number(block, "sweepIntervalSeconds", "kdesched", 900.0)
     history_max = r.integer(block, "historyMaxEntries", "kdesched", 1000, minimum=10)
     dry_run = r.boolean(block, "dryRun", "kdesched", False)
@@ -245,7 +265,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     return ReactorSettings(
         events=events, events_overridden=overridden, settle_seconds=settle, balance_delay_seconds=balance_delay,
         lease_wait_seconds=lease_wait,
-        lease_duration_seconds=lease_duration, lease_name=lease_name, lease_namespace=lease_ns,
+        lease_duration_seconds=lease_duration, lease_renew_deadline_seconds=renew_deadline, lease_name=lease_name, lease_namespace=lease_ns,
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety,
