@@ -281,13 +281,13 @@ def test_back_under_the_ceiling_each_kind_waits_a_step_before_listing_again(
 
 
 def test_the_ceiling_is_a_share_of_the_memory_limit() -> None:
-    assert ceiling_for(MemoryLimit(2 * 2**30, "x")).objects == 315_226  # 40% of 2 GiB / 2,725 bytes
-    assert ceiling_for(MemoryLimit(2**30, "x")).objects == 157_613
+    assert ceiling_for(MemoryLimit(2 * 2**30, "x")).objects == 275_823  # 35% of 2 GiB / 2,725 bytes
+    assert ceiling_for(MemoryLimit(2**30, "x")).objects == 137_911
     assert ceiling_for(MemoryLimit(2**30, "x"), share=0.5, bytes_per_object=1000).objects == 536_870
     assert ceiling_for(MemoryLimit(1000, "x")).objects == 1  # never 0
     none = ceiling_for(None)
     assert none.objects == DEFAULT_MAX_OBJECTS and "no container memory limit" in none.why
-    assert "40% of the memory limit of 2.00 GiB (x)" in ceiling_for(MemoryLimit(2 * 2**30, "x")).why
+    assert "35% of the memory limit of 2.00 GiB (x)" in ceiling_for(MemoryLimit(2 * 2**30, "x")).why
     with pytest.raises(ValueError, match="share"):
         ceiling_for(None, share=0)
 
@@ -296,10 +296,10 @@ def test_a_cache_without_a_ceiling_takes_it_from_the_cgroup(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kube: KubeClient) -> None:
     (tmp_path / "memory.max").write_text("1073741824\n")
     monkeypatch.setattr(memlimit, "CGROUP_ROOT", tmp_path)
-    assert auto_ceiling().objects == 157_613
+    assert auto_ceiling().objects == 137_911
     cache = ClusterCache(kube, kinds=["Node"])
     try:
-        assert cache.max_objects == 157_613 and cache.stats().max_objects == 157_613
+        assert cache.max_objects == 137_911 and cache.stats().max_objects == 137_911
         assert ClusterCache(kube, kinds=["Node"], max_objects=42, own_client=False).max_objects == 42  # explicit wins
     finally:
         cache.close()

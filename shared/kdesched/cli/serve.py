@@ -44,7 +44,7 @@ def _port(text: str) -> int:
     return value
 
 
-DEFAULT_MAX_OBJECTS_TEXT = ("auto: 40%% of the container's memory limit at ~2.7 KB per object, e.g. ~315,000 at "
+DEFAULT_MAX_OBJECTS_TEXT = ("auto: 35%% of the container's memory limit at ~2.7 KB per object, e.g. ~275,000 at "
                             "2 Gi; 300,000 without a limit")
 
 

@@ -26,9 +26,9 @@ How (docs/reactor.md, "Warm cache in serve"):
 - Every request of the cache (LIST pages, WATCH starts, counts) takes a token from the client's
   rate limit (:class:`~kdesched.kube.client.TokenBucket`): the cache's own client (its own pool,
   :meth:`KubeClient.sibling`) shares the bucket of the client it was made from, so the cache and
-  the runs together stay within ``--kube-api-qps``. The first sync fits the bucket: about one
-  page per 500 pods (300 at 150,000 pods, i.e. the burst of 100 then 4 s of refill at 50 qps,
-  against the LIST's own ~30 s).
+  the runs together stay within ``--kube-api-qps``. The first sync fits the bucket: one token
+  per 500 objects (at 150,000 pods 300 pages: the burst of 100, then at most 4 s of refill at the
+  default 50 qps, spread over a LIST that reads ~580 MiB anyway), plus one count per kind.
 - The stores hold the records the model's parsers build (``Node.from_api``... and the fast path's
   Pod records): the same records a LIST-based snapshot (:func:`kdesched.kube.snapshot.load_live_snapshot`)
   holds, in the same order (the API server lists in etcd key order, ``namespace/name``; the
@@ -104,12 +104,14 @@ BYTES_PER_RECORD: Mapping[str, int] = {
 # LIST per event again.
 DEFAULT_MAX_OBJECTS = 300_000
 # The share of the container's memory limit the stores may take (auto_ceiling). A re-LIST (after
-# 410, or coming back under the ceiling) builds the new store while the old one still serves runs,
-# so the records are briefly there twice: 2 x 40% = 80% of the limit; the other 20% is for the
-# interpreter and libraries (~50 MiB RSS at start), the LIST page being decoded, a run's planning
-# and the RSS above the tracemalloc-measured estimate (~10%: 423 MiB RSS for a 385 MiB estimate at
-# 150,000 pods, docs/reactor.md). At 2 Gi (knative/standalone/) that is ~315,000 objects.
-MEMORY_SHARE = 0.4
+# 410, or coming back under the ceiling) builds the new store while the old one still serves runs:
+# measured with tracemalloc at 16,386 objects, the peak during 410 re-LISTs is 2.07 x the steady
+# store, and RSS runs ~1.1 x the estimate (423 MiB for 385 MiB at 150,000 pods, docs/reactor.md).
+# So at the ceiling a re-LIST reaches 0.35 x 2.07 x 1.1 = 0.80 of the limit; the other 20% is for
+# the interpreter and libraries (~50 MiB RSS at start), the LIST page being decoded and a run's
+# planning. (Half the limit would pass it during a re-LIST.) At 2 Gi (knative/standalone/) that is
+# ~275,000 objects; at 1 Gi ~138,000.
+MEMORY_SHARE = 0.35
 # Bytes per object for the ceiling: a pod's (the largest record, and almost all of the objects).
 CEILING_BYTES_PER_OBJECT = BYTES_PER_RECORD["Pod"]
 # client-go's reflector backoff (module docstring): 0.8 s doubling to 30 s, jitter 1.0 (a wait is
