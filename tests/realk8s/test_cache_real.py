@@ -1,6 +1,8 @@
 """The watch cache (kdesched.kube.cache) on the real API server: its snapshot is the one a LIST
 builds (every kind, full and node-scoped, the API server's own order), through adds,
-modifications and deletions of pods and nodes, and across a real 410 Gone re-list; and
+modifications and deletions of pods and nodes, and across a real 410 Gone re-list (after a
+backoff step, through the client's rate limit); a kind counted over the ceiling (the server's
+remainingItemCount) is never listed; and
 ``kdesched serve`` planning from it evicts exactly what the taint story needs (real scheduler,
 controller-manager and kubelet stand-in).
 
@@ -114,6 +116,11 @@ def test_a_real_410_relists_and_keeps_every_change(compacting: ControlPlane) -> 
             cluster.api.patch("/api/v1/nodes/n2", {"metadata": {"labels": {"rack": "r2"}}})
             assert cache.wait_for(lambda: cache.stats().relists_gone >= 1, 60), "no 410 Gone within 60 s"
             converges(cache, client)
+            # every re-LIST after a 410 waited a backoff step first (>= 0.8 s, client-go's first),
+            # and the cache's requests took the client's tokens (one bucket for cache and runs)
+            stats = cache.stats()
+            assert stats.backoffs >= stats.relists_gone and stats.backoff_seconds >= 0.8 * stats.relists_gone
+            assert client.rate_limiter is not None and cache.client.rate_limiter is client.rate_limiter
             cluster.api.delete("/api/v1/namespaces/gone/pods/p1", grace=0)  # and it keeps watching after
             converges(cache, client)
             converges(cache, client, ["n1"])
@@ -121,6 +128,24 @@ def test_a_real_410_relists_and_keeps_every_change(compacting: ControlPlane) -> 
             assert {p.name for p in snap.pods} == {"p2", "p3", "p7"} and snap.nodes["n2"].labels["rack"] == "r2"
         finally:
             cache.close()
+
+
+def test_a_kind_counted_over_the_ceiling_is_not_listed(cluster: Cluster, kube: KubeClient) -> None:
+    """The real server's remainingItemCount (a LIST of one object) says how many pods there are
+    before any page of them is read: past the ceiling the cache gives up without listing them."""
+    cluster.namespace("many")
+    cluster.node("n1")
+    for i in range(4):
+        cluster.pod(f"p{i}", "many", node="n1")
+    assert kube.count_objects("Pod") == 4 and kube.count_objects("Node") == 1
+    cache = ClusterCache(kube, kinds=["Pod"], max_objects=3, recheck_seconds=0).start()
+    try:
+        assert cache.wait_for(lambda: bool(cache.disabled), 30)
+        assert cache.disabled.startswith("4 objects over the ceiling of 3 (Pod 4); counted before listing Pod")
+        stats = cache.stats()
+        assert stats.lists == 0 and stats.objects == {"Pod": 0} and stats.requests == 1  # the count alone
+    finally:
+        cache.close()
 
 
 def test_serve_with_the_cache_evicts_right_on_the_taint_story(control_plane: ControlPlane, scheduler: Proc,

@@ -45,7 +45,8 @@ def _port(text: str) -> int:
     return value
 
 
-DEFAULT_MAX_OBJECTS_TEXT = "300,000: about 0.8 GB of records"
+DEFAULT_MAX_OBJECTS_TEXT = ("auto: 35%% of the container's memory limit at ~2.7 KB per object, e.g. ~275,000 at "
+                            "2 Gi; 300,000 without a limit")
 DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kdesched.reactor.serve.DEFAULT_DRAIN_SECONDS
 
 
@@ -57,6 +58,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
+
+
+def _max_objects(text: str) -> int | None:
+    """``--cache-max-objects``: a whole number >= 1, or ``auto`` (None: from the memory limit)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
 
 
 def _seconds(text: str) -> float:
@@ -107,10 +118,10 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                    help="plan from a watch-fed cache of the kinds the policy reads (LIST once, then WATCH) instead of "
                         "LISTing them for every run (default: on; --no-cache LISTs per run)")
-    p.add_argument("--cache-max-objects", type=_positive_int, default=None, metavar="N",
-                   help=f"ceiling of the watch cache, all kinds together (default {DEFAULT_MAX_OBJECTS_TEXT}); past "
-                        "it the cache is dropped and runs LIST per event, as with --no-cache, until the objects "
-                        "are counted under 80%% of it again (every 15 minutes)")
+    p.add_argument("--cache-max-objects", type=_max_objects, default="auto", metavar="N|auto",
+                   help=f"ceiling of the watch cache, all kinds together (default {DEFAULT_MAX_OBJECTS_TEXT}); a "
+                        "kind counted past it is not listed: the cache is dropped and runs LIST per event, as with "
+                        "--no-cache, until the objects are counted under 80%% of it again (every 15 minutes)")
     from kdesched.cli.main import add_client_limit_flags
 
     add_client_limit_flags(p)
@@ -234,13 +245,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         client = KubeClient.from_config(args.kubeconfig, context=args.context, limits=client_limits(args))
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
-    from kdesched.kube.cache import DEFAULT_MAX_OBJECTS
+    from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, auto_ceiling
     from kdesched.reactor.serve import DEFAULT_DRAIN_SECONDS
 
+    # auto (None): from the container's memory limit, logged (not read at all with --no-cache)
+    max_objects = args.cache_max_objects or (auto_ceiling().objects if args.cache else DEFAULT_MAX_OBJECTS)
     server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
-                           identity=args.identity, cache=args.cache,
-                           cache_max_objects=args.cache_max_objects or DEFAULT_MAX_OBJECTS,
+                           identity=args.identity, cache=args.cache, cache_max_objects=max_objects,
                            drain_seconds=DEFAULT_DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds)
     _on_signals(server.shutdown)
     log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "

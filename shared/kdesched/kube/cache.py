@@ -11,7 +11,24 @@ How (docs/reactor.md, "Warm cache in serve"):
   path of :mod:`kdesched.model.fastload`), then WATCHes from the list's resourceVersion with
   ``allowWatchBookmarks=true`` (a bookmark only advances the resourceVersion; v1.24 sends none in
   practice, nothing depends on one). A 410 Gone re-LISTs the kind and *replaces* its store; any
-  other error reconnects with exponential backoff (0.5 s -> 30 s).
+  other error reconnects from the last resourceVersion. Both wait first (:class:`Backoff`).
+- Backoff, as client-go's reflector (``k8s.io/client-go/tools/cache/reflector.go``: its
+  ``backoffManager`` is ``wait.NewExponentialBackoffManager(800*time.Millisecond, 30*time.Second,
+  2*time.Minute, 2.0, 1.0, clock)`` and ``Run`` is ``wait.BackoffUntil(ListAndWatch, backoffManager,
+  true, stopCh)``, so every return of ListAndWatch, a 410 included, waits one step; apimachinery's
+  ``exponentialBackoffManagerImpl.getNextBackoff`` resets the step when the last backoff began more
+  than ``resetDuration`` ago): 0.8 s doubling to 30 s, each wait jittered up to twice its step
+  (jitter 1.0: the cap waits 30-60 s), reset after 2 minutes without one. Every re-LIST waits (after
+  a 410, a failed LIST or WATCH, and after the cache comes back under its ceiling), every
+  reconnect too; the first LIST of a kind does not. A watch the server ends within a second
+  without one event is a failure, as client-go's "very short watch" (else a server closing
+  watches at once is a tight loop). Waits end at once when the cache stops; ``stats().backoffs``.
+- Every request of the cache (LIST pages, WATCH starts, counts) takes a token from the client's
+  rate limit (:class:`~kdesched.kube.client.TokenBucket`): the cache's own client (its own pool,
+  :meth:`KubeClient.sibling`) shares the bucket of the client it was made from, so the cache and
+  the runs together stay within ``--kube-api-qps``. The first sync fits the bucket: one token
+  per 500 objects (at 150,000 pods 300 pages: the burst of 100, then at most 4 s of refill at the
+  default 50 qps, spread over a LIST that reads ~580 MiB anyway), plus one count per kind.
 - The stores hold the records the model's parsers build (``Node.from_api``... and the fast path's
   Pod records): the same records a LIST-based snapshot (:func:`kdesched.kube.snapshot.load_live_snapshot`)
   holds, in the same order (the API server lists in etcd key order, ``namespace/name``; the
@@ -24,8 +41,14 @@ How (docs/reactor.md, "Warm cache in serve"):
 - Memory is bounded: past ``max_objects`` (all kinds together) the cache says so (log,
   :attr:`ClusterCache.disabled`, ``/readyz`` and ``/metrics``), drops its stores, stops watching
   (except Nodes, when the classifier listens to them) and the caller falls back to per-event LISTs.
-  Every ``recheck_seconds`` it counts the objects (one LIST of one object per kind and its
-  ``remainingItemCount``); under :data:`RECOVER_FRACTION` of the ceiling it lists and watches again.
+  The ceiling is checked *before* a LIST is read: each LIST is preceded by a count of the kind (a
+  LIST of one object and its ``remainingItemCount``, :meth:`KubeClient.count_objects`), and a kind
+  that would take the cache past the ceiling is not listed at all (a server that does not count
+  is checked as the list lands, as are watch events). Every ``recheck_seconds`` it counts the
+  objects again; under :data:`RECOVER_FRACTION` of the ceiling it lists and watches again.
+- The default ceiling follows the container's memory limit (:func:`auto_ceiling`, the cgroup read by
+  :mod:`kdesched.kube.memlimit`): :data:`MEMORY_SHARE` of it at a pod's measured bytes per record.
+  Without a limit it is :data:`DEFAULT_MAX_OBJECTS`; an explicit ``max_objects`` wins.
 - The Pod store also keeps what a run would otherwise derive from every pod again
   (:mod:`kdesched.model.derived`: each node's usage, the owner counts, the pods of each workload),
   updated pod by pod; a full snapshot gets copies of them (:class:`~kdesched.model.snapshot.Derived`).
@@ -38,6 +61,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random as _random
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -46,6 +70,7 @@ from typing import Any, Protocol
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
+from kdesched.kube.memlimit import MemoryLimit, read_memory_limit
 from kdesched.model.derived import WorkloadKey, add_pod_usage, empty_usage, workload_key
 from kdesched.model.errors import ModelError
 from kdesched.model.records import (
@@ -74,14 +99,94 @@ BYTES_PER_RECORD: Mapping[str, int] = {
     "Pod": 2725, "Node": 1400, "PodDisruptionBudget": 700, "PriorityClass": 250, "Namespace": 450,
     "PersistentVolumeClaim": 350,
 }
-# All kinds together. 300,000 is twice the Kubernetes scalability limit of 150,000 pods (about
-# 0.8 GB estimated); past it the cache gives up and runs LIST per event again.
+# All kinds together, when no container memory limit is found. 300,000 is twice the Kubernetes
+# scalability limit of 150,000 pods (about 0.8 GB estimated); past it the cache gives up and runs
+# LIST per event again.
 DEFAULT_MAX_OBJECTS = 300_000
+# The share of the container's memory limit the stores may take (auto_ceiling). A re-LIST (after
+# 410, or coming back under the ceiling) builds the new store while the old one still serves runs:
+# measured with tracemalloc at 16,386 objects, the peak during 410 re-LISTs is 2.07 x the steady
+# store, and RSS runs ~1.1 x the estimate (423 MiB for 385 MiB at 150,000 pods, docs/reactor.md).
+# So at the ceiling a re-LIST reaches 0.35 x 2.07 x 1.1 = 0.80 of the limit; the other 20% is for
+# the interpreter and libraries (~50 MiB RSS at start), the LIST page being decoded and a run's
+# planning. (Half the limit would pass it during a re-LIST.) At 2 Gi (knative/standalone/) that is
+# ~275,000 objects; at 1 Gi ~138,000.
+MEMORY_SHARE = 0.35
+# Bytes per object for the ceiling: a pod's (the largest record, and almost all of the objects).
+CEILING_BYTES_PER_OBJECT = BYTES_PER_RECORD["Pod"]
+# client-go's reflector backoff (module docstring): 0.8 s doubling to 30 s, jitter 1.0 (a wait is
+# its step times 1 to 2), reset after 2 minutes without a backoff.
+BACKOFF_INITIAL = 0.8
+BACKOFF_MAX = 30.0
+BACKOFF_RESET_SECONDS = 120.0
+BACKOFF_JITTER = 1.0
+# A watch the server ends this soon with no event is a failure (client-go's "very short watch").
+SHORT_WATCH_SECONDS = 1.0
 # Once over the ceiling, the object counts are re-checked this often (one LIST of a single object
 # per kind, its remainingItemCount); under RECOVER_FRACTION of the ceiling the cache lists again.
 DEFAULT_RECHECK_SECONDS = 900.0
 RECOVER_FRACTION = 0.8
 DEFAULT_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The cache's object ceiling and where it came from (logged at start)."""
+
+    objects: int
+    why: str
+
+
+def ceiling_for(limit: MemoryLimit | None, *, share: float = MEMORY_SHARE,
+                bytes_per_object: int = CEILING_BYTES_PER_OBJECT) -> Ceiling:
+    """The ceiling for a container memory limit: ``share`` of it at ``bytes_per_object`` per
+    object (at least 1); without a limit :data:`DEFAULT_MAX_OBJECTS`."""
+    if not 0 < share <= 1 or bytes_per_object < 1:
+        raise ValueError(f"share must be in (0, 1] and bytes_per_object >= 1, got {share} and {bytes_per_object}")
+    if limit is None:
+        return Ceiling(DEFAULT_MAX_OBJECTS, f"the default: no container memory limit found ({DEFAULT_MAX_OBJECTS:,} "
+                                            f"objects, ~{DEFAULT_MAX_OBJECTS * bytes_per_object / 2**30:.2f} GiB)")
+    objects = max(1, int(limit.bytes * share) // bytes_per_object)
+    return Ceiling(objects, f"{share:.0%} of the memory limit of {limit.describe()} at {bytes_per_object:,} bytes "
+                            "per object")
+
+
+def auto_ceiling(cgroup_root: str | None = None) -> Ceiling:
+    """The default ceiling: from this container's memory limit (:func:`ceiling_for`), logged."""
+    ceiling = ceiling_for(read_memory_limit(cgroup_root))
+    log.info("watch cache ceiling: %d objects (%s)", ceiling.objects, ceiling.why)
+    return ceiling
+
+
+class Backoff:
+    """client-go's reflector backoff (``wait.NewExponentialBackoffManager``, module docstring): each
+    :meth:`next_delay` is the current step times ``1 + jitter * random()``; the step then doubles up
+    to ``cap``; a call more than ``reset_after`` seconds after the previous one starts again at
+    ``initial`` (the time between was healthy). Clock and random source are injectable."""
+
+    def __init__(self, initial: float = BACKOFF_INITIAL, cap: float = BACKOFF_MAX, *,
+                 reset_after: float = BACKOFF_RESET_SECONDS, factor: float = 2.0, jitter: float = BACKOFF_JITTER,
+                 clock: Callable[[], float] = time.monotonic, random: Callable[[], float] = _random.random) -> None:
+        if not (initial > 0 and cap >= initial and factor >= 1 and jitter >= 0 and reset_after >= 0):
+            raise ValueError(f"backoff needs 0 < initial <= cap, factor >= 1, jitter >= 0, reset_after >= 0; got "
+                             f"initial={initial} cap={cap} factor={factor} jitter={jitter} reset_after={reset_after}")
+        self.initial, self.cap, self.reset_after, self.factor, self.jitter = initial, cap, reset_after, factor, jitter
+        self._clock, self._random = clock, random
+        self._step = initial
+        self._last = clock()  # as client-go: the first call within reset_after of creation does not reset
+
+    def next_delay(self) -> float:
+        now = self._clock()
+        if now - self._last > self.reset_after:
+            self._step = self.initial
+        self._last = now
+        step = self._step
+        self._step = min(self.cap, step * self.factor)
+        return step * (1.0 + self.jitter * self._random())
+
+
+class ShortWatch(Exception):
+    """The server ended a watch at once without an event: retried after a backoff, as an error."""
 
 
 def record_key(kind: str, namespace: str, name: str) -> str:
@@ -132,6 +237,9 @@ class CacheStats:
     requests: int
     bytes_read: int
     recoveries: int = 0  # times it came back under the ceiling after giving up
+    backoffs: int = 0  # waits before a re-LIST or a reconnect (after 410, errors, a recovery)
+    backoff_seconds: float = 0.0  # their total length (jittered steps)
+    max_objects: int = 0  # the ceiling
 
 
 class _Store:
@@ -298,41 +406,58 @@ def _parse(kind: str, key: str, raw: Any) -> Any:
 
 
 class Reflector:
-    """LIST + WATCH one kind into the cache until ``stop`` is set (or the cache gives up)."""
+    """LIST + WATCH one kind into the cache until ``stop`` is set (or the cache gives up).
 
-    def __init__(self, cache: ClusterCache, kind: str) -> None:
+    ``backoff``: the kind's :class:`Backoff` (a reflector replacing a retired one keeps it);
+    ``wait_first``: back off before the first LIST (a re-LIST after the cache came back)."""
+
+    def __init__(self, cache: ClusterCache, kind: str, *, backoff: Backoff | None = None,
+                 wait_first: bool = False) -> None:
         self.cache = cache
         self.kind = kind
         self.resource_version: str | None = None
         self.listeners: list[KindListener] = []
         self.thread: threading.Thread | None = None
         self.retired = False  # replaced by a new reflector (the cache came back): writes nothing more
+        self.backoff = backoff or cache.new_backoff()
+        self.wait_first = wait_first
 
-    def relist(self) -> None:
-        """LIST the kind and replace its store (a re-list after 410 too: what the gap deleted goes)."""
-        client = self.cache.client
-        items, resource_version = client.list_for_cache(self.kind, page_size=self.cache.page_size)
-        records: dict[str, Any] = {}
-        bad: dict[str, tuple[str, ModelError]] = {}
-        raws: list[dict[str, Any]] = []
-        for item in items:
-            if isinstance(item, Pod):
-                records[record_key("Pod", item.namespace, item.name)] = item
-                continue
-            key = _raw_key(self.kind, item)
-            if key is None:
-                log.warning("%s list: ignoring an object without a name", self.kind)
-                continue
-            raws.append(item)
-            try:
-                records[key] = _parse(self.kind, key, item)
-            except ModelError as exc:
-                bad[key] = (_raw_node(item), exc)
-        records = {k: records[k] for k in sorted(records)}  # key order, whatever the server's order
-        self.cache._replace(self.kind, records, bad, self)
+    def relist(self) -> bool:
+        """LIST the kind and replace its store (a re-list after 410 too: what the gap deleted goes).
+        First count it: a kind that would take the cache past its ceiling is not read (the cache
+        gives up instead); False then, and nothing was listed. (A Node reflector whose classifier
+        still needs the nodes lists them anyway: their store is kept while the cache is off.)"""
+        cache = self.cache
+        cache._admit(self.kind)
+        if not self._wanted():
+            return False
+        try:
+            items, resource_version = cache.client.list_for_cache(self.kind, page_size=cache.page_size)
+            records: dict[str, Any] = {}
+            bad: dict[str, tuple[str, ModelError]] = {}
+            raws: list[dict[str, Any]] = []
+            for item in items:
+                if isinstance(item, Pod):
+                    records[record_key("Pod", item.namespace, item.name)] = item
+                    continue
+                key = _raw_key(self.kind, item)
+                if key is None:
+                    log.warning("%s list: ignoring an object without a name", self.kind)
+                    continue
+                raws.append(item)
+                try:
+                    records[key] = _parse(self.kind, key, item)
+                except ModelError as exc:
+                    bad[key] = (_raw_node(item), exc)
+            del items
+            records = {k: records[k] for k in sorted(records)}  # key order, whatever the server's order
+            cache._replace(self.kind, records, bad, self)
+        finally:
+            cache._release(self.kind)
         self.resource_version = resource_version
         for listener in self.listeners:
             listener.listed(raws)
+        return True
 
     def apply(self, etype: str, obj: dict[str, Any]) -> None:
         """One watch event into the store, then to the listeners."""
@@ -354,15 +479,20 @@ class Reflector:
             listener.changed(etype, obj)
 
     def watch_once(self) -> None:
-        """One WATCH request from the current resourceVersion until the server ends it."""
+        """One WATCH request from the current resourceVersion until the server ends it. Raises
+        :class:`ShortWatch` when the server ended it at once without an event."""
         assert self.resource_version is not None
-        self.cache._count("watches")
-        stream = self.cache.client.watch_raw(self.kind, resource_version=self.resource_version,
-                                             timeout_seconds=self.cache.watch_timeout_seconds, allow_bookmarks=True)
+        cache = self.cache
+        cache._count("watches")
+        started = cache.clock()
+        events = 0
+        stream = cache.client.watch_raw(self.kind, resource_version=self.resource_version,
+                                        timeout_seconds=cache.watch_timeout_seconds, allow_bookmarks=True)
         try:
             for etype, obj in stream:  # (closing the stream early drops the connection)
-                if self.cache.stop.is_set() or not self._wanted():
+                if cache.stop.is_set() or not self._wanted():
                     return
+                events += 1
                 meta = obj.get("metadata")
                 rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
                 if etype != "BOOKMARK":
@@ -373,69 +503,110 @@ class Reflector:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+        lasted = cache.clock() - started
+        if not events and lasted < min(SHORT_WATCH_SECONDS, cache.watch_timeout_seconds / 2) \
+                and not cache.stop.is_set():
+            raise ShortWatch(f"the server ended the watch after {lasted:.2f} s without an event")
 
     def _wanted(self) -> bool:
         return not self.retired and (not self.cache.disabled or bool(self.listeners))
 
+    def _back_off(self) -> float:
+        """The next wait (counted in the cache's stats)."""
+        delay = self.backoff.next_delay()
+        self.cache._backed_off(delay)
+        return delay
+
     def run(self) -> None:
-        backoff = self.cache.backoff_initial
-        while not self.cache.stop.is_set() and self._wanted():
+        cache = self.cache
+        if self.wait_first and self._wanted():
+            delay = self._back_off()
+            log.info("%s: listing again in %.1fs", self.kind, delay)
+            cache.wait(delay)
+        while not cache.stop.is_set() and self._wanted():
             try:
                 if self.resource_version is None:
-                    self.relist()
-                    self.cache._count("lists")
-                    if self.cache.stop.is_set():  # closed while listing: no watch to wait out
+                    if not self.relist():
+                        continue  # counted over the ceiling: the cache gave up (the loop ends)
+                    cache._count("lists")
+                    if cache.stop.is_set():  # closed while listing: no watch to wait out
                         break
                 self.watch_once()
-                backoff = self.cache.backoff_initial
             except Gone:
-                log.info("%s watch expired (410 Gone): re-listing", self.kind)
                 self.cache._count("relists_gone")
                 self.resource_version = None
+                delay = self._back_off()
+                log.info("%s watch expired (410 Gone): re-listing in %.1fs", self.kind, delay)
+                cache.wait(delay)
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-                if self.cache.stop.is_set():  # closing the cache (and its client) ends the watch
+                if cache.stop.is_set():  # closing the cache (and its client) ends the watch
                     log.debug("%s watch ended while stopping: %s", self.kind, exc)
                     break
-                self.cache._count("watch_errors")
+                cache._count("watch_errors")
+                delay = self._back_off()
                 log.warning("%s %s failed, retrying in %.1fs: %s", self.kind,
-                            "list" if self.resource_version is None else "watch", backoff, exc)
-                self.cache.stop.wait(backoff)
-                backoff = min(self.cache.backoff_max, backoff * 2)
+                            "list" if self.resource_version is None else "watch", delay, exc)
+                cache.wait(delay)
 
 
 class ClusterCache:
     """Watch-fed stores of the kinds in ``kinds``; :meth:`snapshot` builds a :class:`Snapshot`."""
 
     def __init__(self, client: KubeClient, *, kinds: Iterable[str] = KINDS,
-                 max_objects: int = DEFAULT_MAX_OBJECTS, stop: threading.Event | None = None,
+                 max_objects: int | None = None, stop: threading.Event | None = None,
                  watch_timeout_seconds: int = 300, page_size: int | None = None,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0, own_client: bool = True,
-                 recheck_seconds: float = DEFAULT_RECHECK_SECONDS) -> None:
+                 backoff_initial: float = BACKOFF_INITIAL, backoff_max: float = BACKOFF_MAX,
+                 backoff_reset_seconds: float = BACKOFF_RESET_SECONDS, backoff_jitter: float = BACKOFF_JITTER,
+                 own_client: bool = True, recheck_seconds: float = DEFAULT_RECHECK_SECONDS,
+                 clock: Callable[[], float] = time.monotonic, random: Callable[[], float] = _random.random,
+                 wait: Callable[[float], object] | None = None) -> None:
+        """``max_objects`` None: :func:`auto_ceiling` (the container's memory limit). ``clock``,
+        ``random`` and ``wait`` (default: wait on ``stop``, so a backoff ends when the cache stops)
+        are for tests: backoffs without real waiting."""
         wanted = tuple(dict.fromkeys(kinds))
         unknown = set(wanted) - set(KINDS)
         if unknown:
             raise ValueError(f"unsupported kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
-        if max_objects < 1:
+        if max_objects is not None and max_objects < 1:
             raise ValueError(f"max_objects must be >= 1, got {max_objects}")
         self.kinds = tuple(k for k in KINDS if k in wanted)  # the order snapshots list kinds in
-        # one watch per kind stays open: its own pool, so runs keep theirs (and its traffic counts apart)
-        self.client = client.sibling(pool_size=len(self.kinds) + 2) if own_client else client
+        # one watch per kind stays open: its own pool, so runs keep theirs (and its traffic counts
+        # apart); but the same rate limit: the API server sees one client
+        if own_client:
+            self.client = client.sibling(pool_size=len(self.kinds) + 2)
+            self.client.rate_limiter = client.rate_limiter
+        else:
+            self.client = client
         self._owns_client = own_client
-        self.max_objects = max_objects
+        self.max_objects = max_objects if max_objects is not None else auto_ceiling().objects
         self.stop = stop or threading.Event()
         self.watch_timeout_seconds = watch_timeout_seconds
         self.page_size = page_size or DEFAULT_PAGE_SIZE
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.backoff_reset_seconds = backoff_reset_seconds
+        self.backoff_jitter = backoff_jitter
+        self.clock = clock
+        self.random = random
+        self.wait: Callable[[float], object] = wait or self.stop.wait
+        self.new_backoff()  # bad backoff settings fail here, not in a reflector thread
         self.disabled = ""
         self.recheck_seconds = recheck_seconds  # 0: once over the ceiling, off until restarted
         self._recheck: threading.Thread | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stores = {k: _Store(k) for k in self.kinds}
+        self._expected: dict[str, int] = {}  # kind -> objects counted for the LIST in progress
         self.reflectors = {k: Reflector(self, k) for k in self.kinds}
-        self._counters = {"lists": 0, "relists_gone": 0, "watch_errors": 0, "watches": 0, "recoveries": 0}
+        self._counters = {"lists": 0, "relists_gone": 0, "watch_errors": 0, "watches": 0, "recoveries": 0,
+                          "backoffs": 0}
+        self._backoff_seconds = 0.0
         self.generation = 0  # bumped on every change (tests wait on it)
+
+    def new_backoff(self) -> Backoff:
+        """A kind's backoff, with this cache's settings."""
+        return Backoff(self.backoff_initial, self.backoff_max, reset_after=self.backoff_reset_seconds,
+                       jitter=self.backoff_jitter, clock=self.clock, random=self.random)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def listen(self, kind: str, listener: KindListener) -> None:
@@ -507,11 +678,12 @@ class ClusterCache:
             objects = {k: len(s) for k, s in self._stores.items()}
             synced = tuple(k for k, s in self._stores.items() if s.synced)
             counters = dict(self._counters)
+            backoff_seconds = self._backoff_seconds
         client = self.client.stats
         return CacheStats(objects, sum(BYTES_PER_RECORD[k] * n for k, n in objects.items()), synced,
                           tuple(k for k in self.kinds if k not in synced), self.disabled, counters["lists"],
                           counters["relists_gone"], counters["watch_errors"], client.requests, client.bytes_read,
-                          counters["recoveries"])
+                          counters["recoveries"], counters["backoffs"], backoff_seconds, self.max_objects)
 
     def describe(self) -> str:
         """One line for /readyz and logs."""
@@ -529,6 +701,37 @@ class ClusterCache:
     def _count(self, counter: str) -> None:
         with self._lock:
             self._counters[counter] += 1
+
+    def _backed_off(self, delay: float) -> None:
+        with self._lock:
+            self._counters["backoffs"] += 1
+            self._backoff_seconds += delay
+
+    def _admit(self, kind: str) -> None:
+        """Before a LIST of ``kind``: count it (one LIST of a single object); when the stores, the
+        LISTs in progress and this one would be past the ceiling, give up now, before the objects
+        are read. A server that does not count leaves it to :meth:`_check_ceiling` as the list
+        lands. A failed count raises (the reflector backs off as after a failed LIST)."""
+        if self.disabled:
+            return  # only a Node reflector feeding its listeners lists now; that store is kept
+        n = self.client.count_objects(kind)
+        if n is None:
+            return
+        with self._lock:
+            if self.disabled:
+                return
+            counts = {k: max(len(s), self._expected.get(k, 0)) for k, s in self._stores.items() if k != kind}
+            counts[kind] = n
+            total = sum(counts.values())
+            if total > self.max_objects:
+                self._give_up(total, counts, before=kind)
+                self._bump()
+            else:
+                self._expected[kind] = n
+
+    def _release(self, kind: str) -> None:
+        with self._lock:
+            self._expected.pop(kind, None)
 
     def _total(self) -> int:
         return sum(len(s) for s in self._stores.values())
@@ -574,9 +777,15 @@ class ClusterCache:
         total = self._total()
         if self.disabled or total <= self.max_objects:
             return
-        counts = ", ".join(f"{k} {len(s)}" for k, s in self._stores.items() if len(s))
-        self.disabled = (f"{total} objects over the ceiling of {self.max_objects} ({counts}); "
-                         f"raise --cache-max-objects to keep it")
+        self._give_up(total, {k: len(s) for k, s in self._stores.items()})
+
+    def _give_up(self, total: int, counts: Mapping[str, int], before: str = "") -> None:
+        """Caller holds the lock: over the ceiling with ``total`` objects (``counts`` by kind;
+        ``before``: counted before listing that kind, which was not read)."""
+        listed = ", ".join(f"{k} {counts[k]}" for k in self._stores if counts.get(k))
+        self.disabled = (f"{total} objects over the ceiling of {self.max_objects} ({listed})"
+                         f"{f'; counted before listing {before}' if before else ''}; raise the memory limit "
+                         f"or --cache-max-objects to keep it")
         log.warning("watch cache: %s; falling back to a LIST per event%s", self.disabled,
                     f", counting again every {self.recheck_seconds:g} s" if self.recheck_seconds > 0 else "")
         for kind, store in self._stores.items():
@@ -626,7 +835,8 @@ class ClusterCache:
                     continue
                 store.clear()
                 old.retired = True
-                fresh = Reflector(self, kind)
+                # the kind's backoff goes on, and this re-LIST waits a step of it first
+                fresh = Reflector(self, kind, backoff=old.backoff, wait_first=True)
                 fresh.listeners = old.listeners
                 self.reflectors[kind] = fresh
             self._counters["recoveries"] += 1
@@ -675,5 +885,5 @@ class ClusterCache:
                               parts.get("PersistentVolumeClaim", ()), [*all_notes, *notes], derived=derived)
 
 
-__all__ = ["BYTES_PER_RECORD", "DEFAULT_MAX_OBJECTS", "CacheStats", "ClusterCache", "KindListener", "Reflector",
-           "record_key"]
+__all__ = ["BYTES_PER_RECORD", "DEFAULT_MAX_OBJECTS", "MEMORY_SHARE", "Backoff", "CacheStats", "Ceiling",
+           "ClusterCache", "KindListener", "Reflector", "ShortWatch", "auto_ceiling", "ceiling_for", "record_key"]

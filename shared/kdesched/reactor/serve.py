@@ -116,6 +116,11 @@ class _CacheCollector(Collector):
         back = GaugeMetricFamily("kdesched_cache_recoveries", "Times the watch cache came back on after giving up "
                                  f"(its objects fell under {RECOVER_FRACTION:.0%} of the ceiling).")
         read = GaugeMetricFamily("kdesched_cache_read_bytes", "Bytes the watch cache read (LIST pages and WATCH streams).")
+        backoffs = GaugeMetricFamily("kdesched_cache_backoffs", "Times the watch cache waited before re-listing or "
+                                     "re-watching (after a 410, a failed LIST or WATCH), all kinds.")
+        backoff_s = GaugeMetricFamily("kdesched_cache_backoff_seconds", "Seconds the watch cache spent in those waits.")
+        ceiling = GaugeMetricFamily("kdesched_cache_max_objects", "The watch cache's ceiling (objects), from "
+                                    "--cache-max-objects or the container's memory limit.")
         runs = GaugeMetricFamily("kdesched_cache_snapshots", "Run snapshots of kdesched serve, by where they came "
                                  "from: cache (the watch cache) or list (LISTed for the run).", labels=["source"])
         server = self.server
@@ -132,7 +137,10 @@ class _CacheCollector(Collector):
             relists.add_metric([], stats.relists_gone)
             back.add_metric([], stats.recoveries)
             read.add_metric([], stats.bytes_read)
-        return [objects, size, synced, off, relists, back, read, runs]
+            backoffs.add_metric([], stats.backoffs)
+            backoff_s.add_metric([], stats.backoff_seconds)
+            ceiling.add_metric([], stats.max_objects)
+        return [objects, size, synced, off, relists, back, read, runs, backoffs, backoff_s, ceiling]
 
 
 CACHE_METRICS = _CacheCollector()
