@@ -11,13 +11,18 @@ reactor picks one of these per run (:mod:`kdesched.reactor.runner`).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from kdesched.engine import plan_run
 from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.records import Node
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
+from kdesched.policy.types import Policy
+from kdesched.reactor.events import kinds_needed, needs_all_pods
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 
@@ -89,3 +94,38 @@ class CachedLoader:
                 return snapshot
         self.listed += 1
         return load_live_snapshot(client, pod_nodes=pod_nodes, include=include)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRunRead:
+    """What a node-scoped run read: its snapshot, whether it holds every pod, and why."""
+
+    snapshot: Snapshot
+    all_pods: bool
+    why: str
+
+
+def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy, strategies: Sequence[str],
+                      node: str, scoped_nodes: Sequence[str] | None, *, safety_on: bool, now: float) -> NodeRunRead:
+    """The least a node-scoped run needs to decide exactly: the node's pods (and, for a taint run
+    without the watch cache, only enough Nodes), unless a strategy reads every pod. With the
+    safety defaults on, or RemovePodsViolatingNodeAffinity (which evicts only a pod that fits some
+    node), the node's pods are first planned alone (a probe); only when that finds something to
+    evict is every pod read and the decision made again. Exact: other nodes' pods only add usage
+    and anti-affinity, so they can only turn an eviction planned from the node's pods into none,
+    never the reverse."""
+    all_pods, why = needs_all_pods(policy, strategies)
+    if not all_pods and loader is default_loader and set(strategies) <= NODE_LOCAL_STRATEGIES:
+        snapshot = node_local_snapshot(client, node, kinds_needed(policy), policy.node_selector)
+    else:
+        snapshot = loader(client, None if all_pods else [node], kinds_needed(policy))
+    fits_elsewhere = sorted(set(strategies) & FITS_ANOTHER_NODE)
+    if not all_pods and (safety_on or fits_elsewhere):
+        probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
+                         nodes=scoped_nodes)
+        if probe.evictions:
+            why = ("safety defaults: somewhere to go and per-workload pacing read every pod" if safety_on else
+                   f"{', '.join(fits_elsewhere)} evicts only a pod that fits another node: that needs every "
+                   "node's pods")
+            return NodeRunRead(loader(client, None, kinds_needed(policy)), True, why)
+    return NodeRunRead(snapshot, all_pods, why)

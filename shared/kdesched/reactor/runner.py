@@ -30,10 +30,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from kdesched.engine import RunReport, execute_plan, plan_run
+from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import observe_run
@@ -65,19 +64,12 @@ from kdesched.reactor.events import (
     event_policy,
     extension_point,
     kinds_needed,
-    needs_all_pods,
     scope_for_event,
 )
 from kdesched.reactor.ledger_store import LedgerStore
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
 from kdesched.reactor.limits import RateLimiter
-from kdesched.reactor.loaders import (
-    FITS_ANOTHER_NODE,
-    NODE_LOCAL_STRATEGIES,
-    SnapshotLoader,
-    default_loader,
-    node_local_snapshot,
-)
+from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
@@ -272,26 +264,9 @@ class Reactor:
             result = self._balance_locked(kind, lambda: self._leased_run(policy, strategies, scoped_nodes, dry_run,
                                                                          kind, triggers))
             return result.with_notes(before=[reason])
-        all_pods, why = needs_all_pods(policy, strategies)
-        if not all_pods and self.loader is default_loader and set(strategies) <= NODE_LOCAL_STRATEGIES:
-            snapshot = node_local_snapshot(self.client, node, kinds_needed(policy), policy.node_selector)
-        else:
-            snapshot = self.loader(self.client, None if all_pods else [node], kinds_needed(policy))
-        fits_elsewhere = sorted(set(strategies) & FITS_ANOTHER_NODE)
-        if not all_pods and (self.safety.enabled or fits_elsewhere):
-            # somewhere to go needs other nodes' usage, pacing the workload's other pods, and
-            # RemovePodsViolatingNodeAffinity evicts only a pod that fits some node: read them all,
-            # but only when the node's pods give the strategies something to evict. Exact: other
-            # nodes' pods only add usage and anti-affinity, so they can only turn an eviction
-            # planned from the node's pods into no eviction, never the reverse
-            probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(self.wall_clock(), UTC),
-                             strategies=strategies, nodes=scoped_nodes)
-            if probe.evictions:
-                all_pods, why = True, ("safety defaults: somewhere to go and per-workload pacing read every pod"
-                                       if self.safety.enabled else
-                                       f"{', '.join(fits_elsewhere)} evicts only a pod that fits another node: "
-                                       "that needs every node's pods")
-                snapshot = self.loader(self.client, None, kinds_needed(policy))
+        read = read_for_node_run(self.client, self.loader, policy, strategies, node, scoped_nodes,
+                                 safety_on=self.safety.enabled, now=self.wall_clock())
+        snapshot, all_pods, why = read.snapshot, read.all_pods, read.why
         scope_key = node_scope(node, strategies)
         result = self._decide_and_execute(policy, snapshot, RunScope(scope_key, strategies, scoped_nodes, all_pods),
                                           dry_run, kind, triggers, cooldown_repeat=True)
