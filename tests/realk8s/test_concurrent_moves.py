@@ -163,3 +163,28 @@ def test_a_new_leader_continues_a_paced_move_from_the_ledger(control_plane: Cont
     assert not before & uids(real, "shop")
     assert "resuming" in b.log() and all(p["spec"].get("nodeName") == "node-1" for p in app_pods(real, "shop"))
     assert placement(real, "shop") == {"node-1": 3}
+
+
+def test_a_taint_made_while_serve_restarts_is_acted_on_at_start(control_plane: ControlPlane, real: Cluster,
+                                                                serves: list[Serve], tmp_path: Path) -> None:
+    """Issue 25's start-up reconcile: the new leader compares the nodes with the record the last one
+    kept on the leader Lease, and acts on the taint nobody watched being made."""
+    real.node("node-1", unschedulable=True)
+    real.node("gpu-1")
+    real.deployment("shop", 1, cpu="200m")
+    wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 1})
+    set_unschedulable(real, "node-1", False)
+    a = start(serves, tmp_path, control_plane, "a")
+    wait_leading(control_plane, real, a)
+    assert a.stop() == 0  # SIGTERM: the record of what it saw is written before the Lease is released
+    lease = real.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched-leader") or {}
+    assert "kdesched.dev/node-record" in ((lease.get("metadata") or {}).get("annotations") or {})
+    set_taints(real, "gpu-1", [GPU])  # while no kdesched runs
+    b = start(serves, tmp_path, control_plane, "b")
+    wait_leading(control_plane, real, b)
+    ready = time.monotonic()
+    wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 1}, timeout=30,
+                   what="the taint made while serve was down to be acted on")
+    took = time.monotonic() - ready
+    assert "start-up reconcile: 1 node change(s)" in b.log(), b.log()[-3000:]
+    assert took < 30, f"acted on {took:.1f}s after serve was ready"

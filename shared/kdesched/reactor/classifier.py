@@ -191,6 +191,11 @@ class Classifier:
         with self._lock:
             return self._nodes.get(name)
 
+    def digests(self) -> list[NodeDigest]:
+        """Every cached node, as the classifier last saw it (the start-up reconcile's record)."""
+        with self._lock:
+            return list(self._nodes.values())
+
     def seed(self, nodes: Iterable[Mapping[str, Any]]) -> int:
         """Replace the cache with one LIST of nodes. Emits nothing: ApiServerSource does not announce
         existing nodes, and whatever changed while no one watched is the sweep's job."""

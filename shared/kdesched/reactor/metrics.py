@@ -54,3 +54,5 @@ CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         "Repeats of runs that held paced evictions (or were held by a cool-down), by outcome: "
                         "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out.",
                         ["outcome"], registry=REGISTRY)
+RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the start-up reconcile sent: node changes "
+                     "made while kdesched was starting or down (compared with the node record).", registry=REGISTRY)

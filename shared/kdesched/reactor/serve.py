@@ -65,6 +65,7 @@ from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
 from kdesched.reactor.events import PING, kinds_needed
 from kdesched.reactor.loaders import CachedLoader
+from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
@@ -74,6 +75,7 @@ log = logging.getLogger("kdesched.reactor.serve")
 
 SOURCE = "/kdesched/serve"
 LEADER_SUFFIX = "-leader"
+RECORD_SECONDS = 10.0  # how often the leader writes the node record when it changed
 DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
 SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
 
@@ -185,6 +187,9 @@ class ReactorServer:
         CACHE_METRICS.server = self
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
+        self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
+                                           self.identity)
+        self._recorded: dict[str, NodeMark] | None = None
         self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                      self.identity, settings.lease_duration_seconds)
         self.checked = threading.Event()  # preflight passed
@@ -359,6 +364,8 @@ class ReactorServer:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
+        if self.leader_election:  # what changed while no one watched; then keep the record for the next one
+            threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record", daemon=True).start()
         if not self.leader_election:
             self.stop.wait()
             return
@@ -437,6 +444,44 @@ class ReactorServer:
         """Ask the loop to stop (safe from a signal handler)."""
         self.stop.set()
 
+    def _reconcile_and_record(self) -> None:
+        """The start-up reconcile (:mod:`kdesched.reactor.reconcile`): once the first node LIST is in,
+        dispatch what changed since the node record the previous leader kept; then keep the record
+        up to date (every ``RECORD_SECONDS`` when something changed, and once at shutdown)."""
+        while not self.watcher.listed.wait(0.1):
+            if self.stop.is_set():
+                return
+        try:
+            recorded = self.node_record.read()
+        except Exception as exc:  # noqa: BLE001 - the sweep remains the safety net
+            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
+            recorded = None
+        if recorded is None:
+            log.info("no node record on the leader Lease (first start, or unreadable): no start-up reconcile")
+        else:
+            events = differences(recorded, self.classifier.digests())
+            m.RECONCILED.inc(len(events))
+            log.info("start-up reconcile: %d node change(s) since the last record%s", len(events),
+                     ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
+                     if events else "")
+            self.dispatch(events)
+        while not self.stop.wait(RECORD_SECONDS):
+            self.write_node_record()
+
+    def write_node_record(self) -> None:
+        """Write the node record if it changed since the last write (best effort, logged)."""
+        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
+        if not self.classifier.seeded or marks == self._recorded:
+            return
+        try:
+            why = self.node_record.write(marks)
+        except Exception as exc:  # noqa: BLE001 - the next tick tries again
+            why = str(exc)
+        if why:
+            log.debug("node record not written: %s", why)
+        else:
+            self._recorded = marks
+
     def _cleanup(self) -> None:
         """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
         by the stop event and are not waited for longer), then HTTP stops and the leader Lease is
@@ -456,6 +501,7 @@ class ReactorServer:
             self._http.shutdown()
             self._http = None
         if self._led and self.leader_election:
+            self.write_node_record()  # what this leader saw last, for the next one
             try:
                 self.leader_lock.release()  # only while it still names us
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
