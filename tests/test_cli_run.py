@@ -184,3 +184,31 @@ def test_run_bad_kubeconfig_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     code = main(["run", "--kubeconfig", str(tmp_path / "missing")])
     assert code == 2
     assert "missing" in capsys.readouterr().err
+
+
+EVICTION = "/api/v1/namespaces/default/pods/nginx-6d4cf56db6-f9qzt/eviction"
+EVENTS = "/apis/events.k8s.io/v1/namespaces/default/events"
+
+
+def test_run_reports_each_outcome_with_its_cause(fake_api: FakeApiServer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A throttled eviction is ``throttled`` (cause throttled), exit 1; the table names the cause;
+    an Event that cannot be posted is counted in summary.eventsLost and said under the table."""
+    load_example(fake_api, "seed-new-node")
+    kc = kubeconfig(tmp_path / "kc", fake_api.url)
+    fake_api.script("POST", EVICTION, [(429, 0)] * 5)
+    code = main(["run", "--kubeconfig", kc, "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["evictions"]
+    assert code == 1 and (row["result"], row["cause"], row["attempts"]) == ("throttled", "throttled", 5)
+    assert report["blocked"] == [] and report["summary"]["results"] == {"throttled": 1}
+    assert report["summary"]["eventsLost"] == 0
+    # the table: the result with its cause, then the eviction goes through; its Event is lost
+    fake_api.script("POST", EVICTION, [403])
+    assert main(["run", "--kubeconfig", kc, "-q"]) == 1
+    assert "failed (rejected)" in capsys.readouterr().out
+    fake_api.script("POST", EVENTS, [503] * 10)
+    code = main(["run", "--kubeconfig", kc, "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and [(e["result"], e["cause"]) for e in report["evictions"]] == [("evicted", "accepted")]
+    assert report["summary"]["eventsLost"] == 1 and fake_api.list("Event") == []
