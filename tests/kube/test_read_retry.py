@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kdesched.kube.client import KubeClient, ReadRetry
+from kdesched.kube.client import NO_READ_RETRY, KubeClient, ReadRetry
 from kdesched.kube.errors import (
     Forbidden,
     NotFound,
@@ -113,6 +113,17 @@ def test_a_get_is_retried_and_404_is_none(fake_api: FakeApiServer, client: KubeC
     obj = client.get_raw("Node", "n1")
     assert obj is not None and obj["metadata"]["name"] == "n1" and len(sleeps) == 2
     assert client.get_raw("Node", "nope") is None and len(sleeps) == 2
+
+
+def test_a_caller_can_bound_one_read(fake_api: FakeApiServer, client: KubeClient, sleeps: Sleeps) -> None:
+    """A Lease read passes its own bounds (its renew deadline), not the client's minute."""
+    fake_api.script("GET", f"{NODES}/n1", [503, 503, 503])
+    with pytest.raises(ServerError):
+        client.get_raw("Node", "n1", retry=ReadRetry(max_attempts=2))
+    assert len(sleeps) == 1
+    with pytest.raises(ServerError):
+        client.get_raw("Node", "n1", retry=NO_READ_RETRY)
+    assert len(sleeps) == 1
 
 
 def test_each_page_is_retried_on_its_own(fake_api: FakeApiServer, client: KubeClient, sleeps: Sleeps,

@@ -292,9 +292,10 @@ class KubeClient:
         with self._lock:
             return self._read_retries
 
-    def _retry_read(self, what: str, call: Callable[[], T]) -> T:
-        """``call()`` (one read request), retried by :func:`is_transient` within :class:`ReadRetry`."""
-        r = self.read_retry
+    def _retry_read(self, what: str, call: Callable[[], T], retry: ReadRetry | None = None) -> T:
+        """``call()`` (one read request), retried by :func:`is_transient` within :class:`ReadRetry`
+        (``retry``, else the client's)."""
+        r = retry if retry is not None else self.read_retry
         if r.max_attempts <= 1:
             return call()
 
@@ -518,12 +519,14 @@ class KubeClient:
                 items.append(item)
         return items, page.get("metadata") or {}
 
-    def get_raw(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """One object, or None when it does not exist."""
+    def get_raw(self, kind: str, name: str, namespace: str | None = None, *,
+                retry: ReadRetry | None = None) -> dict[str, Any] | None:
+        """One object, or None when it does not exist. ``retry``: this read's bounds instead of the
+        client's (a Lease renewal must not wait past its renew deadline)."""
         res = resource_for(kind)
         path = res.path(namespace, name)
         try:
-            obj = self._retry_read(f"GET {path}", lambda: self._json("GET", path))
+            obj = self._retry_read(f"GET {path}", lambda: self._json("GET", path), retry)
         except NotFound:
             return None
         obj.setdefault("kind", res.kind)
@@ -682,7 +685,8 @@ class KubeClient:
 
 
 __all__ = [
-    "RESOURCES", "ApiError", "ClientLimits", "Gone", "KubeClient", "ListResult", "RequestStats", "Resource",
+    "NO_READ_RETRY", "RESOURCES", "ApiError", "ClientLimits", "Gone", "KubeClient", "ListResult", "ReadRetry",
+    "RequestStats", "Resource",
     "TokenBucket", "Unavailable",
     "event_object_name", "micro_time", "resource_for",
 ]
