@@ -290,8 +290,10 @@ class _EventSender:
 
         label = f"{event['namespace']}/{event['name']}"
         try:
-            _retrying(self.retry, lambda exc: is_transient(exc, read=False), self.sleep,
-                      lambda: f"posting event {event['reason']} for {label}")(attempt)
+            # an Event is posted under one name, so sending it again is harmless (a repeat gets
+            # 409): it is retried as a read is, a plain 500 included, and a refused connection too
+            _retrying(self.retry, lambda exc: is_transient(exc, read=True) or isinstance(exc, Unavailable),
+                      self.sleep, lambda: f"posting event {event['reason']} for {label}")(attempt)
         except ApiError as exc:
             log.warning("could not post event %s for %s after %d attempt(s): %s", event["reason"], label,
                         attempts, exc)
