@@ -17,6 +17,7 @@ reports every wave as it would happen, without waiting.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -104,7 +105,8 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
                   clock: Callable[[], float] = time.monotonic,
                   keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
     """Evict ``evictions`` wave by wave; outcomes come back in the plan's order. ``keep_going`` is
-    handed to each batch's ``execute`` (asked before each eviction is started)."""
+    handed to each batch's ``execute`` (asked before each eviction is started) and asked before
+    each poll: once it names a reason, every held batch is ``abandoned`` at once, without waiting."""
     steps = pacing.steps
     if len(steps) != len(evictions):
         raise ValueError(f"pacing plan has {len(steps)} steps for {len(evictions)} evictions")
@@ -155,6 +157,15 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
     since = {w: start for w in held}
     last: dict[Workload, WorkloadStatus] = {}
     while held:
+        stop = keep_going() if keep_going is not None else None
+        if stop is not None:  # the caller stopped the run: nothing more is sent, nothing waits
+            stopped: KeepGoing = functools.partial(str, stop)  # the same reason, whatever the hook says next
+            for w in list(held):
+                batch = [i for b in held.pop(w) for i in b]
+                for i, o in zip(batch, executor.execute([evictions[i] for i in batch], keep_going=stopped),
+                                strict=True):
+                    out[i] = o
+            break
         budget_spent = settings.budget_seconds is not None and clock() - start >= settings.budget_seconds
         for w in list(held):
             p = pacing.workloads[w]
