@@ -325,6 +325,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     read_done = time.perf_counter()
     log.info("read the cluster in %.3fs: %d pods, %d nodes; %d requests, %d bytes", read_done - started,
              len(snapshot.pods), len(snapshot.nodes), read.requests, read.bytes_read)
+    if client.read_retries:
+        log.info("%d read(s) were retried after transient failures", client.read_retries)
     freeze_heap()
     policy = parity_policy(policy)
     try:
