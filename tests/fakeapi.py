@@ -5,7 +5,9 @@ query strings, Status bodies, chunked watch streams), and the behaviour a desche
 is exactly what existing fakes skip: ``fieldSelector``
 ``spec.nodeName``, label selectors, the eviction subresource with PDB 429s and uid preconditions,
 Lease optimistic concurrency and watch 410s. This implements only those endpoints, in memory, on
-127.0.0.1 with a random port, plus a request journal and per-request scripted failures.
+127.0.0.1 with a random port, plus a request journal and per-request scripted failures: status
+codes (with ``Retry-After``), and :class:`Fault` for a Status with a chosen message and details, a
+dropped connection, a delay, or "act then drop" (the request is carried out, its answer is lost).
 """
 
 from __future__ import annotations
@@ -49,6 +51,31 @@ REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 409: "Conflict"
            429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
 
 Key = tuple[str, str]  # (namespace or "", name)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scripted answer beyond a bare status code.
+
+    ``code``: answer with this Status (``message``, ``details``, ``retry_after``); 0 = carry the
+    request out normally. ``drop``: close the connection without an answer; with ``after`` the
+    request is carried out first (the answer is lost). ``delay``: seconds to wait first."""
+
+    code: int = 0
+    message: str = ""
+    retry_after: float | None = None
+    details: dict[str, Any] | None = None
+    drop: bool = False
+    after: bool = False
+    delay: float = 0.0
+
+
+DROP = Fault(drop=True)
+ACT_THEN_DROP = Fault(drop=True, after=True)
+
+
+class Dropped(Exception):
+    """Raised by the fake to close a connection without an answer."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +124,7 @@ class FakeApiServer:
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, kind, type, object)
         self.compacted_rv = 0
         self.journal: list[Request] = []
-        self.scripts: dict[tuple[str, str], deque[int | tuple[int, float]]] = {}
+        self.scripts: dict[tuple[str, str], deque[int | tuple[int, float] | Fault]] = {}
         self.report_remaining = True  # False: LIST pages omit remainingItemCount (as the server may)
         self._bookmarks = 0
         # eviction concurrency: how many eviction requests are being handled at once, the most seen,
@@ -203,13 +230,14 @@ class FakeApiServer:
             self._bookmarks += 1
             self._lock.notify_all()
 
-    def script(self, method: str, path: str, responses: Iterable[int | tuple[int, float]]) -> None:
+    def script(self, method: str, path: str, responses: Iterable[int | tuple[int, float] | Fault]) -> None:
         """Answer the next requests to ``method path`` with these codes in order (a 2xx = behave
-        normally; ``(429, 3)`` adds ``Retry-After: 3``); afterwards behave normally."""
+        normally; ``(429, 3)`` adds ``Retry-After: 3``; a :class:`Fault` for the rest); afterwards
+        behave normally."""
         with self._lock:
             self.scripts.setdefault((method.upper(), path), deque()).extend(responses)
 
-    def script_eviction(self, pod_key: str, responses: Iterable[int | tuple[int, float]]) -> None:
+    def script_eviction(self, pod_key: str, responses: Iterable[int | tuple[int, float] | Fault]) -> None:
         namespace, name = pod_key.split("/", 1)
         self.script("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", responses)
 
@@ -295,20 +323,38 @@ class FakeApiServer:
         return kind, namespace, rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else "", gv
 
     def admit(self, method: str, path: str, query: dict[str, str], body: Any,
-              headers: dict[str, str] | None = None) -> None:
-        """Journal the request and play the next scripted answer for it, if any."""
+              headers: dict[str, str] | None = None) -> Fault | None:
+        """Journal the request and play the next scripted answer for it, if any: a status code is
+        raised as a Reply; a :class:`Fault` that drops or delays is returned for the caller."""
         with self._lock:
             self.journal.append(Request(method, path, dict(query), body, dict(headers or {})))
             scripted = self.scripts.get((method, path))
-            if scripted:
-                entry = scripted.popleft()
-                code, retry_after = entry if isinstance(entry, tuple) else (entry, None)
-                if code >= 300:
-                    raise Reply(code, f"scripted failure {code}", retry_after=retry_after)
+            if not scripted:
+                return None
+            entry = scripted.popleft()
+        if isinstance(entry, Fault):
+            if entry.delay:
+                time.sleep(entry.delay)
+            if entry.drop and not entry.after:
+                raise Dropped
+            if entry.code >= 300:
+                raise Reply(entry.code, entry.message or f"scripted failure {entry.code}",
+                            retry_after=entry.retry_after, details=entry.details)
+            return entry if entry.after else None
+        code, retry_after = entry if isinstance(entry, tuple) else (entry, None)
+        if code >= 300:
+            raise Reply(code, f"scripted failure {code}", retry_after=retry_after)
+        return None
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any,
                headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        self.admit(method, path, query, body, headers)
+        fault = self.admit(method, path, query, body, headers)
+        result = self._handle(method, path, query, body)
+        if fault is not None and fault.after:
+            raise Dropped  # carried out; the answer is lost
+        return result
+
+    def _handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         with self._lock:
             kind, namespace, name, sub, _ = self.route(method, path)
             if sub == "eviction" and kind == "Pod" and method == "POST":
@@ -584,6 +630,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(code, payload)
         except Reply as reply:
             self._json(reply.code, reply.body, reply.retry_after)
+        except Dropped:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

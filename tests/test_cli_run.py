@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kdesched.cli.main import main
 
-from tests.fakeapi import FakeApiServer
+from tests.fakeapi import DROP, PDB_MESSAGE, FakeApiServer, Fault
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,8 @@ def test_run_reports_a_pdb_block_without_crashing(fake_api: FakeApiServer, tmp_p
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     load_example(fake_api, "seed-zone-recovery")
     # the PDB's status says 1 disruption is allowed, but the API server refuses every time
-    fake_api.script_eviction("default/api-5f7d9c8b7-r4n6c", [429] * 20)
+    refusal = Fault(429, PDB_MESSAGE, details={"causes": [{"reason": "DisruptionBudget", "message": "no"}]})
+    fake_api.script_eviction("default/api-5f7d9c8b7-r4n6c", [refusal] * 20)
     policy = tmp_path / "p.yaml"
     policy.write_text("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: d\n"
                       "  pluginConfig: [{name: RemoveDuplicates}]\n  plugins: {balance: {enabled: [RemoveDuplicates]}}\n")
@@ -83,6 +84,43 @@ def test_run_unreachable_cluster_exits_1(tmp_path: Path, capsys: pytest.CaptureF
     assert "--kubeconfig" in err
     assert "Retrying" not in err and "MaxRetryError" not in err and "HTTPConnection" not in err
     assert "Traceback" not in err
+
+
+def test_run_that_cannot_read_still_reports(fake_api: FakeApiServer, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A LIST that still fails after its retries: the JSON report (the contract of docs/cli.md)
+    names the failed read in summary.errors, nothing is evicted, exit 1 (was exit 1, no report)."""
+    load_example(fake_api, "seed-new-node")
+    fake_api.script("GET", "/apis/policy/v1/poddisruptionbudgets", [403])
+    code = main(["run", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url), "-o", "json", "-q"])
+    cap = capsys.readouterr()
+    report = json.loads(cap.out)
+    assert code == 1
+    assert report["evictions"] == [] and report["summary"]["planned"] == 0
+    (error,) = report["summary"]["errors"]
+    assert error.startswith(f"cannot read the cluster from the API server at {fake_api.url}: HTTP 403")
+    assert set(report) == {"dryRun", "dryRunWhy", "evictions", "blocked", "summary"}
+    assert fake_api.requests("POST") == []
+    # the table says it too
+    fake_api.script("GET", "/apis/policy/v1/poddisruptionbudgets", [403])
+    assert main(["run", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url), "-q"]) == 1
+    assert "error: cannot read the cluster" in capsys.readouterr().out
+
+
+def test_run_reads_through_transient_faults(fake_api: FakeApiServer, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """429 with Retry-After, 503, a plain 500 and dropped connections on the LISTs: the run reads
+    the cluster anyway and decides what it decides without faults."""
+    load_example(fake_api, "seed-new-node")
+    kc = kubeconfig(tmp_path / "kc", fake_api.url)
+    assert main(["run", "--dry-run", "--kubeconfig", kc, "-o", "json", "-q"]) == 0
+    clean = json.loads(capsys.readouterr().out)
+    fake_api.script("GET", "/api/v1/pods", [(429, 0), 503, DROP, DROP])
+    fake_api.script("GET", "/api/v1/nodes", [500, (503, 0)])
+    assert main(["run", "--dry-run", "--kubeconfig", kc, "-o", "json", "-q"]) == 0
+    faulty = json.loads(capsys.readouterr().out)
+    assert faulty["evictions"] == clean["evictions"] and faulty["summary"]["errors"] == []
+    assert not fake_api.scripts[("GET", "/api/v1/pods")] and not fake_api.scripts[("GET", "/api/v1/nodes")]
 
 
 DRY_RUN_POLICY = ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nkdesched: {dryRun: true}\nprofiles:\n"
@@ -146,3 +184,31 @@ def test_run_bad_kubeconfig_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     code = main(["run", "--kubeconfig", str(tmp_path / "missing")])
     assert code == 2
     assert "missing" in capsys.readouterr().err
+
+
+EVICTION = "/api/v1/namespaces/default/pods/nginx-6d4cf56db6-f9qzt/eviction"
+EVENTS = "/apis/events.k8s.io/v1/namespaces/default/events"
+
+
+def test_run_reports_each_outcome_with_its_cause(fake_api: FakeApiServer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A throttled eviction is ``throttled`` (cause throttled), exit 1; the table names the cause;
+    an Event that cannot be posted is counted in summary.eventsLost and said under the table."""
+    load_example(fake_api, "seed-new-node")
+    kc = kubeconfig(tmp_path / "kc", fake_api.url)
+    fake_api.script("POST", EVICTION, [(429, 0)] * 5)
+    code = main(["run", "--kubeconfig", kc, "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["evictions"]
+    assert code == 1 and (row["result"], row["cause"], row["attempts"]) == ("throttled", "throttled", 5)
+    assert report["blocked"] == [] and report["summary"]["results"] == {"throttled": 1}
+    assert report["summary"]["eventsLost"] == 0
+    # the table: the result with its cause, then the eviction goes through; its Event is lost
+    fake_api.script("POST", EVICTION, [403])
+    assert main(["run", "--kubeconfig", kc, "-q"]) == 1
+    assert "failed (rejected)" in capsys.readouterr().out
+    fake_api.script("POST", EVENTS, [503] * 10)
+    code = main(["run", "--kubeconfig", kc, "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and [(e["result"], e["cause"]) for e in report["evictions"]] == [("evicted", "accepted")]
+    assert report["summary"]["eventsLost"] == 1 and fake_api.list("Event") == []

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
-from kdesched.evictor.execute import EvictionOutcome, Executor
+from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.metrics import mark_workload_below, workloads_below
 from kdesched.evictor.pacing import PacedStep, Pacer, PacingPlan, workload_status
@@ -86,6 +86,7 @@ class RunReport:
     trigger: str = "manual"
     duration_seconds: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    events_lost: int = 0  # Events about this run's evictions that could not be posted (live runs)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -175,6 +176,7 @@ class RunReport:
                 "durationSeconds": round(self.duration_seconds, 6),
                 "safety": self.mode(),
                 **({"pacing": paced} if paced else {}),
+                **({} if self.dry_run else {"eventsLost": self.events_lost}),
                 **dict(self.extra),
             },
         }
@@ -299,20 +301,24 @@ def _refresh_below(pacer: Pacer) -> None:
 def execute_plan(plan: RunPlan, executor: Executor, *, dry_run: bool, trigger: str = "manual",
                  grace_period_seconds: int | None = None, failure_events: bool = False,
                  started: float | None = None, reader: WorkloadReader | None = None,
-                 waves: WaveSettings | None = None) -> RunReport:
+                 waves: WaveSettings | None = None, keep_going: KeepGoing | None = None) -> RunReport:
     """Carry a plan out through ``executor`` (live or recording) and report.
 
     A paced plan (safety on) is carried out in waves: ``reader`` reads workloads back (live) and
     ``waves`` says how long held evictions may wait; without them nothing waits and held evictions
-    are reported ``paced`` (what the event path wants)."""
+    are reported ``paced`` (what the event path wants). ``keep_going`` is asked before each
+    eviction is started (:class:`~kdesched.evictor.execute.LiveExecutor`): a reason to stop makes
+    the rest ``abandoned``. The report counts the Events the executor could not post."""
     t0 = started if started is not None else time.perf_counter()
+    lost_before = executor.events_lost
     with paused_gc():  # outcomes are many small cycle-free objects on a large heap
         if plan.pacing is None:
             outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,
-                                        failure_events=failure_events)
+                                        failure_events=failure_events, keep_going=keep_going)
         else:
             settings = waves or WaveSettings(plan.pacing.safety.replacement_timeout_seconds, budget_seconds=0)
             outcomes = execute_waves(plan.evictions, plan.pacing, executor, dry_run=dry_run, reader=reader,
                                      settings=settings, grace_period_seconds=grace_period_seconds,
-                                     failure_events=failure_events)
-    return RunReport(plan, tuple(outcomes), dry_run, trigger, time.perf_counter() - t0)
+                                     failure_events=failure_events, keep_going=keep_going)
+    return RunReport(plan, tuple(outcomes), dry_run, trigger, time.perf_counter() - t0,
+                     events_lost=executor.events_lost - lost_before)

@@ -25,7 +25,7 @@ from kdesched.model.records import Pod
 from kdesched.strategies.framework import PlannedEviction
 
 from tests.builders import pdb_obj, pod_obj
-from tests.fakeapi import PDB_MESSAGE, FakeApiServer
+from tests.fakeapi import ACT_THEN_DROP, DROP, PDB_MESSAGE, FakeApiServer, Fault
 
 FAST = RetrySettings(max_attempts=5, initial_backoff_seconds=0.5, max_backoff_seconds=4.0, max_total_seconds=60.0)
 
@@ -126,12 +126,16 @@ def test_total_budget_stops_retries_and_clips_the_last_wait(fake_api: FakeApiSer
 
 
 def test_throttling_429_is_not_blamed_on_a_pdb(fake_api: FakeApiServer, kube: KubeClient) -> None:
-    e = planned(fake_api, "p")
+    """A 429 without a DisruptionBudget cause is API Priority and Fairness: ``throttled``, not
+    ``blocked`` (which docs/cli.md keeps for a PDB's refusal). Was ``blocked`` before."""
+    e = planned(fake_api, "p", strategy="T-throttled")
     fake_api.script_eviction("default/p", [429, 429])
     live, _ = executor(kube, RetrySettings(max_attempts=2))
     (outcome,) = live.execute([e])
-    assert outcome.result == "blocked"
-    assert outcome.message == "still refused with 429 Too Many Requests after 2 attempt(s): scripted failure 429"
+    assert (outcome.result, outcome.cause) == ("throttled", "throttled")
+    assert outcome.message == ("still refused with 429 Too Many Requests (API throttling, not a "
+                               "PodDisruptionBudget) after 2 attempt(s): scripted failure 429")
+    assert evicted_count("throttled", strategy="T-throttled", profile="default", namespace="default", node="n1") == 1
 
 
 @pytest.mark.parametrize(("script", "expected_sleeps"), [
@@ -149,21 +153,29 @@ def test_retry_after_is_honoured(fake_api: FakeApiServer, kube: KubeClient, scri
     assert sleeps == pytest.approx(expected_sleeps, abs=0.05)
 
 
-@pytest.mark.parametrize(("script", "result", "attempts"), [
-    ([500, 500, 200], "evicted", 3),
-    ([503, 429, 200], "evicted", 3),
-    ([500] * 5, "failed", 5),
-    ([403], "failed", 1),
-    ([400], "failed", 1),
-    ([422], "failed", 1),
-])
-def test_answers_to_outcomes(fake_api: FakeApiServer, kube: KubeClient, script: list[int], result: str,
-                             attempts: int) -> None:
+@pytest.mark.parametrize(("script", "result", "attempts", "cause"), [
+    ([502, 504, 200], "evicted", 3, "accepted"),
+    ([503, 429, 200], "evicted", 3, "accepted"),
+    ([(500, 1), 200], "evicted", 2, "accepted"),  # a 500 that says when to come back is transient
+    ([Fault(500, "etcdserver: request timed out"), 200], "evicted", 2, "accepted"),
+    ([503] * 5, "failed", 5, "server-error"),
+    # a plain 500 is deterministic for an eviction: failed at once (issue 21; was retried 5 times)
+    ([500], "failed", 1, "server-error"),
+    ([Fault(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not "
+                 "support.")], "failed", 1, "server-error"),
+    ([501], "failed", 1, "server-error"),
+    ([403], "failed", 1, "rejected"),
+    ([400], "failed", 1, "rejected"),
+    ([422], "failed", 1, "rejected"),
+    ([DROP, 200], "evicted", 2, "accepted"),  # the connection dropped before the server acted
+], ids=str)
+def test_answers_to_outcomes(fake_api: FakeApiServer, kube: KubeClient, script: list[Any], result: str,
+                             attempts: int, cause: str) -> None:
     e = planned(fake_api, "p")
     fake_api.script_eviction("default/p", script)
     live, sleeps = executor(kube)
     (outcome,) = live.execute([e])
-    assert (outcome.result, outcome.attempts) == (result, attempts)
+    assert (outcome.result, outcome.attempts, outcome.cause) == (result, attempts, cause)
     assert len(sleeps) == attempts - 1
     assert len(fake_api.requests("POST", "/api/v1/namespaces/default/pods/p/eviction")) == attempts
     assert (fake_api.get("Pod", "p", "default") is None) == (result == "evicted")
@@ -175,7 +187,7 @@ def test_connection_refused_is_retried_then_failed(fake_api: FakeApiServer, kube
     live, sleeps = executor(kube, RetrySettings(max_attempts=3, initial_backoff_seconds=0.1,
                                                 max_backoff_seconds=1, max_total_seconds=10))
     (outcome,) = live.execute([e])
-    assert (outcome.result, outcome.attempts, len(sleeps)) == ("failed", 3, 2)
+    assert (outcome.result, outcome.attempts, len(sleeps), outcome.cause) == ("failed", 3, 2, "connection")
     assert "Unavailable" in outcome.message and "refused" in outcome.message
     assert evicted_count("failed", strategy="T-down", profile="default", namespace="default", node="n1") == 1
 
@@ -283,3 +295,129 @@ def test_recording_executor_can_skip_metrics() -> None:
     assert (REGISTRY.get_sample_value("kdesched_pods_evicted_total", labels) or 0.0) == before
     RecordingExecutor().execute([PlannedEviction(p, "node-quiet", "S", "P", "r")])
     assert REGISTRY.get_sample_value("kdesched_pods_evicted_total", labels) == before + 1
+
+
+# -- outcomes by cause, lost answers, the keep-going hook, Events retried and counted -----------------
+
+
+def test_a_pdb_refusal_is_known_by_its_cause_or_its_message(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A 429 is ``blocked`` only when a PodDisruptionBudget sent it: the Status cause
+    DisruptionBudget, or (an answer without causes) the Eviction API's message."""
+    by_cause = planned(fake_api, "a")
+    by_message = planned(fake_api, "b")
+    fake_api.script_eviction("default/a", [Fault(429, "no", details={"causes": [
+        {"reason": "DisruptionBudget", "message": "The disruption budget x needs 1 more healthy pod"}]})] * 2)
+    fake_api.script_eviction("default/b", [Fault(429, PDB_MESSAGE)] * 2)
+    live, _ = executor(kube, RetrySettings(max_attempts=2))
+    outcomes = live.execute([by_cause, by_message])
+    assert [(o.result, o.cause, o.attempts) for o in outcomes] == [
+        ("blocked", "disruption-budget", 2), ("blocked", "disruption-budget", 2)]
+    assert outcomes[0].message.endswith("no The disruption budget x needs 1 more healthy pod")
+
+
+def test_a_lost_answer_then_404_is_confirmed_as_evicted_with_its_event(fake_api: FakeApiServer,
+                                                                       kube: KubeClient) -> None:
+    """The API server evicted the pod but the answer was lost; the retry gets 404. The pod is read
+    back (gone), so it is ``evicted`` with its Event and counted, not ``already-gone`` (issue 25)."""
+    e = planned(fake_api, "p", strategy="T-lost")
+    fake_api.script_eviction("default/p", [ACT_THEN_DROP])
+    live, _ = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.cause, outcome.attempts) == ("evicted", "confirmed", 2)
+    assert "answer to attempt 1 was lost" in outcome.message and "the pod is gone" in outcome.message
+    assert fake_api.get("Pod", "p", "default") is None
+    assert [ev["reason"] for ev in fake_api.list("Event")] == ["T-lost"]
+    assert evicted_count("success", strategy="T-lost", profile="default", namespace="default", node="n1") == 1
+    assert len(fake_api.requests("GET", "/api/v1/namespaces/default/pods/p")) == 1  # the confirmation
+
+
+def test_a_lost_answer_with_the_pod_terminating_is_evicted(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """After a lost answer the retries end in a refusal while the pod is terminating (a kubelet is
+    still stopping it): the read-back shows deletionTimestamp, so it is ``evicted``."""
+    e = planned(fake_api, "p")
+    terminating = fake_api.get("Pod", "p", "default")
+    assert terminating is not None
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    fake_api.update(terminating)
+    fake_api.script_eviction("default/p", [DROP, 403])
+    live, _ = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.cause) == ("evicted", "confirmed")
+    assert "the pod is terminating" in outcome.message
+    assert "closed the connection without an answer" in outcome.message
+
+
+def test_a_lost_answer_with_the_pod_still_there_is_not_counted(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The connection dropped before the server acted, then a deterministic refusal: the pod is
+    read back unchanged, so the outcome is the refusal (``failed``/rejected), not ``evicted``."""
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [DROP, 403])
+    live, _ = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.cause, outcome.attempts) == ("failed", "rejected", 2)
+    assert fake_api.get("Pod", "p", "default") is not None
+
+
+def test_a_pod_gone_before_the_first_request_is_already_gone(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "p")
+    fake_api.delete("Pod", "p", "default")
+    live, _ = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.cause) == ("already-gone", "not-found")
+    assert fake_api.requests("GET", "/api/v1/namespaces/default/pods/p") == []  # nothing to confirm
+
+
+@pytest.mark.parametrize("max_concurrent", [1, 4])
+def test_keep_going_stops_before_evictions_not_started(fake_api: FakeApiServer, kube: KubeClient,
+                                                       max_concurrent: int) -> None:
+    """The hook is asked before each eviction; once it names a reason, every eviction not started
+    is ``abandoned`` with that reason and nothing more is sent."""
+    evictions = [planned(fake_api, f"p{i}") for i in range(6)]
+    answers = iter([None, None])
+
+    def keep_going() -> str | None:
+        return next(answers, "the Lease's renew deadline passed")
+
+    live = LiveExecutor(kube, FAST, sleep=Sleeps(), max_concurrent=max_concurrent)
+    outcomes = live.execute(evictions, keep_going=keep_going)
+    results = [o.result for o in outcomes]
+    assert results.count("evicted") == 2 and results.count("abandoned") == 4
+    for o in outcomes:
+        if o.result == "abandoned":
+            assert (o.cause, o.attempts) == ("stopped", 0)
+            assert o.message == "not started: the Lease's renew deadline passed"
+    evictions_sent = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert len(evictions_sent) == 2
+    assert len(fake_api.list("Pod")) == 4
+
+
+def test_keep_going_in_a_dry_run(fake_api: FakeApiServer) -> None:
+    e = planned(fake_api, "p")
+    (outcome,) = RecordingExecutor().execute([e], keep_going=lambda: "stop")
+    assert (outcome.result, outcome.cause) == ("abandoned", "stopped")
+
+
+def test_events_are_retried_and_posted_once(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """An Event that fails (503, even a plain 500: a repeat is harmless) or whose answer is lost is
+    retried under the same name: one Event each."""
+    e1, e2 = planned(fake_api, "p1"), planned(fake_api, "p2")
+    events = "/apis/events.k8s.io/v1/namespaces/default/events"
+    fake_api.script("POST", events, [503, 500, ACT_THEN_DROP])
+    live, _ = executor(kube)
+    outcomes = live.execute([e1, e2])
+    assert [o.result for o in outcomes] == ["evicted", "evicted"]
+    assert sorted(ev["regarding"]["name"] for ev in fake_api.list("Event")) == ["p1", "p2"]
+    assert live.events_lost == 0
+
+
+def test_events_that_cannot_be_posted_are_counted(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    from kdesched.evictor.metrics import events_lost_count
+
+    e = planned(fake_api, "p", strategy="T-event-lost")
+    fake_api.script("POST", "/apis/events.k8s.io/v1/namespaces/default/events", [503] * 10)
+    live, _ = executor(kube)
+    before = events_lost_count("T-event-lost")
+    (outcome,) = live.execute([e])
+    assert outcome.result == "evicted"  # an Event never fails an eviction
+    assert live.events_lost == 1 and events_lost_count("T-event-lost") == before + 1
+    assert len(fake_api.requests("POST", "/apis/events.k8s.io/v1/namespaces/default/events")) == 4  # EVENT_RETRY

@@ -221,3 +221,22 @@ def test_the_gauge_counts_workloads_below_their_ready_count_until_a_run_sees_the
 
     plan_run(POLICY, load_live_snapshot(kube), now=NOW, safety=Safety(True, "test", 1, 30.0))
     assert gauge() == base
+
+
+def test_keep_going_stops_the_waiting_and_abandons_the_held_batches(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook names a reason after wave 0 (a Lease past its renew deadline): the held batches are
+    ``abandoned`` at once, no replacement is waited for and no further eviction is sent, even if
+    the hook would say go on again."""
+    cluster, plan = setup(fake_api, {"web": 3}, {"web": None})  # a replacement that never gets Ready
+    cluster.watch_evictions(kube, monkeypatch)
+    answers = iter([None, "the Lease's renew deadline passed"])
+    outcomes = execute_waves(plan.evictions, plan.pacing, LiveExecutor(kube, NO_RETRY, sleep=cluster.sleep),
+                             dry_run=False, reader=LiveWorkloads(kube, clock=cluster.clock),
+                             settings=WaveSettings(30.0, budget_seconds=None, poll_seconds=2.0),
+                             sleep=cluster.sleep, clock=cluster.clock, keep_going=lambda: next(answers, None))
+    assert [(o.result, o.cause) for o in outcomes] == [("evicted", "accepted"), ("abandoned", "stopped"),
+                                                       ("abandoned", "stopped")]
+    assert outcomes[1].message == "not started: the Lease's renew deadline passed"
+    assert cluster.now == 0.0  # no poll was waited for
+    assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 1

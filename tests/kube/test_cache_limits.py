@@ -127,7 +127,9 @@ def build(kube: KubeClient) -> Iterator[Callable[..., ClusterCache]]:
 def test_a_failing_list_is_retried_after_a_growing_backoff(
         fake_api: FakeApiServer, build: Callable[..., ClusterCache]) -> None:
     fake_api.add(node_obj("n1"), pod_obj("p", "n1"))
-    fake_api.script("GET", "/api/v1/pods", [500, 503, 500])  # the first count and its two retries fail
+    # the first count and its two retries fail with an answer the client does not retry itself (its own
+    # read retries absorb 5xx: kube.errors.is_transient), so the cache sees each failure
+    fake_api.script("GET", "/api/v1/pods", [403, 403, 403])
     waits = Waits(fake_api)
     cache = build(kinds=["Node", "Pod"], wait=waits).start()
     assert cache.wait_synced(10)
@@ -185,7 +187,7 @@ def test_a_watch_the_server_ends_at_once_backs_off(
 
 def test_a_backoff_wait_ends_when_the_cache_closes(
         fake_api: FakeApiServer, build: Callable[..., ClusterCache]) -> None:
-    fake_api.script("GET", "/api/v1/nodes", [500] * 100)
+    fake_api.script("GET", "/api/v1/nodes", [403] * 100)  # not retried by the client itself
     cache = build(kinds=["Node"], backoff_initial=600.0, backoff_max=600.0).start()  # waits on its stop event
     assert cache.wait_for(lambda: cache.stats().backoffs == 1, 10)
     thread = cache.reflectors["Node"].thread

@@ -140,7 +140,7 @@ def test_a_lost_write_plans_again_against_the_winner(fake_api: FakeApiServer, ku
 
 class FailingExecutor(RecordingExecutor):
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: Any = None) -> list[EvictionOutcome]:
         return [EvictionOutcome(e, "failed", "the API server said no", 1) for e in evictions]
 
 

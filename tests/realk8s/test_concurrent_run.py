@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kdesched.cli.main import main
-from kdesched.evictor.execute import LiveExecutor, RetrySettings
+from kdesched.evictor.execute import EVENT_RETRY, LiveExecutor, RetrySettings
 from kdesched.kube.client import KubeClient
 
 from tests.realk8s.cluster import Cluster
@@ -68,7 +68,8 @@ def test_concurrent_evictions_under_one_pdb_evict_exactly_the_budget(
     monkeypatch.setattr(KubeClient, "list_for_snapshot", stale)
     # short retries: the budget never recovers here (no disruption controller), only the count matters
     monkeypatch.setattr(LiveExecutor.__init__, "__defaults__", (
-        RetrySettings(max_attempts=3, initial_backoff_seconds=0.05, max_backoff_seconds=0.2), True, time.sleep, None))
+        RetrySettings(max_attempts=3, initial_backoff_seconds=0.05, max_backoff_seconds=0.2), True, time.sleep, None,
+        EVENT_RETRY))
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     code = main(["run", "--kubeconfig", str(control_plane.admin_kubeconfig), "--policy", str(policy), "-o", "json",
@@ -80,6 +81,8 @@ def test_concurrent_evictions_under_one_pdb_evict_exactly_the_budget(
     assert results.count("evicted") == 2 and results.count("blocked") == 5
     assert all("disruption budget" in e["message"] and e["attempts"] == 3
                for e in report["evictions"] if e["result"] == "blocked")
+    # the real Eviction API's 429 carries the DisruptionBudget cause: blocked, not throttled
+    assert {e["cause"] for e in report["evictions"] if e["result"] == "blocked"} == {"disruption-budget"}
     status = cluster.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/db")["status"]  # type: ignore[index]
     assert status["disruptionsAllowed"] == 0
     standing = [p for p in cluster.pods(NS) if not p["metadata"].get("deletionTimestamp")]

@@ -308,21 +308,25 @@ def cmd_run(args: argparse.Namespace) -> int:
              limits.max_concurrent_evictions)
     try:
         # from the API server's watch cache (resourceVersion=0), as upstream's informers read, unless
-        # --consistent-read asks for etcd's current state page by page
+        # --consistent-read asks for etcd's current state page by page; each read retried (docs/cli.md)
         snapshot = load_live_snapshot(client, from_cache=not args.consistent_read)
     except Unavailable as exc:
         check = ("the kubeconfig's certificate-authority and server address" if "TLS" in exc.message
                  else "that it is running and reachable from here, and the kubeconfig's server address")
         log.error("cannot reach the API server at %s: %s. Check %s (%s)", client.host, exc.message, check,
                   _kubeconfig_hint(args.kubeconfig, args.context))
-        return EXIT_RUNTIME
+        return _read_failed(args, loaded, safety, started,
+                            f"cannot reach the API server at {client.host}: {exc.message}")
     except ApiError as exc:
         log.error("cannot read the cluster from the API server at %s: %s", client.host, exc)
-        return EXIT_RUNTIME
+        return _read_failed(args, loaded, safety, started,
+                            f"cannot read the cluster from the API server at {client.host}: {exc}")
     read = client.stats
     read_done = time.perf_counter()
     log.info("read the cluster in %.3fs: %d pods, %d nodes; %d requests, %d bytes", read_done - started,
              len(snapshot.pods), len(snapshot.nodes), read.requests, read.bytes_read)
+    if client.read_retries:
+        log.info("%d read(s) were retried after transient failures", client.read_retries)
     freeze_heap()
     policy = parity_policy(policy)
     try:
@@ -344,8 +348,21 @@ def cmd_run(args: argparse.Namespace) -> int:
              "client-side rate limit", time.perf_counter() - plan_done, total.requests - read.requests,
              total.bytes_read - read.bytes_read, waited)
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
-    failed = any(o.result == "failed" for o in report.outcomes)
+    failed = any(o.result in ("failed", "throttled") for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def _read_failed(args: argparse.Namespace, loaded: LoadedPolicy, safety: Any, started: float, error: str) -> int:
+    """A run that could not read the cluster still reports (the JSON contract of docs/cli.md: no
+    evictions, the failed read in ``summary.errors``) and exits 1."""
+    from kdesched.cli.output import write_report
+    from kdesched.engine import RunPlan, RunReport
+
+    plan = RunPlan(evictions=(), refusals=(), strategy_runs=(), notes=("nothing was decided or evicted",),
+                   errors=(error,), nodes=(), pods_before={}, now=datetime.now(UTC), safety=safety)
+    report = RunReport(plan, (), loaded.dry_run, "run", time.perf_counter() - started)
+    write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
+    return EXIT_RUNTIME
 
 
 def _qps_flag(text: str) -> float:

@@ -41,7 +41,10 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
         for i, o in enumerate(outcomes):
             e = o.eviction
             result = "would evict" if o.result == "dry-run" else o.result
-            reason = e.reason if o.result in ("evicted", "dry-run") else f"{e.reason} [{o.message}]"
+            if o.cause and o.result not in ("evicted", "dry-run", "paced", "abandoned", o.cause):
+                result = f"{o.result} ({o.cause})"  # failed (server-error), already-gone (replaced)...
+            reason = (e.reason if o.result == "dry-run" or (o.result == "evicted" and o.cause != "confirmed")
+                      else f"{e.reason} [{o.message}]")
             wave = [str(steps[i].wave)] if steps else []
             rows.append([e.pod.namespace, e.pod.name, e.node, e.strategy, *wave, result, reason])
         _table(rows, out)
@@ -73,10 +76,14 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
     out.writelines(f"error: {err}\n" for err in report.plan.errors)
     counts = report.counts()
     names = {"dry-run": "would be evicted (dry run)", "evicted": "evicted", "already-gone": "already gone",
-             "blocked": "blocked by a PodDisruptionBudget", "failed": "failed",
-             "paced": "paced (held for the workload's replacements)"}
+             "blocked": "blocked by a PodDisruptionBudget", "throttled": "throttled by the API server (429)",
+             "failed": "failed", "paced": "paced (held for the workload's replacements)",
+             "abandoned": "abandoned (the run was stopped)"}
     summary = ", ".join(f"{v} {names.get(k, k)}" for k, v in sorted(counts.items())) or "nothing to evict"
     out.write(f"\n{len(report.plan.evictions)} eviction(s) planned on {len(report.plan.nodes)} node(s): {summary}.\n")
+    lost = report.events_lost
+    if lost:
+        out.write(f"{lost} Event(s) about these evictions could not be posted (see the log).\n")
 
 
 def write_json(report: RunReport, out: TextIO, dry_run_why: str = "",

@@ -1,11 +1,26 @@
 """Acting on planned evictions: the Eviction API with bounded retries, events, logs and metrics.
 
 Why: strategies only plan. This is the one place that turns plans into API calls, so the rules
-live here once: retry only what can succeed later (429 throttling or PDB, 5xx, connection
-failures) with exponential backoff and jitter inside a total time budget, honouring Retry-After;
-a 404 or a uid-precondition 409 means the judged pod is already gone; a 403 or other 4xx is final.
-Upstream does not retry within a cycle; an event-driven run may be the only run for a while, so a
-PDB that is briefly at its limit (a rollout in progress) gets a few bounded chances here.
+live here once. What is retried is decided by :func:`kdesched.kube.errors.is_transient` (the same
+rule as reads): throttling (429 without a PDB cause), 502/503/504, a 5xx with Retry-After and
+dropped connections, with exponential backoff and jitter inside a total time budget, honouring
+Retry-After. A PodDisruptionBudget's 429 is retried too, within the same budget: upstream does not
+retry within a cycle, but an event-driven run may be the only run for a while, so a PDB that is
+briefly at its limit (a rollout in progress) gets a few bounded chances here. Anything
+deterministic (403, 400, 422, an eviction's 500 without Retry-After, 501) fails at once.
+
+Each outcome says what happened and why (``result`` and ``cause``): ``blocked`` is only a PDB's
+refusal, ``throttled`` a 429 that no PDB sent, ``failed`` a server error, a lost connection or a
+refusal, each with its cause. An eviction whose answer was lost (the connection dropped after the
+request was written, or a gateway timed out) is confirmed before it is reported: the pod is read
+back, and gone, replaced or terminating means ``evicted`` (with its Event), so only a pod that was
+already gone before kdesched's first request is ``already-gone``.
+
+Events are posted beside the evictions, on their own workers, each retried within a small budget
+by the same rule; an Event that still cannot be posted is counted (``events_lost``, the report's
+``summary.eventsLost``, ``kdesched_events_lost_total``), never silently dropped and never a delay
+for the next eviction. ``keep_going`` lets the caller stop a run between evictions (a Lease past
+its renew deadline): evictions not started yet are ``abandoned`` with the caller's reason.
 Dry-run is the same path with :class:`RecordingExecutor`: no API call, the same log and metric.
 A live run evicts a bounded number of pods concurrently (:class:`LiveExecutor`), so 700 evictions
 are not 700 round trips in a row; outcomes still come back in the plan's order.
@@ -21,12 +36,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-from tenacity.stop import stop_base
-from tenacity.wait import wait_base
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from kdesched.evictor.metrics import record_eviction, record_paced
-from kdesched.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
+from kdesched.evictor.metrics import record_cause, record_event_lost, record_eviction, record_paced
+from kdesched.kube.errors import (
+    ApiError,
+    Cause,
+    Conflict,
+    NotFound,
+    StopAfterBudget,
+    Unavailable,
+    WaitHonouringRetryAfter,
+    cause_of,
+    is_pdb_refusal,
+    is_transient,
+)
 from kdesched.strategies.framework import PlannedEviction
 
 if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes client
@@ -34,7 +58,16 @@ if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes clien
 
 log = logging.getLogger("kdesched.evictor")
 
-RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "failed", "paced")
+RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned")
+# the cause of each result (docs/cli.md): evicted accepted | confirmed; already-gone not-found | replaced;
+# blocked disruption-budget; throttled throttled; failed server-error | connection | rejected | not-found |
+# conflict | gone | unexpected; paced allowance; abandoned stopped; dry-run none
+CONFIRMED = "confirmed"
+ACCEPTED = "accepted"
+REPLACED = "replaced"
+UNEXPECTED = "unexpected"
+ALLOWANCE = "allowance"
+STOPPED = "stopped"
 REASON_ANNOTATION = "kdesched.dev/reason"
 REQUESTED_BY_ANNOTATION = "kdesched.dev/requested-by"
 REQUESTED_BY = "kdesched"
@@ -42,6 +75,9 @@ FAILURE_EVENT_REASON = "EvictionFailed"
 PACED_EVENT_REASON = "EvictionPaced"
 
 Sleep = Callable[[float], None]
+KeepGoing = Callable[[], "str | None"]
+"""Asked before each eviction is started: None = go on, a string = why to stop (every eviction not
+started yet is then ``abandoned`` with that reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,28 +100,44 @@ class RetrySettings:
                              f"initial_backoff_seconds ({self.initial_backoff_seconds})")
 
 
+# An Event is worth a few quick tries, not an eviction's minute: the evictions do not wait for it,
+# but the run reports only when every Event was posted or counted lost.
+EVENT_RETRY = RetrySettings(max_attempts=4, initial_backoff_seconds=0.2, max_backoff_seconds=2.0,
+                            max_total_seconds=10.0)
+
+
 @dataclass(frozen=True, slots=True)
 class EvictionOutcome:
-    """What happened to one planned eviction."""
+    """What happened to one planned eviction: ``result`` (one of RESULTS) and its ``cause``."""
 
     eviction: PlannedEviction
     result: str  # one of RESULTS
     message: str
     attempts: int
+    cause: str = ""
 
     def to_json(self) -> dict[str, str | int]:
-        return {**self.eviction.to_json(), "result": self.result, "message": self.message, "attempts": self.attempts}
+        out: dict[str, str | int] = {**self.eviction.to_json(), "result": self.result, "message": self.message,
+                                     "attempts": self.attempts}
+        if self.cause:
+            out["cause"] = self.cause
+        return out
 
 
 class Executor(Protocol):
     """Acts on a run's planned evictions; one outcome per eviction, in order, never raising for one."""
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False) -> list[EvictionOutcome]: ...
+                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]: ...
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
         """Report evictions the per-workload allowance held back (``paced``, with why): log, metrics
         and, live, an Event on each pod. Nothing is evicted."""
+        ...
+
+    @property
+    def events_lost(self) -> int:
+        """Events this executor could not post within their retry budget, so far."""
         ...
 
 
@@ -96,12 +148,40 @@ def _paced(held: Sequence[tuple[PlannedEviction, str]], record_metrics: bool) ->
         if record_metrics:
             record_eviction("paced", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace, node=e.node)
             record_paced(strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace)
-        out.append(EvictionOutcome(e, "paced", why, 0))
+            record_cause("paced", ALLOWANCE)
+        out.append(EvictionOutcome(e, "paced", why, 0, ALLOWANCE))
     return out
+
+
+def _abandoned(e: PlannedEviction, why: str) -> EvictionOutcome:
+    return EvictionOutcome(e, "abandoned", f"not started: {why}", 0, STOPPED)
 
 
 def _label(e: PlannedEviction) -> str:
     return f"{e.pod.key} from {e.node or '-'}"
+
+
+class _StopLatch:
+    """Asks ``keep_going`` before each eviction until it names a reason, then keeps that reason."""
+
+    def __init__(self, keep_going: KeepGoing | None) -> None:
+        self.keep_going = keep_going
+        self.reason: str | None = None
+        self.lock = threading.Lock()
+
+    def stop_reason(self) -> str | None:
+        if self.keep_going is None:
+            return None
+        with self.lock:
+            if self.reason is None:
+                try:
+                    self.reason = self.keep_going()
+                except Exception as exc:  # a broken hook stops the run: evicting on is the unsafe side
+                    log.exception("the keep-going check failed")
+                    self.reason = f"the keep-going check failed: {type(exc).__name__}: {exc}"
+                if self.reason is not None:
+                    log.warning("stopping evictions: %s", self.reason)
+            return self.reason
 
 
 class RecordingExecutor:
@@ -113,10 +193,19 @@ class RecordingExecutor:
         self.record_metrics = record_metrics
         self.outcomes: list[EvictionOutcome] = []
 
+    @property
+    def events_lost(self) -> int:
+        return 0
+
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
         out = []
+        latch = _StopLatch(keep_going)
         for e in evictions:
+            why = latch.stop_reason()
+            if why is not None:
+                out.append(_abandoned(e, why))
+                continue
             log.info("would evict %s (%s, %s) [dry run]", _label(e), e.strategy, e.reason)
             if self.record_metrics:
                 record_eviction("dry-run", strategy=e.strategy, profile=e.profile, namespace=e.pod.namespace,
@@ -131,79 +220,96 @@ class RecordingExecutor:
         return out
 
 
-def _budget_used(state: RetryCallState) -> float:
-    """Time spent so far: wall clock, or the (possibly injected, instant) sleeps if larger."""
-    return max(state.seconds_since_start or 0.0, state.idle_for)
-
-
-class _StopAfterBudget(stop_base):
-    """Like ``stop_after_delay``, but also counts the sleeps, so an injected sleep keeps the budget."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        # the wait is clipped to the remaining budget, so the attempt after it finds the budget spent
-        return _budget_used(retry_state) >= self.seconds
-
-
-class _WaitHonouringRetryAfter(wait_base):
-    """Exponential backoff with jitter; a 429's Retry-After wins; never past the total budget."""
-
-    def __init__(self, settings: RetrySettings) -> None:
-        self.settings = settings
-        self.backoff = wait_exponential_jitter(multiplier=settings.initial_backoff_seconds,
-                                               max=settings.max_backoff_seconds,
-                                               jitter=settings.initial_backoff_seconds)
-
-    def __call__(self, retry_state: RetryCallState) -> float:
-        outcome = retry_state.outcome
-        exc = outcome.exception() if outcome is not None else None
-        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
-            wait = exc.retry_after
-        else:
-            wait = float(self.backoff(retry_state))
-        remaining = self.settings.max_total_seconds - _budget_used(retry_state)
-        return float(max(0.0, min(wait, remaining)))
-
-
-def _blocked_message(exc: TooManyRequests, attempts: int) -> str:
+def _blocked_message(exc: ApiError, attempts: int) -> str:
     """Name the disruption problem: the Status message plus its DisruptionBudget causes, if any."""
     causes = exc.details.get("causes")
     budget = [str(c.get("message") or "") for c in (causes if isinstance(causes, list) else ()) if isinstance(c, dict)
               and c.get("reason") == "DisruptionBudget" and c.get("message")]
     text = " ".join([exc.message or str(exc), *budget])
-    if budget or "disruption budget" in text.lower():
-        return f"blocked by a PodDisruptionBudget after {attempts} attempt(s): {text}"
-    return f"still refused with 429 Too Many Requests after {attempts} attempt(s): {text}"
+    return f"blocked by a PodDisruptionBudget after {attempts} attempt(s): {text}"
+
+
+def _retrying(settings: RetrySettings, retry: Callable[[BaseException], bool], sleep: Sleep,
+              what: Callable[[], str]) -> Retrying:
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.info("%s: attempt %d/%d failed (%s); retrying in %.2fs", what(), state.attempt_number,
+                 settings.max_attempts, exc, state.upcoming_sleep)
+
+    return Retrying(
+        retry=retry_if_exception(retry),
+        stop=stop_after_attempt(settings.max_attempts) | StopAfterBudget(settings.max_total_seconds),
+        wait=WaitHonouringRetryAfter(settings.initial_backoff_seconds, settings.max_backoff_seconds,
+                                     settings.max_total_seconds),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def _eviction_retryable(exc: BaseException) -> bool:
+    """Transient by the one rule, or a PDB's refusal (a budget comes back within the retry budget)."""
+    return is_transient(exc, read=False) or is_pdb_refusal(exc)
 
 
 class _EventSender:
-    """Posts Events beside the evictions: queued on a few worker threads so an Event never delays
-    the next eviction; :meth:`drain` waits until every one was posted or failed (and was logged:
-    ``create_event`` never raises). Inline (posted at once) when ``workers`` is 0."""
+    """Posts Events beside the evictions, on their own worker threads, so an Event never delays the
+    next eviction. Each Event keeps its name across retries (a retry after a lost answer gets 409
+    AlreadyExists: posted once) and is retried within ``retry``; one that still fails is counted
+    in ``lost`` and ``kdesched_events_lost_total``. :meth:`drain` waits for every one."""
 
-    def __init__(self, client: KubeClient, workers: int) -> None:
+    def __init__(self, client: KubeClient, workers: int, retry: RetrySettings, sleep: Sleep) -> None:
         self.client = client
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event") if workers else None
+        self.retry = retry
+        self.sleep = sleep
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kdesched-event")
         self.pending: list[Future[bool]] = []
         self.lock = threading.Lock()
+        self.lost = 0
 
     def send(self, **event: Any) -> None:
-        if self.pool is None:
-            self.client.create_event(**event)
-            return
-        future = self.pool.submit(self.client.create_event, **event)
+        future = self.pool.submit(self._post, event)
         with self.lock:
             self.pending.append(future)
 
+    def _post(self, event: dict[str, Any]) -> bool:
+        from kdesched.kube.client import event_object_name  # only when live: simulate never loads it
+
+        name = event_object_name(str(event["name"]))
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                self.client.post_event(**event, event_name=name)
+            except Conflict:
+                if attempts == 1:
+                    raise
+                # an earlier attempt's answer was lost and it was posted: that is success
+
+        label = f"{event['namespace']}/{event['name']}"
+        try:
+            # an Event is posted under one name, so sending it again is harmless (a repeat gets
+            # 409): it is retried as a read is, a plain 500 included, and a refused connection too
+            _retrying(self.retry, lambda exc: is_transient(exc, read=True) or isinstance(exc, Unavailable),
+                      self.sleep, lambda: f"posting event {event['reason']} for {label}")(attempt)
+        except ApiError as exc:
+            log.warning("could not post event %s for %s after %d attempt(s): %s", event["reason"], label,
+                        attempts, exc)
+            record_event_lost(str(event["reason"]))
+            with self.lock:
+                self.lost += 1
+            return False
+        return True
+
     def drain(self) -> None:
-        if self.pool is None:
-            return
         self.pool.shutdown(wait=True)
         for f in self.pending:
-            if f.exception() is not None:  # create_event logs API errors itself; this is a bug's surprise
+            if f.exception() is not None:  # _post handles API errors itself; this is a bug's surprise
                 log.error("posting an event failed unexpectedly: %s", f.exception())
+                with self.lock:
+                    self.lost += 1
 
 
 class LiveExecutor:
@@ -213,7 +319,7 @@ class LiveExecutor:
     ``max_concurrent_evictions``, 1 = strictly one after another). Each eviction keeps its own
     retries, backoff and Retry-After (a worker that waits holds its slot, so the bound is exact);
     its log line, metric and Event follow as soon as it is decided, Events on their own workers;
-    ``execute`` returns when every eviction is decided and every Event posted or logged as failed,
+    ``execute`` returns when every eviction is decided and every Event posted or counted lost,
     with the outcomes in the plan's order whatever order they finished in.
 
     Two evictions under one PodDisruptionBudget in flight at once: the API server checks and
@@ -223,33 +329,54 @@ class LiveExecutor:
     within the retry budget exactly as it would be sequentially, and ends ``blocked`` if the budget
     is still spent. Per-run limits are applied by the planner before execution, and waves
     (:mod:`kdesched.evictor.waves`) call ``execute`` once per batch, so concurrency is only ever
-    inside one batch.
+    inside one batch. ``keep_going`` is asked before each eviction is started (so before every
+    batch of concurrent evictions, and between them).
     """
 
     def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
-                 sleep: Sleep = time.sleep, max_concurrent: int | None = None) -> None:
+                 sleep: Sleep = time.sleep, max_concurrent: int | None = None,
+                 event_retry: RetrySettings = EVENT_RETRY) -> None:
         self.client = client
         self.retry = retry
         self.events = events
         self.sleep = sleep
+        self.event_retry = event_retry
         self.max_concurrent = max_concurrent if max_concurrent is not None else client.max_concurrent_evictions
         if self.max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+        self._events_lost = 0
+        self._lost_lock = threading.Lock()
+
+    @property
+    def events_lost(self) -> int:
+        with self._lost_lock:
+            return self._events_lost
 
     def _event_sender(self, evictions: int) -> _EventSender:
-        workers = 0 if self.max_concurrent == 1 or not self.events else min(evictions, max(1, self.max_concurrent // 2))
-        return _EventSender(self.client, workers)
+        workers = min(max(evictions, 1), max(1, self.max_concurrent // 2))
+        return _EventSender(self.client, workers, self.event_retry, self.sleep)
+
+    def _drain(self, sender: _EventSender) -> None:
+        sender.drain()
+        with self._lost_lock:
+            self._events_lost += sender.lost
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
         sender = self._event_sender(len(evictions))
+        latch = _StopLatch(keep_going)
 
         def one(e: PlannedEviction) -> EvictionOutcome:
-            try:
-                outcome = self._evict(e, grace_period_seconds)
-            except Exception as exc:  # one eviction's bug or surprise must not stop the others
-                log.exception("evicting %s failed unexpectedly", _label(e))
-                outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1)
+            why = latch.stop_reason()
+            if why is not None:
+                outcome = _abandoned(e, why)
+            else:
+                try:
+                    outcome = self._evict(e, grace_period_seconds)
+                except Exception as exc:  # one eviction's bug or surprise must not stop the others
+                    log.exception("evicting %s failed unexpectedly", _label(e))
+                    outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1,
+                                              UNEXPECTED)
             try:
                 self._report(outcome, failure_events, sender)
             except Exception:  # the outcome stands even if reporting it failed
@@ -264,7 +391,7 @@ class LiveExecutor:
                 futures = [pool.submit(one, e) for e in evictions]
                 return [f.result() for f in futures]  # plan order, whatever order they finished in
         finally:
-            sender.drain()
+            self._drain(sender)
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
         out = _paced(held, True)
@@ -277,55 +404,87 @@ class LiveExecutor:
                                 reason=PACED_EVENT_REASON,
                                 note=f"pod eviction from {o.eviction.node} node by kdesched paced: {o.message}")
             finally:
-                sender.drain()
+                self._drain(sender)
         return out
-
-    def _retrying(self, e: PlannedEviction) -> Retrying:
-        s = self.retry
-
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome is not None else None
-            log.info("evicting %s: attempt %d/%d failed (%s); retrying in %.2fs", _label(e), state.attempt_number,
-                     s.max_attempts, exc, state.upcoming_sleep)
-
-        return Retrying(
-            retry=retry_if_exception(lambda exc: isinstance(exc, ApiError) and exc.retryable),
-            stop=stop_after_attempt(s.max_attempts) | _StopAfterBudget(s.max_total_seconds),
-            wait=_WaitHonouringRetryAfter(s),
-            sleep=self.sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-        )
 
     def _evict(self, e: PlannedEviction, grace_period_seconds: int | None) -> EvictionOutcome:
         pod = e.pod
         annotations = {REASON_ANNOTATION: f"triggered by {e.profile}/{e.strategy}: {e.reason}",
                        REQUESTED_BY_ANNOTATION: REQUESTED_BY}
         attempts = 0
+        lost = ""  # set when an attempt may have been carried out but its answer never came back
 
         def attempt() -> None:
-            nonlocal attempts
+            nonlocal attempts, lost
             attempts += 1
-            self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
-                                  grace_period_seconds=grace_period_seconds, annotations=annotations)
+            try:
+                self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
+                                      grace_period_seconds=grace_period_seconds, annotations=annotations)
+            except Unavailable as exc:
+                if exc.maybe_sent:
+                    lost = lost or f"the answer to attempt {attempts} was lost ({exc.message})"
+                raise
+            except ApiError as exc:
+                if exc.status == 504:  # a gateway gave up waiting: the API server may have acted
+                    lost = lost or f"attempt {attempts} timed out at a gateway (504)"
+                raise
 
         try:
-            self._retrying(e)(attempt)
-        except NotFound as exc:
-            return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts)
-        except Conflict as exc:
+            _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
+        except (NotFound, Conflict) as exc:
+            if lost:
+                confirmed = self._confirm(e, lost)
+                if confirmed is not None:
+                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            if isinstance(exc, NotFound):
+                return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts,
+                                       Cause.NOT_FOUND)
             return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
-                                   f"failed): {exc.message or exc}", attempts)
-        except TooManyRequests as exc:
-            return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts)
+                                   f"failed): {exc.message or exc}", attempts, REPLACED)
         except ApiError as exc:
-            return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts)
-        return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts)
+            if lost:
+                confirmed = self._confirm(e, lost)
+                if confirmed is not None:
+                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            if is_pdb_refusal(exc):
+                return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts,
+                                       Cause.DISRUPTION_BUDGET)
+            cause = cause_of(exc)
+            if cause == Cause.THROTTLED:
+                return EvictionOutcome(e, "throttled", "still refused with 429 Too Many Requests (API throttling, "
+                                       f"not a PodDisruptionBudget) after {attempts} attempt(s): {exc.message or exc}",
+                                       attempts, cause)
+            return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts, cause)
+        return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts, ACCEPTED)
+
+    def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
+        """After an attempt whose answer was lost: read the pod back. Gone, replaced (another uid)
+        or terminating means the eviction was carried out: the message for ``evicted``; None when
+        the pod is still there as it was, or cannot be read."""
+        pod = e.pod
+        try:
+            obj = self.client.get_raw("Pod", pod.name, pod.namespace)
+        except ApiError as exc:
+            log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
+            return None
+        if obj is None:
+            state = "the pod is gone"
+        else:
+            meta = obj.get("metadata") or {}
+            if pod.uid and meta.get("uid") != pod.uid:
+                state = "the pod is gone (a different pod now has its name)"
+            elif meta.get("deletionTimestamp"):
+                state = "the pod is terminating"
+            else:
+                return None
+        log.info("evicting %s: %s; %s: counted as evicted", _label(e), lost, state)
+        return f"evicted from {e.node}: {lost}; {state}"
 
     def _report(self, o: EvictionOutcome, failure_events: bool, sender: _EventSender) -> None:
         e, pod = o.eviction, o.eviction.pod
         metric = "success" if o.result == "evicted" else o.result
         record_eviction(metric, strategy=e.strategy, profile=e.profile, namespace=pod.namespace, node=e.node)
+        record_cause(o.result, o.cause)
         if o.result == "evicted":
             log.info("evicted %s: strategy=%s profile=%s reason=%s", _label(e), e.strategy, e.profile, e.reason)
             if self.events:
@@ -334,6 +493,9 @@ class LiveExecutor:
             return
         if o.result == "already-gone":
             log.info("not evicting %s: %s", _label(e), o.message)
+            return
+        if o.result == "abandoned":
+            log.warning("not evicting %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
             return
         log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
         if failure_events and self.events:

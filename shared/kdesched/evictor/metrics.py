@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-# Eviction results: "success" (upstream's word), "dry-run", "already-gone", "blocked", "failed".
+# Eviction results: "success" (upstream's word), "dry-run", "already-gone", "blocked" (a PDB refused),
+# "throttled" (429 without a PDB cause), "failed", "paced", "abandoned" (docs/cli.md).
 PODS_EVICTED = Counter(
     "kdesched_pods_evicted_total",
     "Pods evicted (or attempted), by result, strategy, profile, namespace and node.",
@@ -57,6 +58,19 @@ WORKLOADS_BELOW_READY = Gauge(
     "Workloads kdesched evicted from that are not yet back at their Ready count.",
     registry=REGISTRY,
 )
+EVICTION_CAUSES = Counter(
+    "kdesched_eviction_outcomes_total",
+    "Eviction outcomes by result and cause (accepted, confirmed, not-found, replaced, disruption-budget, "
+    "throttled, server-error, connection, rejected, unexpected, allowance, stopped).",
+    ["result", "cause"],
+    registry=REGISTRY,
+)
+EVENTS_LOST = Counter(
+    "kdesched_events_lost_total",
+    "Events about evictions that could not be posted within their retry budget, by event reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
 BUILD_INFO = Info("kdesched_build", "kdesched build information.", registry=REGISTRY)
 
 
@@ -77,6 +91,23 @@ set_build_info()
 
 def record_eviction(result: str, *, strategy: str, profile: str, namespace: str, node: str) -> None:
     PODS_EVICTED.labels(result=result, strategy=strategy, profile=profile, namespace=namespace, node=node).inc()
+
+
+def record_cause(result: str, cause: str) -> None:
+    EVICTION_CAUSES.labels(result=result, cause=cause or "-").inc()
+
+
+def record_event_lost(reason: str) -> None:
+    EVENTS_LOST.labels(reason=reason).inc()
+
+
+def cause_count(result: str, cause: str) -> float:
+    """The current value of one ``kdesched_eviction_outcomes_total`` series."""
+    return REGISTRY.get_sample_value("kdesched_eviction_outcomes_total", {"result": result, "cause": cause}) or 0.0
+
+
+def events_lost_count(reason: str) -> float:
+    return REGISTRY.get_sample_value("kdesched_events_lost_total", {"reason": reason}) or 0.0
 
 
 def observe_run(trigger: str, outcome: str, seconds: float) -> None:

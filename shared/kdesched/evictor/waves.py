@@ -17,13 +17,14 @@ reports every wave as it would happen, without waiting.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kdesched.evictor.execute import EvictionOutcome, Executor
+from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing
 from kdesched.evictor.metrics import mark_workload_below
 from kdesched.evictor.pacing import PacingPlan, Workload, WorkloadStatus, workload_of, workload_status
 from kdesched.model.errors import ModelError
@@ -101,8 +102,11 @@ def _constant(message: str) -> Callable[[int], str]:
 def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, executor: Executor, *, dry_run: bool,
                   reader: WorkloadReader | None, settings: WaveSettings, grace_period_seconds: int | None = None,
                   failure_events: bool = False, sleep: Callable[[float], None] = time.sleep,
-                  clock: Callable[[], float] = time.monotonic) -> list[EvictionOutcome]:
-    """Evict ``evictions`` wave by wave; outcomes come back in the plan's order."""
+                  clock: Callable[[], float] = time.monotonic,
+                  keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+    """Evict ``evictions`` wave by wave; outcomes come back in the plan's order. ``keep_going`` is
+    handed to each batch's ``execute`` (asked before each eviction is started) and asked before
+    each poll: once it names a reason, every held batch is ``abandoned`` at once, without waiting."""
     steps = pacing.steps
     if len(steps) != len(evictions):
         raise ValueError(f"pacing plan has {len(steps)} steps for {len(evictions)} evictions")
@@ -112,7 +116,7 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
         if not batch:
             return
         results = executor.execute([evictions[i] for i in batch], grace_period_seconds=grace_period_seconds,
-                                   failure_events=failure_events)
+                                   failure_events=failure_events, keep_going=keep_going)
         for i, o in zip(batch, results, strict=True):
             out[i] = o
             w = steps[i].workload
@@ -153,6 +157,15 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
     since = {w: start for w in held}
     last: dict[Workload, WorkloadStatus] = {}
     while held:
+        stop = keep_going() if keep_going is not None else None
+        if stop is not None:  # the caller stopped the run: nothing more is sent, nothing waits
+            stopped: KeepGoing = functools.partial(str, stop)  # the same reason, whatever the hook says next
+            for w in list(held):
+                batch = [i for b in held.pop(w) for i in b]
+                for i, o in zip(batch, executor.execute([evictions[i] for i in batch], keep_going=stopped),
+                                strict=True):
+                    out[i] = o
+            break
         budget_spent = settings.budget_seconds is not None and clock() - start >= settings.budget_seconds
         for w in list(held):
             p = pacing.workloads[w]

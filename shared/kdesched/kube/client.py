@@ -9,10 +9,22 @@ with ``json.loads``. HTTP and transport failures become the typed errors of
 report (and a benchmark can compare) what it cost the API server, and every request first takes a
 token from the client-side rate limit (:class:`TokenBucket`), so no caller can flood it. The client
 is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them.
+
+Every read (each LIST page and each GET of one object) is retried as client-go's REST client
+retries it (``rest/with_retry.go`` ``IsNextRetry``/``checkWait``: a 429 or 5xx with ``Retry-After``
+waits that long, up to 10 retries; ``rest/request.go``: a GET whose connection was reset or ended
+early is retried), by the one rule of :func:`kdesched.kube.errors.is_transient`: 429 honouring
+``Retry-After`` (capped), 5xx but 501, a dropped or reset connection and a read timeout, with
+exponential backoff and jitter inside a total budget (:class:`ReadRetry`); each retry takes a token
+from the rate limit again, as client-go's do. A LIST continued with a ``continue`` token that
+expired meanwhile (410) starts over from the first page, as a reflector re-lists. Writes are not
+retried here: the evictor decides (:mod:`kdesched.evictor.execute`). Watches are not retried here
+either: the watch cache re-lists and re-watches (:mod:`kdesched.kube.cache`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -22,12 +34,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from kdesched.kube.config import (
     ClientLimits,
@@ -41,10 +54,13 @@ from kdesched.kube.errors import (
     ApiError,
     Gone,
     NotFound,
+    StopAfterBudget,
     Unavailable,
+    WaitHonouringRetryAfter,
     error_from_api_exception,
     error_from_response,
     error_from_status,
+    is_transient,
     trim,
     unavailable_from,
 )
@@ -103,6 +119,36 @@ def resource_for(kind: str) -> Resource:
         raise ValueError(f"unsupported kind {kind!r}; known kinds: {', '.join(sorted(RESOURCES))}") from None
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRetry:
+    """How reads are retried (see the module docstring): attempts per request, the backoff range,
+    the longest ``Retry-After`` honoured, a total time budget per request, and how many times a
+    LIST whose continue token expired starts over. client-go makes up to 10 retries of 1 s
+    (or ``Retry-After``) each; these bounds are of the same order, with backoff instead of a fixed
+    second, so a flapping API server is not hit in lockstep by every reader."""
+
+    max_attempts: int = 8
+    initial_backoff_seconds: float = 0.2
+    max_backoff_seconds: float = 5.0
+    max_retry_after_seconds: float = 10.0
+    max_total_seconds: float = 60.0
+    max_list_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.max_list_restarts < 0:
+            raise ValueError(f"max_attempts must be >= 1 and max_list_restarts >= 0: {self}")
+        for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds",
+                     "max_total_seconds"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+NO_READ_RETRY = ReadRetry(max_attempts=1, max_list_restarts=0)
+
+
 @dataclass(frozen=True, slots=True)
 class ListResult:
     """The items of a (paginated) LIST, each with ``kind`` filled in, and the list's resourceVersion."""
@@ -123,6 +169,11 @@ def micro_time(when: datetime | None = None) -> str:
     """A ``metav1.MicroTime``: RFC 3339 in UTC with microseconds (``2026-01-02T03:04:05.000006Z``)."""
     when = (when or datetime.now(UTC)).astimezone(UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event_object_name(regarding: str) -> str:
+    """An Event's name as client-go makes it: ``<object>.<unix nanos in hex>``."""
+    return f"{regarding}.{time.time_ns():x}"
 
 
 class TokenBucket:
@@ -170,7 +221,8 @@ class KubeClient:
 
     def __init__(self, api_client: ApiClient, *, request_timeout: float | None = 60.0,
                  reporting_instance: str | None = None, impersonation: Impersonation | None = None,
-                 limits: ClientLimits | None = None) -> None:
+                 limits: ClientLimits | None = None, read_retry: ReadRetry = ReadRetry(),
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         """``limits``: the client-side rate limit and the eviction concurrency this client is sized
         for (None: no rate limit, one eviction at a time; the constructors below always pass one).
         Build ``api_client`` from a Configuration whose ``connection_pool_maxsize`` is at least
@@ -181,9 +233,12 @@ class KubeClient:
         self.impersonation = impersonation
         self.request_timeout = request_timeout
         self.reporting_instance = reporting_instance or os.environ.get("POD_NAME") or socket.gethostname()
+        self.read_retry = read_retry
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._requests = 0
         self._bytes = 0
+        self._read_retries = 0
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -201,7 +256,8 @@ class KubeClient:
 
     @classmethod
     def for_host(cls, url: str, *, request_timeout: float | None = 10.0,
-                 limits: ClientLimits | None = None) -> KubeClient:
+                 limits: ClientLimits | None = None, read_retry: ReadRetry = ReadRetry(),
+                 sleep: Callable[[float], None] = time.sleep) -> KubeClient:
         """Plain HTTP, no auth (tests against the in-repo fake API server). Without ``limits``: no
         rate limit, one eviction at a time (tests are not slowed by a bucket they do not test)."""
         configuration = host_configuration(url)
@@ -209,7 +265,7 @@ class KubeClient:
             configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
                                                         limits.connections)
         return cls(ApiClient(configuration=configuration), request_timeout=request_timeout,
-                   reporting_instance="kdesched-test", limits=limits)
+                   reporting_instance="kdesched-test", limits=limits, read_retry=read_retry, sleep=sleep)
 
     @property
     def max_concurrent_evictions(self) -> int:
@@ -230,6 +286,34 @@ class KubeClient:
         self.close()
 
     # -- accounting ------------------------------------------------------------------------------
+    @property
+    def read_retries(self) -> int:
+        """Reads retried so far (each retry of a LIST page or GET, and each LIST started over)."""
+        with self._lock:
+            return self._read_retries
+
+    def _retry_read(self, what: str, call: Callable[[], T], retry: ReadRetry | None = None) -> T:
+        """``call()`` (one read request), retried by :func:`is_transient` within :class:`ReadRetry`
+        (``retry``, else the client's)."""
+        r = retry if retry is not None else self.read_retry
+        if r.max_attempts <= 1:
+            return call()
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            with self._lock:
+                self._read_retries += 1
+            log.info("%s: attempt %d/%d failed (%s); retrying in %.2fs", what, state.attempt_number,
+                     r.max_attempts, exc, state.upcoming_sleep)
+
+        retrying = Retrying(
+            retry=retry_if_exception(lambda exc: is_transient(exc, read=True)),
+            stop=stop_after_attempt(r.max_attempts) | StopAfterBudget(r.max_total_seconds),
+            wait=WaitHonouringRetryAfter(r.initial_backoff_seconds, r.max_backoff_seconds, r.max_total_seconds,
+                                         r.max_retry_after_seconds),
+            sleep=self._sleep, before_sleep=before_sleep, reraise=True)
+        return retrying(call)
+
     @property
     def stats(self) -> RequestStats:
         with self._lock:
@@ -337,7 +421,9 @@ class KubeClient:
         the list's ``remainingItemCount``; None when the server does not say (it may omit the
         count, e.g. for some selectors or an older server)."""
         res = resource_for(kind)
-        items, meta = self._list_page(res.path(None), [("limit", "1")], res.kind, res.group_version, False)
+        path = res.path(None)
+        items, meta = self._retry_read(f"LIST {path}", lambda: self._list_page(
+            path, [("limit", "1")], res.kind, res.group_version, False))
         if not meta.get("continue"):
             return len(items)
         remaining = meta.get("remainingItemCount")
@@ -355,7 +441,9 @@ class KubeClient:
         token: str | None = None
         while True:
             query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
-            items, meta = self._list_page(res.path(None), query, res.kind, res.group_version, False)
+            path = res.path(None)
+            items, meta = self._retry_read(f"LIST {path}", functools.partial(
+                self._list_page, path, query, res.kind, res.group_version, False))
             yield items
             token = meta.get("continue") or None
             if not token:
@@ -371,7 +459,8 @@ class KubeClient:
         if pool_size is not None:
             configuration.connection_pool_maxsize = max(int(pool_size), 1)
         return KubeClient(ApiClient(configuration=configuration), request_timeout=self.request_timeout,
-                          reporting_instance=self.reporting_instance, impersonation=self.impersonation)
+                          reporting_instance=self.reporting_instance, impersonation=self.impersonation,
+                          read_retry=self.read_retry, sleep=self._sleep)
 
     def _list(self, kind: str, namespace: str | None, field_selector: str | None, label_selector: str | None,
               page_size: int, fast: bool, resource_version: str | None = None) -> tuple[list[Any], str]:
@@ -379,26 +468,38 @@ class KubeClient:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         res = resource_for(kind)
         path = res.path(namespace)
-        items: list[Any] = []
-        list_rv = ""
-        token: str | None = None
+        restarts = 0
         while True:
-            query = [("limit", str(page_size))]
-            if resource_version is not None and not token:
-                query.append(("resourceVersion", resource_version))
-            if field_selector:
-                query.append(("fieldSelector", field_selector))
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if token:
-                query.append(("continue", token))
-            page_items, meta = self._list_page(path, query, res.kind, res.group_version, fast)
-            items.extend(page_items)
-            if not list_rv:
-                list_rv = str(meta.get("resourceVersion") or "")
-            token = meta.get("continue") or None
-            if not token:
-                return items, list_rv
+            items: list[Any] = []
+            list_rv = ""
+            token: str | None = None
+            try:
+                while True:
+                    query = [("limit", str(page_size))]
+                    if resource_version is not None and not token:
+                        query.append(("resourceVersion", resource_version))
+                    if field_selector:
+                        query.append(("fieldSelector", field_selector))
+                    if label_selector:
+                        query.append(("labelSelector", label_selector))
+                    if token:
+                        query.append(("continue", token))
+                    page_items, meta = self._retry_read(f"LIST {path}", functools.partial(
+                        self._list_page, path, query, res.kind, res.group_version, fast))
+                    items.extend(page_items)
+                    if not list_rv:
+                        list_rv = str(meta.get("resourceVersion") or "")
+                    token = meta.get("continue") or None
+                    if not token:
+                        return items, list_rv
+            except Gone as exc:
+                if token is None or restarts >= self.read_retry.max_list_restarts:
+                    raise
+                restarts += 1
+                with self._lock:
+                    self._read_retries += 1
+                log.info("LIST %s: the continue token expired (%s); listing again from the first page (%d/%d)",
+                         path, exc.message or exc, restarts, self.read_retry.max_list_restarts)
 
     def _list_page(self, path: str, query: list[tuple[str, str]], kind: str, api_version: str,
                    fast: bool) -> tuple[list[Any], dict[str, Any]]:
@@ -418,11 +519,14 @@ class KubeClient:
                 items.append(item)
         return items, page.get("metadata") or {}
 
-    def get_raw(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """One object, or None when it does not exist."""
+    def get_raw(self, kind: str, name: str, namespace: str | None = None, *,
+                retry: ReadRetry | None = None) -> dict[str, Any] | None:
+        """One object, or None when it does not exist. ``retry``: this read's bounds instead of the
+        client's (a Lease renewal must not wait past its renew deadline)."""
         res = resource_for(kind)
+        path = res.path(namespace, name)
         try:
-            obj = self._json("GET", res.path(namespace, name))
+            obj = self._retry_read(f"GET {path}", lambda: self._json("GET", path), retry)
         except NotFound:
             return None
         obj.setdefault("kind", res.kind)
@@ -472,6 +576,20 @@ class KubeClient:
                      api_version: str = "v1", now: datetime | None = None) -> bool:
         """Post an events.k8s.io/v1 Event regarding an object. Never raises: an event that cannot be
         posted is logged (an event must not fail an eviction). True if it was posted."""
+        try:
+            self.post_event(namespace=namespace, name=name, uid=uid, reason=reason, note=note,
+                            event_type=event_type, action=action, kind=kind, api_version=api_version, now=now)
+        except ApiError as exc:
+            log.warning("could not post event %s for %s %s/%s: %s", reason, kind, namespace, name, exc)
+            return False
+        return True
+
+    def post_event(self, *, namespace: str, name: str, uid: str | None = None, reason: str, note: str,
+                   event_type: str = "Normal", action: str = EVENT_ACTION, kind: str = "Pod",
+                   api_version: str = "v1", now: datetime | None = None, event_name: str | None = None) -> None:
+        """:meth:`create_event` that raises the typed error (one attempt; the evictor retries it).
+        ``event_name``: the Event's name, kept by a caller that retries, so an Event whose answer was
+        lost is not posted twice (the retry gets 409 AlreadyExists instead)."""
         when = now or datetime.now(UTC)
         regarding: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name}
         if uid:
@@ -479,19 +597,14 @@ class KubeClient:
         event = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
             # client-go names events "<object>.<unix nanos in hex>"
-            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+            "metadata": {"name": event_name or event_object_name(name), "namespace": namespace},
             "eventTime": micro_time(when),
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.reporting_instance[:128],
             "action": action, "reason": reason[:128], "note": note[:MAX_EVENT_NOTE], "type": event_type,
             "regarding": regarding,
         }
-        try:
-            self._json("POST", RESOURCES["Event"].path(namespace), body=event)
-        except ApiError as exc:
-            log.warning("could not post event %s for %s %s/%s: %s", reason, kind, namespace, name, exc)
-            return False
-        return True
+        self._json("POST", RESOURCES["Event"].path(namespace), body=event)
 
     # -- watch -----------------------------------------------------------------------------------
     def watch_raw(self, kind: str, *, resource_version: str, timeout_seconds: int,
@@ -572,7 +685,8 @@ class KubeClient:
 
 
 __all__ = [
-    "RESOURCES", "ApiError", "ClientLimits", "Gone", "KubeClient", "ListResult", "RequestStats", "Resource",
+    "NO_READ_RETRY", "RESOURCES", "ApiError", "ClientLimits", "Gone", "KubeClient", "ListResult", "ReadRetry",
+    "RequestStats", "Resource",
     "TokenBucket", "Unavailable",
-    "micro_time", "resource_for",
+    "event_object_name", "micro_time", "resource_for",
 ]

@@ -340,9 +340,17 @@ class Reactor:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
+            def keep_going() -> str | None:
+                """Asked before each eviction: the Lease's renew deadline (client-go's rule), and SIGTERM."""
+                held = guard.still_held() if guard is not None else None
+                if held is not None:
+                    return held
+                return "shutting down" if self.stop.is_set() else None
+
             report = execute_plan(decided.plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
                                   grace_period_seconds=policy.grace_period_seconds,
-                                  failure_events=policy.eviction_failure_event_notification, started=started)
+                                  failure_events=policy.eviction_failure_event_notification, started=started,
+                                  keep_going=keep_going)
             notes = list(decided.notes)
             note = record_outcomes(self.store, decided, report.outcomes)
             if note:
