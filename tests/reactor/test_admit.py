@@ -252,3 +252,36 @@ def test_a_cool_down_schedules_one_repeat_when_it_ends() -> None:
     assert "repeated in 43s" in c.after_run("s", held=set(), evicted=set(), cooldown_in=42.4)
     assert c.after_run("t", held=set(), evicted=set()) == ""
     c.cancel_all()
+
+
+class LostAnswerStore(LedgerStore):
+    """The first write is carried out but its answer is lost (the connection dropped after it)."""
+
+    def __init__(self, inner: LedgerStore, *, carried_out: bool) -> None:
+        super().__init__(inner.client, inner.namespace, inner.name)
+        self.carried_out = carried_out
+        self.dropped = 0
+
+    def write(self, read: LedgerRead, ledger: Ledger) -> bool:
+        from kdesched.kube.errors import Unavailable
+
+        if not self.dropped:
+            self.dropped += 1
+            if self.carried_out:
+                assert super().write(read, ledger)
+            raise Unavailable("connection reset after the request was sent", maybe_sent=True)
+        return super().write(read, ledger)
+
+
+@pytest.mark.parametrize("carried_out", [True, False])
+def test_a_ledger_write_whose_answer_was_lost_is_read_back(fake_api: FakeApiServer, kube: KubeClient,
+                                                         carried_out: bool) -> None:
+    """Carried out: the run recognises its own admission and evicts (it must not hold its own pod
+    as another run's). Not carried out: it plans again and writes."""
+    pool(fake_api, 1)
+    r = reactor(kube)
+    r.store = LostAnswerStore(r.store, carried_out=carried_out)
+    out = taint_event(r, "p0")
+    assert [e["result"] for e in out["evictions"]] == ["evicted"] and evicted(fake_api) == ["web-7d9f8-0"]
+    move = ledger_of(fake_api).move(KEY)
+    assert move is not None and [f.pod for f in move.inflight] == ["default/web-7d9f8-0"]

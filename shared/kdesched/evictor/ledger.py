@@ -63,9 +63,10 @@ class InFlight:
     at: float  # admitted (epoch seconds)
     destination: str = ""  # the node its replacement most likely lands on ("" = none reserved)
     requests: Mapping[str, int] = field(default_factory=dict)  # reserved there, plus one pod slot
+    run: str = ""  # the admitting run (a write whose answer was lost is recognised by it)
 
     def to_json(self) -> list[Any]:
-        return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests)]
+        return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests), self.run]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,10 @@ class Held:
     node: str
     scope: str  # the run to repeat to continue (kdesched.reactor.continuation scope keys)
     since: float
+    run: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.uid, self.pod, self.node, self.scope, round(self.since, 3)]
+        return [self.uid, self.pod, self.node, self.scope, round(self.since, 3), self.run]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,15 @@ class Ledger:
         ledger = replace(self, moves=moves)
         return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired))
 
-    def admit(self, admissions: Iterable[Admission], now: float) -> Ledger:
+    def written_by(self, run: str) -> bool:
+        """Does the record hold an admission of ``run`` (its write went through, even if its answer
+        was lost)?"""
+        if not run:
+            return False
+        return any(f.run == run for mv in self.moves.values() for f in mv.inflight) or any(
+            h.run == run for mv in self.moves.values() for h in mv.held)
+
+    def admit(self, admissions: Iterable[Admission], now: float, run: str = "") -> Ledger:
         """Record a run's admitted (in flight) and held evictions, and the cool-downs they start."""
         moves = dict(self.moves)
         workloads, nodes = dict(self.workloads), dict(self.nodes)
@@ -251,11 +261,11 @@ class Ledger:
             pod = f"{a.pod.namespace}/{a.pod.name}"
             if a.held:
                 if len(held) < MAX_HELD_PER_MOVE:
-                    held += (Held(a.pod.uid, pod, a.pod.node_name, a.scope, now),)
+                    held += (Held(a.pod.uid, pod, a.pod.node_name, a.scope, now, run),)
                 mv = replace(mv, held=held)
             else:
                 requests = dict(a.pod.requests) if a.destination else {}
-                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests)
+                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests, run)
                 mv = replace(mv, held=held, inflight=(*(f for f in mv.inflight if f.uid != a.pod.uid), entry),
                              progress=now)
                 workloads[key] = now
@@ -354,6 +364,8 @@ def _times(raw: Any) -> dict[str, float]:
 
 def _move(raw: Mapping[str, Any]) -> Move:
     inflight = tuple(InFlight(str(f[0]), str(f[1]), str(f[2]), float(f[3]), str(f[4]),
-                              {str(k): int(v) for k, v in dict(f[5]).items()}) for f in raw.get("f") or ())
-    held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4])) for h in raw.get("h") or ())
+                              {str(k): int(v) for k, v in dict(f[5]).items()}, str(f[6]) if len(f) > 6 else "")
+                     for f in raw.get("f") or ())
+    held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4]), str(h[5]) if len(h) > 5 else "")
+                 for h in raw.get("h") or ())
     return Move(str(raw["s"]), float(raw["t0"]), float(raw["p"]), int(raw["e"]), int(raw["r"]), inflight, held)

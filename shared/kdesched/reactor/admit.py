@@ -21,6 +21,7 @@ that dies, or a Lease write that fails, after evicting loses nothing that a rede
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled
+from kdesched.kube.errors import ApiError, is_transient
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
@@ -35,7 +37,7 @@ from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.coordination import LockBusy
-from kdesched.reactor.ledger_store import LedgerStore
+from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
 from kdesched.reactor.limits import GateLog, RateLimiter, make_gate
 
 log = logging.getLogger("kdesched.reactor.admit")
@@ -127,6 +129,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
     """Plan the run against the ledger and admit it (see the module docstring). Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
+    run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
     while True:
         attempts += 1
         read = store.read()
@@ -147,8 +150,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         if dry_run or (not admissions and not settled.changed):
             return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes))
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
-        new = ledger.admit(admissions, now).prune(now, cooldowns.keep_seconds, cooldowns.max_entries)
-        if store.write(read, new):
+        new = ledger.admit(admissions, now, run).prune(now, cooldowns.keep_seconds, cooldowns.max_entries)
+        if _write(store, read, new, run):
             for a in admissions:
                 if not a.held:
                     limiter.charge(a.pod.node_name, a.pod.namespace)
@@ -160,6 +163,19 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
         log.debug("ledger write lost (attempt %d): deciding again against the new ledger", attempts)
+
+
+def _write(store: LedgerStore, read: LedgerRead, new: Ledger, run: str) -> bool:
+    """The conditional write. A transient failure (a 5xx, a dropped connection whose request may have
+    been carried out) is settled by reading the record back: it holds this run's admissions (the
+    write went through, its answer was lost) or it does not (lost: plan again). Other errors raise."""
+    try:
+        return store.write(read, new)
+    except ApiError as exc:
+        if not is_transient(exc, read=False):
+            raise
+        log.info("ledger write: %s; reading it back", exc)
+        return bool(new.moves) and store.read().ledger.written_by(run)
 
 
 def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[EvictionOutcome]) -> str:

@@ -57,7 +57,7 @@ from prometheus_client.registry import Collector
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import ApiError, Forbidden, NotFound
+from kdesched.kube.errors import ApiError, Forbidden, NotFound, is_transient
 from kdesched.kube.lease import LeaseLock, get_lease
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -261,10 +261,17 @@ class ReactorServer:
                 return
             except ShuttingDown:
                 return
-            except LockBusy as exc:
-                if attempt == attempts:
-                    log.warning("%s on %s skipped (the sweep will catch it): %s", e.type, e.node, exc)
+            except (LockBusy, ApiError) as exc:
+                # busy, or the API server failing for a moment (what Knative's redelivery does for a
+                # function's 429/503): try again; nothing was evicted (a run raises only before)
+                if isinstance(exc, ApiError) and not is_transient(exc, read=False):
+                    log.error("%s on %s failed (the sweep will catch it): %s", e.type, e.node, exc)
                     return
+                if attempt == attempts:
+                    log.warning("%s on %s skipped after %d attempts (the sweep will catch it): %s", e.type, e.node,
+                                attempts, exc)
+                    return
+                log.info("%s on %s: %s; trying again in %gs", e.type, e.node, exc, self.retry_delay_seconds)
                 self.stop.wait(self.retry_delay_seconds)
             except Exception:
                 log.exception("%s on %s failed (the sweep will catch it)", e.type, e.node)
