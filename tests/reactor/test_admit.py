@@ -285,3 +285,37 @@ def test_a_ledger_write_whose_answer_was_lost_is_read_back(fake_api: FakeApiServ
     assert [e["result"] for e in out["evictions"]] == ["evicted"] and evicted(fake_api) == ["web-7d9f8-0"]
     move = ledger_of(fake_api).move(KEY)
     assert move is not None and [f.pod for f in move.inflight] == ["default/web-7d9f8-0"]
+
+
+def test_a_pod_another_run_admitted_is_not_evicted_again(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """Two deliveries of one event in two processes: the second plans from a snapshot where the pod
+    is not terminating yet, but the ledger has it in flight: it is the first run's eviction (found
+    by the storm test: the second run re-admitted it and the Eviction API answered 200 again)."""
+    from kdesched.evictor.ledger import Admission
+    from kdesched.model.records import Pod
+
+    pool(fake_api, 1, spares=2)
+    store = reactor(kube, "first").store
+    first = Pod.from_api(fake_api.get("Pod", "web-7d9f8-0", "default"))  # type: ignore[arg-type]
+    read = store.read()
+    assert store.write(read, read.ledger.admit([Admission(first, "RemovePodsViolatingNodeTaints", False,
+                                                          "node:p0:x", "s0", 1, 1)], time.time(), "first-run"))
+    out = taint_event(reactor(kube, "second"), "p0")
+    assert out["evictions"] == [] and evicted(fake_api) == []
+    assert [b["reason"] for b in out["blocked"]] == [
+        "already admitted for eviction by another run (in flight in the disruption ledger)"]
+    assert any("repeated" in n for n in out["notes"])  # it looks again: the first run may fail
+
+
+def test_a_pod_its_pdb_holds_for_now_is_looked_at_again(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A PDB that allows no disruption while another pod is replaced is a passing reason: the run is
+    repeated (found by the storm test: the pod stayed on its tainted node until the sweep)."""
+    from tests.builders import pdb_obj
+
+    pool(fake_api, 1, spares=2)
+    fake_api.add(pdb_obj("web", {"app": "web"}, disruptions_allowed=0))
+    r = reactor(kube)
+    out = taint_event(r, "p0")
+    assert out["evictions"] == [] and "PodDisruptionBudget default/web" in out["blocked"][0]["reason"]
+    assert any("repeated" in n for n in out["notes"])
+    assert r.continuations.delay("node:p0:RemovePodsViolatingNodeTaints") is not None

@@ -170,6 +170,10 @@ class Ledger:
                 r["pods"] += 1
         return out
 
+    def in_flight(self, uid: str) -> bool:
+        """Is this pod admitted for eviction by some run already (its eviction is another run's)?"""
+        return bool(uid) and any(f.uid == uid for mv in self.moves.values() for f in mv.inflight)
+
     def continuing(self, pod: Pod, key: str, strategy: str) -> bool:
         """Does evicting ``pod`` for ``strategy`` continue its workload's move in progress? Only a
         pod held for the move, or one that already existed when the move began (never a

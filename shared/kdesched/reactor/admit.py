@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
-from kdesched.evictor.ledger import Admission, Held, Ledger, Settled
+from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.kube.errors import ApiError, is_transient
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
@@ -44,6 +44,16 @@ log = logging.getLogger("kdesched.reactor.admit")
 
 MAX_ATTEMPTS = 12  # conditional writes lost in a row before the run gives up (429: try again later)
 EVICTED = frozenset({"evicted", "already-gone"})
+# refusals that last only while something else settles (a replacement getting Ready, another run's
+# eviction): a node-scoped run refused so repeats like a paced one (kdesched.reactor.continuation)
+TRANSIENT_REFUSALS = ("PodDisruptionBudget ", "nowhere to go", "already admitted for eviction by another run")
+
+
+def waiting_workloads(decided: Decided) -> set[str]:
+    """Workloads whose pods the run wanted and could not evict only for a passing reason (a PDB that
+    allows no disruption while another pod is replaced, no room until a move settles, another run's
+    eviction in flight): the run is repeated for them until they move or the move times out."""
+    return {workload_key(r.pod) for r in decided.plan.refusals if r.reason.startswith(TRANSIENT_REFUSALS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +135,7 @@ def admissions_of(plan: RunPlan, scope: str) -> tuple[Admission, ...]:
 
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
            dry_run: bool, now: float, limiter: RateLimiter, cooldowns: Cooldowns, stop_when_spent: bool,
-           checkpoint: Callable[[], None] = lambda: None) -> Decided:
+           checkpoint: Callable[[], None] = lambda: None, clock: Callable[[], float] | None = None) -> Decided:
     """Plan the run against the ledger and admit it (see the module docstring). Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
@@ -150,7 +160,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         if dry_run or (not admissions and not settled.changed):
             return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes))
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
-        new = ledger.admit(admissions, now, run).prune(now, cooldowns.keep_seconds, cooldowns.max_entries)
+        stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
+        new = ledger.admit(admissions, stamp, run).prune(stamp, cooldowns.keep_seconds, cooldowns.max_entries)
         if _write(store, read, new, run):
             for a in admissions:
                 if not a.held:
@@ -158,7 +169,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if attempts > 1:
                 notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                              "meanwhile; this plan was made again against them)")
-            return Decided(plan, gate_log, ledger, now, True, settled, attempts, admissions, tuple(notes))
+            return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes))
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")

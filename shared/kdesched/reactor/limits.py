@@ -147,6 +147,9 @@ def _copy_bucket(bucket: TokenBucket | None) -> TokenBucket | None:
     return copy
 
 
+IN_FLIGHT_ELSEWHERE = "already admitted for eviction by another run (in flight in the disruption ledger)"
+
+
 @dataclass
 class GateLog:
     """What a run's gate refused: every reason (for metrics), and when the earliest cool-down that
@@ -176,6 +179,11 @@ def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, worklo
             if spent is not None:
                 log.refusals.append(spent)
                 raise EvictionBudgetSpent(spent)
+        if ledger.in_flight(pod.uid):
+            # another run admitted it (a second delivery of the same event, another replica of the
+            # function): its eviction is that run's; evicting it again would count it twice
+            log.refusals.append(IN_FLIGHT_ELSEWHERE)
+            return IN_FLIGHT_ELSEWHERE
         why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
         if why is not None:
             ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)

@@ -38,6 +38,8 @@ def refusal_kind(reason: str) -> str:
         return "cooldown-workload"
     if reason.startswith("rate limit"):
         return "rate-limit"
+    if reason.startswith("already admitted"):
+        return "in-flight-elsewhere"
     return "other"
 
 

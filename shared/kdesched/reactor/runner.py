@@ -41,7 +41,7 @@ from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_t
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes
+from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes, waiting_workloads
 from kdesched.reactor.classifier import digest_of
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
 from kdesched.reactor.coordination import (
@@ -335,7 +335,7 @@ class Reactor:
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
                              limiter=self.limiter, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint)
+                             checkpoint=checkpoint, clock=self.wall_clock)
             for why in decided.gate.refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
@@ -368,7 +368,8 @@ class Reactor:
                 self.active_runs -= 1
 
     def _after_run(self, scope_key: str, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
-        held = {workload_key(o.eviction.pod) for o in report.outcomes if o.result == "paced"}
+        held = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("paced", "blocked", "throttled")}
+        held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         until = decided.gate.cooldown_until if cooldown_repeat else None
         cooldown_in = None if until is None else until - self.wall_clock()
