@@ -1,0 +1,227 @@
+"""The randomized storm on the real control plane (issue 21, item 6).
+
+Each seed (tests/realk8s/storm.py generates its events) runs against either
+
+* ``kdesched serve`` (one process, sweep off; on even seeds the leader is SIGKILLed half-way and a
+  second ``serve`` takes over, with a 20 s sweep, because the events written while no one leads
+  are, by design, the sweep's to catch), or
+* two instances of each evicting function (``kdesched function taints|affinity|rebalance``), the
+  test playing the classifier and the broker: every semantic event goes to both instances of its
+  function at once, some once more later; one ``taints`` instance is SIGKILLed half-way and
+  restarted 2 s later (deliveries to it are retried meanwhile, as the broker would).
+
+The checker (storm.Checker) samples all the while; at the end the eviction Events are checked for
+pods evicted twice or with nowhere to go, and everything that must move must have moved within
+BOUND seconds of the last storm write. A violation fails the test with the seed, the trace and the
+cluster state; the summary of every seed is printed (pytest -s) and, with
+KDESCHED_STORM_REPORT=FILE, appended to FILE. Profiles: docs/testing.md, "The storm".
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kdesched.reactor.classifier import Classifier
+
+from tests.realk8s.cluster import Cluster
+from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc, RawApi
+from tests.realk8s.serve_stories import NS, Serve, leader, policy_text, write_file
+from tests.realk8s.storm import (
+    Checker,
+    Deliverer,
+    FunctionProc,
+    SeedResult,
+    Violation,
+    analyse_evictions,
+    classify,
+    event_count,
+    evictions,
+    generate,
+    misplaced,
+    pods_by_uid,
+    read_ledger,
+    run_storm,
+    seeds_from_env,
+    setup_cluster,
+    wait_settled,
+)
+
+PROFILE = seeds_from_env({"serve": [1, 2], "functions": [3]})
+COOLDOWN_SECONDS = 5
+REPLACEMENT_TIMEOUT_SECONDS = 20
+SWEEP_SECONDS = 20  # only after a leader change
+# everything that must move has moved (and every workload is whole again) this long after the last write
+BOUND = max(COOLDOWN_SECONDS, REPLACEMENT_TIMEOUT_SECONDS) + 30
+READY_DELAY = 1.5  # replacements are Ready 1.5 s after they are bound
+
+
+def storm_policy(tmp_path: Path) -> Path:
+    """The shipped default policy, cool-downs 5 s and replacement timeout 20 s (so moves held by a
+    cool-down finish within the storm's bound), rate limits raised above the storm's needs."""
+    return write_file(tmp_path, "policy.yaml", policy_text(
+        cooldown={"workloadSeconds": COOLDOWN_SECONDS, "nodeSeconds": COOLDOWN_SECONDS},
+        safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS},
+        rateLimits={"perNode": {"perMinute": 120, "burst": 20}, "perNamespace": {"perMinute": 240, "burst": 60}}))
+
+
+@pytest.fixture
+def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
+         cluster: Cluster) -> Cluster:
+    cluster.namespace(NS)
+    return cluster
+
+
+@pytest.fixture
+def stoppers() -> Iterator[list[Serve | FunctionProc]]:
+    started: list[Serve | FunctionProc] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
+    def check() -> bool:
+        assert s.alive(), f"serve {s.identity} exited:\n{s.log()[-3000:]}"
+        status, why = s.readyz()
+        return leader(cluster) == s.identity and status == 200 and "leader, watching" in why
+    cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
+
+
+def finish(result: SeedResult, checker: Checker, since: float, last: float) -> None:
+    """Wait for the cluster to settle (within result.bound), stop the checker and run the whole-run checks."""
+    result.settled_after = wait_settled(checker, last, result.bound)
+    if result.settled_after is None:
+        s = checker.latest()
+        assert s is not None
+        left = misplaced(s)
+        detail = (f"{len(left)} pod(s) still where they must not run {result.bound:g}s after the last storm "
+                  f"event: {'; '.join(left)}" if left else
+                  f"a workload is not back at spec.replicas Ready {result.bound:g}s after the last storm event")
+        checker.add(Violation("must-move" if left else "settle", s.at, detail, s.describe(), read_ledger(checker.api)))
+    time.sleep(1)
+    checker.stop()
+    samples = checker.samples()
+    result.samples = len(samples)
+    evs = evictions(checker.api, pods_by_uid(samples), since)
+    findings = analyse_evictions(evs, samples, read_ledger(checker.api))
+    result.evictions = evs
+    result.excused = findings.excused
+    result.violations = [*checker.violations, *findings.violations]
+    result.more_violations = checker.more
+    if checker.errors:
+        result.notes.append(f"{checker.errors} sample(s) failed and were skipped")
+
+
+def report(result: SeedResult) -> str:
+    import os
+
+    text = result.summary()
+    print("\n" + text)
+    path = os.environ.get("KDESCHED_STORM_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n\n")
+    return text
+
+
+@pytest.mark.parametrize("seed", PROFILE["serve"])
+def test_storm_against_serve(seed: int, control_plane: ControlPlane, real: Cluster, kubelet: Kubelet,
+                             stoppers: list[Serve | FunctionProc], tmp_path: Path) -> None:
+    setup_cluster(control_plane, real)
+    kubelet.ready_delay = READY_DELAY
+    policy = storm_policy(tmp_path)
+    leader_change = seed % 2 == 0
+    sweep = SWEEP_SECONDS if leader_change else 0
+    a = Serve(control_plane.admin_kubeconfig, policy, f"storm{seed}-a", sweep_interval=sweep, workdir=tmp_path).start()
+    stoppers.append(a)
+    wait_leading(control_plane, real, a)
+    events = generate(seed, event_count())
+    result = SeedResult(seed, "serve" + (" + leader change" if leader_change else ""), events,
+                        bound=BOUND + (SWEEP_SECONDS + 5 if leader_change else 0))
+    api = real.api
+    classifier = Classifier()
+    classifier.seed(api.get("/api/v1/nodes")["items"])
+
+    def fault() -> str:
+        a.stop(signal.SIGKILL)
+        b = Serve(control_plane.admin_kubeconfig, policy, f"storm{seed}-b", sweep_interval=sweep,
+                  workdir=tmp_path).start()
+        stoppers.append(b)
+        return f"SIGKILL serve {a.identity} (the leader) before event {len(events) // 2}; {b.identity} started"
+
+    def on_writes(_: int, writes: list[tuple[str, dict[str, object]]]) -> None:
+        for e in classify(classifier, writes):  # what serve's own classifier sees (for the report)
+            result.semantic[e.type.removeprefix("dev.kdesched.node.")] += 1
+
+    checker = Checker(control_plane).start()
+    since = time.time()
+    try:
+        last = run_storm(api, events, on_writes=on_writes, fault_at=len(events) // 2 if leader_change else None,
+                         fault=fault if leader_change else None, result=result)
+        finish(result, checker, since, last)
+    finally:
+        checker.stop()
+    evicted_logged = sum(s.evictions_logged() for s in stoppers if isinstance(s, Serve))
+    result.notes.append(f"serve logs report {evicted_logged} eviction(s)")
+    text = report(result)
+    assert not result.violations, text
+    assert result.evictions, f"the storm evicted nothing: it tested nothing\n{text}"
+
+
+@pytest.mark.parametrize("seed", PROFILE["functions"])
+def test_storm_against_two_instances_of_each_function(seed: int, control_plane: ControlPlane, real: Cluster,
+                                                      kubelet: Kubelet, stoppers: list[Serve | FunctionProc],
+                                                      tmp_path: Path) -> None:
+    setup_cluster(control_plane, real)
+    kubelet.ready_delay = READY_DELAY
+    policy = storm_policy(tmp_path)
+    functions = {name: [FunctionProc(name, i, control_plane.admin_kubeconfig, policy, tmp_path) for i in range(2)]
+                 for name in ("taints", "affinity", "rebalance")}
+    for procs in functions.values():
+        for p in procs:
+            stoppers.append(p.start())
+    for procs in functions.values():
+        for p in procs:
+            p.wait_ready()
+    events = generate(seed, event_count())
+    result = SeedResult(seed, "functions x2 + crash", events, bound=BOUND)
+    api: RawApi = real.api
+    classifier = Classifier()
+    classifier.seed(api.get("/api/v1/nodes")["items"])
+    deliverer = Deliverer(functions, random.Random(seed * 7919))
+    victim = functions["taints"][0]
+
+    def fault() -> str:
+        victim.kill()
+        timer = threading.Timer(2.0, victim.start)
+        timer.daemon = True
+        timer.start()
+        return f"SIGKILL {victim.label} before event {len(events) // 2}, restarted 2 s later on the same port"
+
+    def on_writes(_: int, writes: list[tuple[str, dict[str, object]]]) -> None:
+        for e in classify(classifier, writes):
+            result.semantic[e.type.removeprefix("dev.kdesched.node.")] += 1
+            deliverer.dispatch(e)
+
+    checker = Checker(control_plane).start()
+    since = time.time()
+    try:
+        last = run_storm(api, events, on_writes=on_writes, fault_at=len(events) // 2, fault=fault,
+                         result=result)
+        finish(result, checker, since, last)
+        if not deliverer.drain(30):
+            result.notes.append("some deliveries were still being retried 30 s after settling")
+    finally:
+        checker.stop()
+        deliverer.close()
+    result.deliveries = dict(deliverer.statuses)
+    result.notes.append(f"{deliverer.redeliveries} event(s) redelivered to one instance 1-4 s later")
+    text = report(result)
+    assert not result.violations, text
+    assert result.evictions, f"the storm evicted nothing: it tested nothing\n{text}"
