@@ -349,6 +349,7 @@ class Sample:
     at: float  # wall clock (time.time()), comparable with Event times
     pods: tuple[PodView, ...]
     nodes: Mapping[str, NodeView]
+    ledger: str = ""  # the disruption ledger annotation read right after the pods and nodes
 
     def live(self, app: str) -> list[PodView]:
         return [p for p in self.pods if p.app == app and not p.terminating]
@@ -399,7 +400,7 @@ def take_sample(api: RawApi) -> Sample:
             n["metadata"]["name"], bool(cond) and cond[0].get("status") == "True", bool(n["spec"].get("unschedulable")),
             tuple((t["key"], t["effect"]) for t in n["spec"].get("taints") or ()),
             (n["metadata"].get("labels") or {}).get(GOLD) == "gold", _milli(n["status"]["allocatable"]["cpu"]))
-    return Sample(at, tuple(pods), nodes)
+    return Sample(at, tuple(pods), nodes, read_ledger(api))
 
 
 def read_ledger(api: RawApi) -> str:
@@ -416,8 +417,7 @@ class Violation:
     ledger: str = ""
 
     def __str__(self) -> str:
-        stamp = datetime.fromtimestamp(self.at).strftime("%H:%M:%S.%f")[:-3]
-        out = f"[{self.invariant}] at {stamp}: {self.detail}"
+        out = f"[{self.invariant}] at {_clock(self.at)}: {self.detail}"
         if self.state:
             out += "\n" + self.state
         if self.ledger:
@@ -494,13 +494,7 @@ class Checker:
             if floor is not None and ready < floor:
                 found.append(("pdb", f"PDB {w.name}: {ready} Ready < minimum {floor}"))
         for invariant, detail in found:
-            self.add(Violation(invariant, s.at, detail, s.describe(), self._ledger()))
-
-    def _ledger(self) -> str:
-        try:
-            return read_ledger(self.api)
-        except Exception as exc:  # noqa: BLE001 - the violation is reported anyway
-            return f"(could not read: {exc})"
+            self.add(Violation(invariant, s.at, detail, s.describe(), s.ledger))
 
 
 # -- the whole-run checks ------------------------------------------------------------------------------
@@ -541,7 +535,7 @@ class EvictionFindings:
     excused: tuple[str, ...]  # replacements late because the storm removed the room after the eviction
 
 
-def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], ledger_now: str,
+def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], who: Mapping[str, Sequence[str]],
                       bound_seconds: float = 15.0) -> EvictionFindings:
     """* **evicted twice**: two eviction Events for one pod uid.
     * **nowhere to go**: the evicted pod's workload did not have all spec.replicas pods bound to a
@@ -549,7 +543,10 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], ledger
       no other node could take the pod (Ready, uncordoned, no NoSchedule/NoExecute taint, the gold
       label if required, enough CPU left by the pods bound there). When the pod did fit then but
       the replacement still was not bound in time, the storm took the room away after the
-      eviction: listed as excused, not a violation."""
+      eviction: listed as excused, not a violation.
+
+    ``who``: pod (namespace/name) -> the processes whose logs say they evicted it. A violation
+    carries the ledger of the last sample before it and of the first one after."""
     found: list[Violation] = []
     excused: list[str] = []
     by_uid: dict[str, list[Eviction]] = {}
@@ -557,9 +554,11 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], ledger
         by_uid.setdefault(e.uid, []).append(e)
     for uid, group in by_uid.items():
         if len(group) > 1:
+            stamps = ", ".join(_clock(e.at) for e in group)
             found.append(Violation("evicted-twice", group[1].at, f"pod {group[0].pod} (uid {uid}) evicted "
-                                   f"{len(group)} times: " + "; ".join(f"{e.strategy} by {e.instance}" for e in group),
-                                   ledger=ledger_now))
+                                   f"{len(group)} times ({stamps}, {group[0].strategy}); the logs of "
+                                   f"{', '.join(who.get(group[0].pod, ())) or 'no process'} say they evicted it",
+                                   ledger=_ledgers_around(samples, group[0].at, group[-1].at)))
     for e in evs:
         spec = BY_NAME[e.app]
         before = [s for s in samples if s.at <= e.at]
@@ -577,8 +576,32 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], ledger
         else:
             found.append(Violation("nowhere-to-go", e.at, f"{e.pod} ({e.strategy}) evicted from {e.node}: no other node "
                                    f"could take it in the last sample before, and its replacement was not bound within "
-                                   f"{bound_seconds:g}s", before[-1].describe(), ledger_now))
+                                   f"{bound_seconds:g}s", before[-1].describe(), _ledgers_around(samples, e.at, e.at)))
     return EvictionFindings(tuple(found), tuple(excused))
+
+
+def _ledgers_around(samples: Sequence[Sample], first: float, last: float) -> str:
+    """The ledger of the last sample at or before ``first`` and of the first sample after ``last``."""
+    before = [s for s in samples if s.at <= first]
+    after = [s for s in samples if s.at > last]
+    parts = [f"\n    {what} ({_clock(s.at)}): {s.ledger}" if s else f"\n    {what}: (no sample)"
+             for what, s in (("before", before[-1] if before else None), ("after", after[0] if after else None))]
+    return "".join(parts)
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3]
+
+
+def evicted_by(logs: Mapping[str, str], evs: Iterable[Eviction]) -> dict[str, list[str]]:
+    """pod -> the processes (label -> log text) that logged evicting it (kdesched.evictor's
+    "evicted NAMESPACE/NAME from NODE" line): the Events' reportingInstance is the host name,
+    the same for every process here."""
+    out: dict[str, list[str]] = {}
+    for e in evs:
+        needle = f"evicted {e.pod} from "
+        out[e.pod] = [label for label, text in logs.items() for _ in range(text.count(needle))]
+    return out
 
 
 def misplaced(s: Sample) -> list[str]:

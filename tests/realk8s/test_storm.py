@@ -19,11 +19,13 @@ KDESCHED_STORM_REPORT=FILE, appended to FILE. Profiles: docs/testing.md, "The st
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,11 +43,11 @@ from tests.realk8s.storm import (
     analyse_evictions,
     classify,
     event_count,
+    evicted_by,
     evictions,
     generate,
     misplaced,
     pods_by_uid,
-    read_ledger,
     run_storm,
     seeds_from_env,
     setup_cluster,
@@ -93,7 +95,7 @@ def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 
     cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
 
 
-def finish(result: SeedResult, checker: Checker, since: float, last: float) -> None:
+def finish(result: SeedResult, checker: Checker, since: float, last: float, logs: Callable[[], dict[str, str]]) -> None:
     """Wait for the cluster to settle (within result.bound), stop the checker and run the whole-run checks."""
     result.settled_after = wait_settled(checker, last, result.bound)
     if result.settled_after is None:
@@ -103,13 +105,13 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float) -> N
         detail = (f"{len(left)} pod(s) still where they must not run {result.bound:g}s after the last storm "
                   f"event: {'; '.join(left)}" if left else
                   f"a workload is not back at spec.replicas Ready {result.bound:g}s after the last storm event")
-        checker.add(Violation("must-move" if left else "settle", s.at, detail, s.describe(), read_ledger(checker.api)))
+        checker.add(Violation("must-move" if left else "settle", s.at, detail, s.describe(), s.ledger))
     time.sleep(1)
     checker.stop()
     samples = checker.samples()
     result.samples = len(samples)
     evs = evictions(checker.api, pods_by_uid(samples), since)
-    findings = analyse_evictions(evs, samples, read_ledger(checker.api))
+    findings = analyse_evictions(evs, samples, evicted_by(logs(), evs))
     result.evictions = evs
     result.excused = findings.excused
     result.violations = [*checker.violations, *findings.violations]
@@ -118,15 +120,19 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float) -> N
         result.notes.append(f"{checker.errors} sample(s) failed and were skipped")
 
 
-def report(result: SeedResult) -> str:
-    import os
-
+def report(result: SeedResult, workdir: Path) -> str:
+    """Print the seed's summary; with KDESCHED_STORM_REPORT=FILE also append it to FILE and keep the
+    processes' logs in FILE.logs/MODE-SEED/ (pytest's own temporary directories are rotated away)."""
     text = result.summary()
     print("\n" + text)
     path = os.environ.get("KDESCHED_STORM_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text + "\n\n")
+        keep = Path(f"{path}.logs") / f"{result.mode.split()[0]}-{result.seed}"
+        keep.mkdir(parents=True, exist_ok=True)
+        for log in workdir.glob("*.log"):
+            shutil.copy(log, keep / log.name)
     return text
 
 
@@ -164,12 +170,12 @@ def test_storm_against_serve(seed: int, control_plane: ControlPlane, real: Clust
     try:
         last = run_storm(api, events, on_writes=on_writes, fault_at=len(events) // 2 if leader_change else None,
                          fault=fault if leader_change else None, result=result)
-        finish(result, checker, since, last)
+        finish(result, checker, since, last, lambda: {s.identity: s.log() for s in stoppers if isinstance(s, Serve)})
     finally:
         checker.stop()
     evicted_logged = sum(s.evictions_logged() for s in stoppers if isinstance(s, Serve))
     result.notes.append(f"serve logs report {evicted_logged} eviction(s)")
-    text = report(result)
+    text = report(result, tmp_path)
     assert not result.violations, text
     assert result.evictions, f"the storm evicted nothing: it tested nothing\n{text}"
 
@@ -214,7 +220,8 @@ def test_storm_against_two_instances_of_each_function(seed: int, control_plane: 
     try:
         last = run_storm(api, events, on_writes=on_writes, fault_at=len(events) // 2, fault=fault,
                          result=result)
-        finish(result, checker, since, last)
+        finish(result, checker, since, last,
+               lambda: {p.label: p.log() for procs in functions.values() for p in procs})
         if not deliverer.drain(30):
             result.notes.append("some deliveries were still being retried 30 s after settling")
     finally:
@@ -222,6 +229,6 @@ def test_storm_against_two_instances_of_each_function(seed: int, control_plane: 
         deliverer.close()
     result.deliveries = dict(deliverer.statuses)
     result.notes.append(f"{deliverer.redeliveries} event(s) redelivered to one instance 1-4 s later")
-    text = report(result)
+    text = report(result, tmp_path)
     assert not result.violations, text
     assert result.evictions, f"the storm evicted nothing: it tested nothing\n{text}"
