@@ -60,8 +60,8 @@ REPLACEMENT_TIMEOUT_SECONDS = 20
 SWEEP_SECONDS = 20  # only after a leader change
 # everything that must move has moved (and every workload is whole again) this long after the last write
 BOUND = max(COOLDOWN_SECONDS, REPLACEMENT_TIMEOUT_SECONDS) + 30
-READY_DELAY = 1.5
-EVICTED_LINE = "kdesched.evictor: evicted "  # replacements are Ready 1.5 s after they are bound
+READY_DELAY = 1.5  # replacements are Ready 1.5 s after they are bound
+EVICTED_LINE = "kdesched.evictor: evicted "  # the evictor's log line of each eviction
 
 
 def storm_policy(tmp_path: Path) -> Path:
