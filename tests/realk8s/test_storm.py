@@ -205,11 +205,11 @@ def test_storm_against_two_instances_of_each_function(seed: int, control_plane: 
     deliverer = Deliverer(functions, random.Random(seed * 7919))
     victim = functions["taints"][0]
 
+    restart = threading.Timer(2.0, victim.start)
+
     def fault() -> str:
         victim.kill()
-        timer = threading.Timer(2.0, victim.start)
-        timer.daemon = True
-        timer.start()
+        restart.start()
         return f"SIGKILL {victim.label} before event {len(events) // 2}, restarted 2 s later on the same port"
 
     def on_writes(_: int, writes: list[tuple[str, dict[str, object]]]) -> None:
@@ -229,6 +229,8 @@ def test_storm_against_two_instances_of_each_function(seed: int, control_plane: 
     finally:
         checker.stop()
         deliverer.close()
+        if restart.is_alive():
+            restart.join(10)  # the restarted instance is then stopped with the others
     result.deliveries = dict(deliverer.statuses)
     result.notes.append(f"{deliverer.redeliveries} event(s) redelivered to one instance 1-4 s later")
     text = report(result, tmp_path)
