@@ -188,7 +188,7 @@ def initial_model() -> dict[str, NodeState]:
     return {f"storm-{i}": NodeState(f"storm-{i}", gold=i < INITIAL_GOLD) for i in range(INITIAL_NODES)}
 
 
-def _acceptable(nodes: Mapping[str, NodeState]) -> bool:
+def acceptable(nodes: Mapping[str, NodeState]) -> bool:
     usable = [n for n in nodes.values() if n.usable]
     return len(usable) >= MIN_USABLE and sum(1 for n in usable if n.gold) >= MIN_GOLD
 
@@ -244,7 +244,7 @@ def generate(seed: int, count: int) -> tuple[StormEvent, ...]:
                     options.append(StormEvent(gap, "notready", n.name))
             if added < MAX_ADDED:
                 options.append(StormEvent(gap, "add", f"storm-{INITIAL_NODES + added}", gold=rng.random() < 0.5))
-            options = [e for e in options if _acceptable(_after(nodes, e))]
+            options = [e for e in options if acceptable(_after(nodes, e))]
             ev = rng.choices(options, weights=[WEIGHTS[e.kind] for e in options])[0]
             if ev.kind == "notready":
                 recover_at[ev.node] = len(out) + 1 + rng.randint(1, 4)
@@ -484,17 +484,22 @@ class Checker:
             self._stop.wait(self.interval)
 
     def check(self, s: Sample) -> None:
-        found = []
-        for w in WORKLOADS:
-            ready = s.ready(w.name)
-            if ready < w.replicas - w.allowance:
-                found.append(("allowance", (f"{w.kind} {w.name}: {ready} of {w.replicas} Ready, "
-                                            f"{w.replicas - ready} unavailable > allowance {w.allowance}")))
-            floor = w.pdb_floor
-            if floor is not None and ready < floor:
-                found.append(("pdb", f"PDB {w.name}: {ready} Ready < minimum {floor}"))
-        for invariant, detail in found:
-            self.add(Violation(invariant, s.at, detail, s.describe(), s.ledger))
+        for v in sample_violations(s):
+            self.add(v)
+
+
+def sample_violations(s: Sample) -> list[Violation]:
+    """The allowance and PDB invariants on one sample."""
+    found = []
+    for w in WORKLOADS:
+        ready = s.ready(w.name)
+        if ready < w.replicas - w.allowance:
+            found.append(("allowance", (f"{w.kind} {w.name}: {ready} of {w.replicas} Ready, "
+                                        f"{w.replicas - ready} unavailable > allowance {w.allowance}")))
+        floor = w.pdb_floor
+        if floor is not None and ready < floor:
+            found.append(("pdb", f"PDB {w.name}: {ready} Ready < minimum {floor}"))
+    return [Violation(invariant, s.at, detail, s.describe(), s.ledger) for invariant, detail in found]
 
 
 # -- the whole-run checks ------------------------------------------------------------------------------

@@ -15,6 +15,9 @@ pods evicted twice or with nowhere to go, and everything that must move must hav
 BOUND seconds of the last storm write. A violation fails the test with the seed, the trace and the
 cluster state; the summary of every seed is printed (pytest -s) and, with
 KDESCHED_STORM_REPORT=FILE, appended to FILE. Profiles: docs/testing.md, "The storm".
+
+The last tests check the generator and the checker themselves on made-up samples (no control
+plane): each invariant the checker watches is shown to fail when it should, and only then.
 """
 
 from __future__ import annotations
@@ -35,22 +38,35 @@ from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc, RawApi
 from tests.realk8s.serve_stories import NS, Serve, leader, policy_text, write_file
 from tests.realk8s.storm import (
+    MAX_ADDED,
+    MAX_GAP_SECONDS,
+    STORM_TAINT,
+    WORKLOADS,
     Checker,
     Deliverer,
+    Eviction,
     FunctionProc,
+    NodeView,
+    PodView,
+    Sample,
     SeedResult,
     Violation,
+    acceptable,
     analyse_evictions,
     classify,
     event_count,
     evicted_by,
     evictions,
     generate,
+    initial_model,
     misplaced,
     pods_by_uid,
     run_storm,
+    sample_violations,
     seeds_from_env,
+    settled,
     setup_cluster,
+    step,
     wait_settled,
 )
 
@@ -236,3 +252,85 @@ def test_storm_against_two_instances_of_each_function(seed: int, control_plane: 
     text = report(result, tmp_path)
     assert not result.violations, text
     assert result.evictions, f"the storm evicted nothing: it tested nothing\n{text}"
+
+
+# -- the generator and the checker themselves (no control plane: they must be able to fail) ---------------
+def test_the_generator_keeps_room_for_every_workload_and_ends_every_notready_spell() -> None:
+    for seed in range(300):
+        events = generate(seed, 40)
+        assert generate(seed, 40) == events  # a seed is one sequence
+        nodes = initial_model()
+        for ev in events:
+            assert 0 <= ev.gap <= MAX_GAP_SECONDS
+            step(nodes, ev)
+            assert acceptable(nodes), f"seed {seed}: {ev} leaves too little room"
+            assert sum(1 for n in nodes.values() if not n.ready) <= 1, f"seed {seed}: two nodes NotReady at {ev}"
+        assert all(n.ready for n in nodes.values()), f"seed {seed} ends with a NotReady node"
+        assert sum(1 for e in events if e.kind == "add") <= MAX_ADDED
+
+
+def whole() -> Sample:
+    """Every workload whole: pods spread over 8 untainted nodes (4 gold), all Ready."""
+    nodes = {f"n{i}": NodeView(f"n{i}", True, False, (), i < 4, 2000) for i in range(8)}
+    pods, i = [], 0
+    for w in WORKLOADS:
+        for r in range(w.replicas):
+            node = f"n{(i % 4) if w.gold else i % 8}"
+            pods.append(PodView(f"{w.name}-{r}", f"{w.name}-{r}", w.name, node, True, False))
+            i += 1
+    return Sample(100.0, tuple(pods), nodes, "{}")
+
+
+def with_pods(s: Sample, change: dict[str, PodView | None], at: float | None = None) -> Sample:
+    """``s`` with pods replaced (uid -> new view), removed (uid -> None) or added (a new uid)."""
+    known = {p.uid for p in s.pods}
+    pods = [change.get(p.uid, p) for p in s.pods] + [p for uid, p in change.items() if uid not in known]
+    return Sample(s.at if at is None else at, tuple(p for p in pods if p is not None), s.nodes, s.ledger)
+
+
+def test_the_checker_sees_too_many_unavailable_and_a_pdb_below_its_minimum() -> None:
+    s = whole()
+    assert sample_violations(s) == [] and settled(s)
+    # api (allowance 1, PDB maxUnavailable 1): one replacement starting is fine, two are not
+    one = with_pods(s, {"api-0": PodView("api-0", "api-0", "api", "n1", False, False)})
+    assert sample_violations(one) == []
+    two = with_pods(one, {"api-1": PodView("api-1", "api-1", "api", "n2", False, False)})
+    found = {(v.invariant, v.detail.split(":")[0]) for v in sample_violations(two)}
+    assert found == {("allowance", "Deployment api"), ("pdb", "PDB api")}
+    # web: allowance 3 (50%) but PDB minAvailable 4: 3 down breaks the PDB only
+    down = with_pods(s, {f"web-{r}": PodView(f"web-{r}", f"web-{r}", "web", "n0", False, r == 0) for r in range(3)})
+    assert [v.invariant for v in sample_violations(down)] == ["pdb"]
+    assert "web: 3/6 Ready" in sample_violations(down)[0].state
+
+
+def test_the_checker_sees_a_pod_evicted_twice_and_one_evicted_with_nowhere_to_go() -> None:
+    s = whole()
+    twice = [Eviction(100.5, "tiny-0", "default/tiny-0", "tiny", "RemovePodsViolatingNodeTaints", "n5", "a"),
+             Eviction(100.6, "tiny-0", "default/tiny-0", "tiny", "RemovePodsViolatingNodeTaints", "n5", "b")]
+    replaced = with_pods(s, {"tiny-0": None, "tiny-9": PodView("tiny-9", "tiny-9", "tiny", "n6", True, False)}, 102)
+    found = analyse_evictions(twice, [s, replaced], {"default/tiny-0": ["taints-0", "taints-1"]})
+    assert [v.invariant for v in found.violations] == ["evicted-twice"]
+    assert "taints-0, taints-1" in found.violations[0].detail
+    # gold may only run on n0-n3: with those full (or refusing), its evicted pod had nowhere to go
+    full = {n: NodeView(n, True, n != "n0", (), True, 2000) for n in ("n0", "n1", "n2", "n3")}
+    cramped = Sample(100.0, s.pods, {**s.nodes, **full}, "{}")
+    gone = Eviction(100.5, "gold-0", "default/gold-0", "gold", "RemovePodsViolatingNodeAffinity", "n0", "a")
+    pending = with_pods(cramped, {"gold-0": None, "gold-9": PodView("gold-9", "gold-9", "gold", "", False, False)}, 110)
+    found = analyse_evictions([gone], [cramped, pending], {})
+    assert [v.invariant for v in found.violations] == ["nowhere-to-go"] and not found.excused
+    # the same eviction when another gold node had room then: excused (the storm took it after)
+    found = analyse_evictions([gone], [s, pending], {})
+    assert not found.violations and len(found.excused) == 1
+
+
+def test_a_pod_on_a_tainted_node_must_move_only_when_another_node_can_take_it() -> None:
+    s = whole()
+    tainted = {**s.nodes, "n5": NodeView("n5", True, False, ((STORM_TAINT["key"], "NoSchedule"),), False, 2000)}
+    left = misplaced(Sample(100.0, s.pods, tainted, "{}"))
+    assert left and all(" on n5 (tainted " in x for x in left)
+    assert not settled(Sample(100.0, s.pods, tainted, "{}"))
+    nowhere = {n: NodeView(n, True, True, (), v.gold, 2000) if n != "n5" else tainted["n5"] for n, v in s.nodes.items()}
+    assert misplaced(Sample(100.0, s.pods, nowhere, "{}")) == []
+    unlabelled = {**s.nodes, "n1": NodeView("n1", True, False, (), False, 2000)}
+    assert [x for x in misplaced(Sample(100.0, s.pods, unlabelled, "{}")) if x.startswith("gold")] == [
+        f"{p.name} on n1 (no gold label)" for p in s.pods if p.app == "gold" and p.node == "n1"]
