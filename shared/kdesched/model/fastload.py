@@ -40,6 +40,7 @@ from typing import Any
 
 import msgspec
 
+from kdesched.model.errors import ModelError
 from kdesched.model.records import (
     EMPTY,
     KEPT_ANNOTATION_PREFIXES,
@@ -56,6 +57,7 @@ from kdesched.model.records import (
     parse_time,
 )
 from kdesched.model.snapshot import Snapshot
+from kdesched.model.validate import DuplicateKey, SnapshotChecks, dns_label_problem, object_pairs
 
 _UNSET: Any = msgspec.UNSET
 _NULL = msgspec.Raw(b"null")  # a field that is absent
@@ -71,6 +73,7 @@ class _Head(msgspec.Struct):
 
 
 class _OwnerRef(msgspec.Struct, frozen=True):
+    apiVersion: str | None = None
     kind: str | None = None
     name: str | None = None
     uid: str | None = None
@@ -94,6 +97,7 @@ class _Resources(msgspec.Struct):
 
 
 class _Container(msgspec.Struct):
+    name: str | None = None
     image: str | None = None
     resources: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # its bytes key the cache
     restartPolicy: str | None = None
@@ -175,6 +179,7 @@ class _Item(msgspec.Struct):
     """Any item, read as a Pod; ``kind`` UNSET (absent) differs from null, as in the slow path."""
 
     kind: str | None | msgspec.UnsetType = msgspec.UNSET
+    apiVersion: str | None | msgspec.UnsetType = msgspec.UNSET
     metadata: _Meta | None = None
     spec: _Spec | None = None
     status: _Status | None = None
@@ -295,7 +300,7 @@ def _tolerations(raw: tuple[_Toleration, ...]) -> tuple[Toleration, ...]:
     out = []
     for t in raw:
         op = t.operator or "Equal"
-        if op not in ("Equal", "Exists", "Lt", "Gt"):
+        if op not in ("Equal", "Exists", "Lt", "Gt") or t.effect not in _EFFECTS:
             raise _Slow
         out.append(Toleration(t.key or "", op, t.value or "", t.effect or ""))
     return tuple(out)
@@ -320,12 +325,27 @@ def _spread(raw: msgspec.Raw) -> tuple[TopologySpreadConstraint, ...]:
                  for i, c in enumerate(constraints))
 
 
+_EFFECTS = (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute")
+_CONTAINER_NAMES: set[str | None] = set()
+"""Container names already found valid (replicas repeat them)."""
+
+
+def _container_name(name: str | None) -> None:
+    if not name or dns_label_problem(name) is not None:
+        raise _Slow  # validate.py names the field
+    if len(_CONTAINER_NAMES) >= _CACHE_MAX:
+        _CONTAINER_NAMES.clear()
+    _CONTAINER_NAMES.add(name)
+
+
 def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
+    if not all(o.apiVersion for o in raw):
+        raise _Slow  # validate.py names the missing field
     return tuple(OwnerRef(o.kind or "", o.name or "", o.uid or "", bool(o.controller)) for o in raw)
 
 
 def _json(raw: msgspec.Raw) -> Any:
-    return json.loads(bytes(raw))
+    return json.loads(bytes(raw), object_pairs_hook=object_pairs)  # a key twice: DuplicateKey
 
 
 def _pod(item: _Item) -> Pod:
@@ -333,12 +353,16 @@ def _pod(item: _Item) -> Pod:
     treat differently; the caller then runs that parser)."""
     meta = item.metadata or _NO_META
     name = meta.name
-    if not name:
-        raise _Slow
-    spec = item.spec or _NO_SPEC
+    spec = item.spec
+    if not name or spec is None or (item.apiVersion is not _UNSET and item.apiVersion != "v1"):
+        raise _Slow  # validate.py (a snapshot file) or Pod.from_api (a LIST) decides
     status = item.status or _NO_STATUS
     annotations = {k: v for k, v in meta.annotations.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)} \
         if meta.annotations else {}
+    for containers in (spec.containers, spec.initContainers):
+        for c in containers or ():
+            if c.name not in _CONTAINER_NAMES:
+                _container_name(c.name)
     refs, tols, conds = meta.ownerReferences, spec.tolerations, status.conditions
     owners = _interned(_OWNERS, refs, lambda: _owners(refs)) if refs else ()
     requests, names, qos = _requests(spec)
@@ -350,11 +374,17 @@ def _pod(item: _Item) -> Pod:
             source = _CLAIM.decode(v[kind])  # a claim that is not an object, or a name that is
             claim = (source.claimName or "") if source is not None else ""  # not a string: slow path
         vname = v.get("name")
-        volumes.append(Volume((_NAME.decode(vname) or "") if vname is not None else "", kind, claim))
+        vname_text = _NAME.decode(vname) if vname is not None else None
+        if not vname_text:
+            raise _Slow  # a volume's name is required (validate.py)
+        volumes.append(Volume(vname_text, kind, claim))
     tolerations = _interned(_TOLERATIONS, tols, lambda: _tolerations(tols)) if tols else ()
     affinity = None
     if spec.affinity is not _NULL:
-        affinity = _interned(_AFFINITIES, bytes(spec.affinity), lambda: _affinity(spec.affinity))
+        text = bytes(spec.affinity)
+        if text[:1] not in (b"{", b"n"):
+            raise _Slow  # null or an object only (validate.py)
+        affinity = _interned(_AFFINITIES, text, lambda: _affinity(spec.affinity))
     spread: tuple[TopologySpreadConstraint, ...] = ()
     if spec.topologySpreadConstraints is not _NULL:
         spread = _interned(_SPREADS, bytes(spec.topologySpreadConstraints),
@@ -484,28 +514,34 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
     def objects() -> Iterator[tuple[str, Any]]:
         pending: list[tuple[str, msgspec.Raw]] = []
         consumed, dropped = start, 0
-        for i in range(len(items)):
-            raw = items[i]
-            items[i] = _NULL  # the records are all that stays
-            where = f"{name} items[{i}]"
-            consumed += len(raw)
-            item = _decode(raw)
-            if item is not None and item.kind is _UNSET:
-                pending.append((where, raw))  # typed lists: held until the list's kind is known
-            elif item is None and _kind_missing(raw):
-                pending.append((where, raw))
-            else:
-                yield where, _item(raw, item, None)
-            if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
-                dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
-                mm.madvise(_MADV_DONTNEED, 0, dropped)
-        for where, raw in pending:
-            yield where, _item(raw, _decode(raw), item_kind)
+        where = name
+        try:
+            for i in range(len(items)):
+                raw = items[i]
+                items[i] = _NULL  # the records are all that stays
+                where = f"{name} items[{i}]"
+                consumed += len(raw)
+                item = _decode(raw)
+                if item is not None and item.kind is _UNSET:
+                    pending.append((where, raw))  # typed lists: held until the list's kind is known
+                elif item is None and _kind_missing(raw):
+                    pending.append((where, raw))
+                else:
+                    yield where, _item(raw, item, None)
+                if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
+                    dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
+                    mm.madvise(_MADV_DONTNEED, 0, dropped)
+            for where, raw in pending:
+                yield where, _item(raw, _decode(raw), item_kind)
+        except DuplicateKey as exc:  # in the standard library's reading of an item
+            raise ModelError(where, f"invalid JSON: {exc}") from None
 
+    checks = SnapshotChecks(name)
     try:
-        snap = Snapshot.from_objects(objects())
+        snap = Snapshot.from_objects(checks.objects(objects()), on_error=checks.error)
     except RecursionError:
         return None  # nested too deeply for the standard library: the slow path says so
+    checks.raise_if_any()
     return snap, head_fields
 
 

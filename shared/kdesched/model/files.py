@@ -27,11 +27,40 @@ from kdesched.model.fastload import load_json_list
 from kdesched.model.gcpause import paused_gc
 from kdesched.model.records import parse_time
 from kdesched.model.snapshot import Snapshot
+from kdesched.model.validate import DuplicateKey, SnapshotChecks, object_pairs
 
 SNAPSHOT_TIME = "kdesched.dev/snapshot-time"
 """Annotation on a snapshot ``List``: when the snapshot was taken (RFC 3339, with a time zone)."""
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):
+    """The safe loader (libyaml's when present) refusing a mapping with a key twice: readers
+    disagree on which value wins (the API server's strict decoding refuses it, as the policy
+    loader does), so a snapshot must not depend on it. JSON gets the same rule
+    (:func:`kdesched.model.validate.object_pairs`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "found an unhashable key", key_node.start_mark) from None
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return result
+
+
+_JSON = json.JSONDecoder(object_pairs_hook=object_pairs)
 
 
 def read_stdin() -> str:
@@ -81,7 +110,9 @@ def parse_documents(text: str, name: str) -> list[Any]:
     json_error: ModelError | None = None
     if stripped.startswith(("{", "[")):
         try:
-            doc = json.loads(text)
+            doc = _JSON.decode(text)
+        except DuplicateKey as exc:
+            raise ModelError(name, f"invalid JSON: {exc}") from None
         except json.JSONDecodeError as exc:
             json_error = ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
             if stripped.startswith("["):
@@ -189,7 +220,7 @@ def iter_json_list(text: str, name: str,
     kind is known. ``head``, if given, receives the List's other keys (kind, metadata) once the
     iterator is exhausted.
     """
-    decoder = json.JSONDecoder()
+    decoder = _JSON
 
     def bad(exc: json.JSONDecodeError) -> ModelError:
         return ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
@@ -213,21 +244,25 @@ def iter_json_list(text: str, name: str,
             pos = expect(pos, ":")
             if key == "items" and pos < len(text) and text[pos] == "[":
                 break
+            if key in head or key == "items":
+                return None  # a key twice: the ordinary parser refuses it
             head[key], pos = decoder.raw_decode(text, pos)
             pos = _skip(text, pos)
             if pos < len(text) and text[pos] == ",":
                 pos = _skip(text, pos + 1)
             elif pos >= len(text) or text[pos] != "}":
                 return None  # a missing delimiter: the ordinary parser reports it
-    except (json.JSONDecodeError, RecursionError):
+    except (json.JSONDecodeError, RecursionError, DuplicateKey):
         return None  # let the ordinary parser report the error with its position
 
     def items() -> Iterator[tuple[str, Mapping[str, Any]]]:
         pending: list[tuple[str, dict[str, Any]]] = []
         at = _skip(text, pos + 1)
         i = 0
+        where_now = name
         try:
             while at < len(text) and text[at] != "]":
+                where_now = f"{name} items[{i}]"
                 item, at = decoder.raw_decode(text, at)
                 where = f"{name} items[{i}]"
                 i += 1
@@ -243,12 +278,16 @@ def iter_json_list(text: str, name: str,
                 elif at < len(text) and text[at] != "]":
                     raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
             at = expect(at, "]")
+            where_now = name
             while at < len(text) and text[at] != "}":  # the keys after items (kind, metadata)
                 at = expect(at, ",")
                 if at >= len(text) or text[at] != '"':
                     raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
                 key, at = decoder.raw_decode(text, at)
                 at = expect(at, ":")
+                if key in head or key == "items":
+                    where_now = name
+                    raise DuplicateKey(f"duplicate key {key!r} in an object")
                 head[key], at = decoder.raw_decode(text, at)
                 at = _skip(text, at)
             end = expect(at, "}")
@@ -256,6 +295,8 @@ def iter_json_list(text: str, name: str,
                 raise json.JSONDecodeError("Extra data", text, end)
         except json.JSONDecodeError as exc:
             raise bad(exc) from None
+        except DuplicateKey as exc:
+            raise ModelError(where_now, f"invalid JSON: {exc}") from None
         except RecursionError:
             raise ModelError(name, "invalid JSON: nested too deeply") from None
         kind = head.get("kind")
@@ -276,22 +317,24 @@ def load_snapshot(path: str) -> Snapshot:
 
 def _load_snapshot(path: str) -> Snapshot:
     fast = load_json_list(path, str(Path(path))) if path != "-" else None
-    if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload)
+    if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload), already checked
         snap, list_fields = fast
         return _finish(snap, snapshot_time([list_fields], str(Path(path))), str(Path(path)))
     text, name = read_text(path)
     head: dict[str, Any] = {}
+    checks = SnapshotChecks(name)
     streamed = iter_json_list(text, name, head)
     if streamed is not None:
-        snap = Snapshot.from_objects(streamed)
+        snap = Snapshot.from_objects(checks.objects(streamed), on_error=checks.error)
         taken_at = snapshot_time([head], name)
     else:
         docs = parse_documents(text, name)
         if not docs:
             raise ModelError(name, "contains no objects")
         taken_at = snapshot_time(docs, name)
-        snap = Snapshot.from_objects(iter_objects(docs, name))
+        snap = Snapshot.from_objects(checks.objects(iter_objects(docs, name)), on_error=checks.error)
     del text
+    checks.raise_if_any()
     return _finish(snap, taken_at, name)
 
 
@@ -299,9 +342,12 @@ def _finish(snap: Snapshot, taken_at: datetime | None, name: str) -> Snapshot:
     if taken_at is not None:
         snap = replace(snap, taken_at=taken_at)
     if not snap.nodes:
-        policy_kinds = ("DeschedulerPolicy", "KubeDescheduler", "Profiles", "ModuleConfig")
-        if any(f"kind {kind}:" in note for note in snap.notes for kind in policy_kinds):
-            raise ModelError(name, "contains no Node objects: this looks like a policy (DeschedulerPolicy), not a "
-                                   "cluster snapshot; give it as --policy")
         raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
+    missing = sorted(node for node in snap.pods_by_node if node not in snap.nodes)
+    if missing:  # the API server keeps such pods a moment after their node is deleted
+        pods = sum(len(snap.pods_by_node[node]) for node in missing)
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        note = (f"{pods} pod(s) bound to {len(missing)} node(s) not in the snapshot ({shown}): left out of every "
+                f"decision (a node deleted just before the snapshot was taken leaves such pods for a moment)")
+        snap = replace(snap, notes=(*snap.notes, note))
     return snap
