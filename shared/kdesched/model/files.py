@@ -12,7 +12,10 @@ or by hand).
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -63,18 +66,89 @@ class _Loader(_BaseLoader):
 _JSON = json.JSONDecoder(object_pairs_hook=object_pairs)
 
 
-def read_stdin() -> str:
-    """Standard input as UTF-8 text; a ModelError (``<stdin>``) if it is not.
+MAX_SNAPSHOT_BYTES = 2 << 30
+"""The largest cluster snapshot read (2 GiB; a 150,000-pod cluster as ``kubectl -o json`` writes it
+is about 580 MB). Checked before reading: a bigger file, a device or a pipe given by name is
+refused with exit 2 instead of filling memory (``/dev/zero`` would never end)."""
+
+MAX_POLICY_BYTES = 16 << 20
+"""The largest policy file read (16 MiB; a ConfigMap holds at most 1 MiB)."""
+
+
+class InputRefused(ValueError):
+    """An input file refused before it is read: not a regular file, or larger than its limit."""
+
+
+def _size(limit: int) -> str:
+    if limit >= 1 << 30:
+        return f"{limit >> 30} GiB"
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+
+
+def read_file_bytes(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, refused (:class:`InputRefused`) before it is read when
+    it is not a regular file (a directory, a FIFO, a device such as ``/dev/zero``) or holds more
+    than ``limit`` bytes. Opened without blocking and checked on the open descriptor, so a name
+    swapped for a FIFO in between cannot hang the read. OSError (missing, no permission) passes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            what = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise InputRefused(f"is {what}, not a regular file; give a file, or '-' and redirect it to "
+                               f"standard input")
+        if st.st_size > limit:
+            raise InputRefused(f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew after the check
+        raise InputRefused(f"is more than the limit of {_size(limit)}")
+    return data
+
+
+def read_stdin(limit: int = MAX_SNAPSHOT_BYTES) -> str:
+    """Standard input as UTF-8 text; a ModelError (``<stdin>``) if it is not, or if it holds more
+    than ``limit`` bytes (read at most ``limit + 1`` bytes: ``< /dev/zero`` ends there; a device
+    given as stdin is refused before it is read).
 
     Bytes, decoded strictly: Python's text stdin would turn invalid bytes into lone surrogates
     ("surrogateescape") that only fail later, far from here, as "surrogates not allowed"."""
     buffer = getattr(sys.stdin, "buffer", None)
+    too_big = f"is more than the limit of {_size(limit)}"
     try:
         if buffer is None:  # a text stream without bytes underneath (tests, embedding)
-            text = sys.stdin.read()
+            text = sys.stdin.read(limit + 1)
+            if len(text) > limit:
+                raise ModelError("<stdin>", too_big)
             text.encode("utf-8")
             return text
-        data = buffer.read()
+        try:
+            st = os.fstat(sys.stdin.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            st = None
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) and not os.isatty(
+                sys.stdin.fileno()):
+            raise ModelError("<stdin>", "is a device, not a file or a pipe; give a file")
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            raise ModelError("<stdin>", f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = buffer.read(min(1 << 24, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise ModelError("<stdin>", too_big)
+        data = b"".join(chunks)
+        del chunks
     except OSError as exc:
         raise ModelError("<stdin>", f"cannot read: {exc.strerror or exc}") from None
     except UnicodeError:
@@ -86,13 +160,17 @@ def read_stdin() -> str:
                                     f"{exc.start}") from None
 
 
-def read_text(path: str) -> tuple[str, str]:
-    """The text of ``path`` (``-`` = stdin) and the name to use in messages."""
+def read_text(path: str, limit: int = MAX_SNAPSHOT_BYTES) -> tuple[str, str]:
+    """The text of ``path`` (``-`` = stdin) and the name to use in messages; refused before it is
+    read when it is not a regular file or larger than ``limit`` (:func:`read_file_bytes`)."""
     if path == "-":
-        return read_stdin(), "<stdin>"
+        return read_stdin(limit), "<stdin>"
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8"), str(p)
+        data = read_file_bytes(path, limit)
+        return data.decode("utf-8"), str(p)
+    except InputRefused as exc:
+        raise ModelError(str(p), str(exc)) from None
     except FileNotFoundError:
         raise ModelError(str(p), "no such file") from None
     except IsADirectoryError:
@@ -316,6 +394,8 @@ def load_snapshot(path: str) -> Snapshot:
 
 
 def _load_snapshot(path: str) -> Snapshot:
+    if path != "-":
+        _check_file(path)  # refused before anything maps or reads it
     fast = load_json_list(path, str(Path(path))) if path != "-" else None
     if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload), already checked
         snap, list_fields = fast
@@ -336,6 +416,18 @@ def _load_snapshot(path: str) -> Snapshot:
     del text
     checks.raise_if_any()
     return _finish(snap, taken_at, name)
+
+
+def _check_file(path: str) -> None:
+    """A ModelError if ``path`` is a regular file larger than :data:`MAX_SNAPSHOT_BYTES` or not a
+    regular file (what :func:`read_text` would refuse, said before the fast path maps the file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # read_text names it (no such file, no permission)
+    if stat.S_ISREG(st.st_mode) and st.st_size > MAX_SNAPSHOT_BYTES:
+        raise ModelError(str(Path(path)), f"is {st.st_size} bytes, more than the limit of "
+                                          f"{_size(MAX_SNAPSHOT_BYTES)}")
 
 
 def _finish(snap: Snapshot, taken_at: datetime | None, name: str) -> Snapshot:
