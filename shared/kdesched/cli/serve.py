@@ -22,8 +22,10 @@ from typing import Any
 
 from kdesched_functions import FUNCTIONS
 
+from kdesched.cli.flags import NumberFlag, address
+
 log = logging.getLogger("kdesched.cli.serve")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # fullmatch: "$" would let a trailing newline in
 
 
 
@@ -34,37 +36,16 @@ def _default_port() -> int:
         return 8080
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
-    return value
-
+_port = NumberFlag(int, 0, 65535)
 
 DEFAULT_MAX_OBJECTS_TEXT = "300,000: about 0.8 GB of records"
 
+_positive_int = NumberFlag(int, 1, 100_000_000)
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace(",", "").replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+MAX_SWEEP_SECONDS = 7 * 24 * 3600
+"""The longest sweep interval (a week): a larger one is a typo, and ``inf`` killed the sweep thread."""
 
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_seconds = NumberFlag(float, 0, MAX_SWEEP_SECONDS, "seconds")
 
 
 def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -84,7 +65,8 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--profile", metavar="NAME", action="append", default=[], help="a named preset profile; repeatable")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     p.add_argument("--context", metavar="NAME", help="kubeconfig context")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--host", type=address, default="0.0.0.0", help="listen address: an IP address or a host name "
+                   "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080; 0 = any)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
     p.add_argument("--sweep-interval", type=_seconds, default=None, metavar="SECONDS",
@@ -122,7 +104,8 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
                    metavar="NAME", help="the function to serve (default $KDESCHED_FUNCTION): "
                    + "; ".join(f"{f.name}: {f.summary}" for f in FUNCTIONS.values()))
     p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default $KDESCHED_POLICY)")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--host", type=address, default="0.0.0.0", help="listen address: an IP address or a host name "
+                   "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
     p.set_defaults(func=cmd_function)
     return p
@@ -161,9 +144,11 @@ def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
     if not isinstance(doc, dict):
         return ""
     name = context or doc.get("current-context")
-    for entry in doc.get("contexts") or []:
+    contexts = doc.get("contexts")
+    for entry in contexts if isinstance(contexts, list) else ():  # a malformed file: the client names the field
         if isinstance(entry, dict) and entry.get("name") == name:
-            ns = (entry.get("context") or {}).get("namespace")
+            body = entry.get("context")
+            ns = body.get("namespace") if isinstance(body, dict) else None
             return ns if isinstance(ns, str) else ""
     return ""
 
@@ -214,10 +199,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     loaded = _load(args.policy, args.profile, args.dry_run)
     policy, settings = loaded.policy, loaded.settings
+    if args.sweep_interval is None and not settings.sweep_interval_seconds <= MAX_SWEEP_SECONDS:
+        raise _input_error(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got "
+                           f"{settings.sweep_interval_seconds:g}")
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
     namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)
-    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
         raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
     from kdesched.cli.main import client_limits
