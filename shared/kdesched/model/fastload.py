@@ -57,7 +57,7 @@ from kdesched.model.records import (
     parse_time,
 )
 from kdesched.model.snapshot import Snapshot
-from kdesched.model.validate import DuplicateKey, SnapshotChecks, dns_label_problem, object_pairs
+from kdesched.model.validate import DuplicateKey, GiveUp, SnapshotChecks, dns_label_problem, object_pairs
 
 _UNSET: Any = msgspec.UNSET
 _NULL = msgspec.Raw(b"null")  # a field that is absent
@@ -536,11 +536,12 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
         except DuplicateKey as exc:  # in the standard library's reading of an item
             raise ModelError(where, f"invalid JSON: {exc}") from None
 
-    checks = SnapshotChecks(name)
+    checks = SnapshotChecks(name, fast=True)
     try:
         snap = Snapshot.from_objects(checks.objects(objects()), on_error=checks.error)
-    except RecursionError:
-        return None  # nested too deeply for the standard library: the slow path says so
+        checks.finish()
+    except (RecursionError, GiveUp):
+        return None  # nested too deeply, or a pod to report: the slow path says so, in order
     checks.raise_if_any()
     return snap, head_fields
 

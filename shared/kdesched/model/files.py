@@ -414,6 +414,7 @@ def _load_snapshot(path: str) -> Snapshot:
         taken_at = snapshot_time(docs, name)
         snap = Snapshot.from_objects(checks.objects(iter_objects(docs, name)), on_error=checks.error)
     del text
+    checks.finish()
     checks.raise_if_any()
     return _finish(snap, taken_at, name)
 

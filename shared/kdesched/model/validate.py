@@ -31,12 +31,15 @@ SHOWN = 20
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL = re.compile(_LABEL)
 _DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_DNS_SUBDOMAINS = re.compile(rf"{_LABEL}(\.{_LABEL})*(\n{_LABEL}(\.{_LABEL})*)*")  # names joined by newlines
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _PERCENT = re.compile(r"[0-9]+%")
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
+_PHASES = frozenset(POD_PHASES)
+_QOS = frozenset(QOS_CLASSES)
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 API_VERSIONS: Mapping[str, tuple[str, ...]] = {
     "Pod": ("v1",), "Node": ("v1",), "Namespace": ("v1",), "PersistentVolumeClaim": ("v1",),
@@ -345,69 +348,77 @@ def object_problems(kind: str, raw: Mapping[str, Any]) -> list[Problem]:
     return checks.out
 
 
-# --- the same rules on a Pod record the fast path built ---------------------------------------------
+# --- the same rules on the Pod records the fast path built ------------------------------------------
 
 
-class _Seen:
-    """Valid values already seen: replicas repeat their namespace, labels and node names, so each
-    distinct value is checked once (the 150,000-pod fast path stays fast)."""
+class GiveUp(Exception):
+    """The fast path met a Pod record it cannot vouch for: the ordinary loader must read the file
+    (it reports every problem, in order, with the same words)."""
 
-    __slots__ = ("label_keys", "label_values", "namespaces", "node_names")
+
+class _FastPods:
+    """The checks a Pod record can still answer, done the cheap way for 150,000 pods: each test
+    inline against values already seen valid (replicas repeat namespaces, labels, node names and
+    owners), the rest gathered and checked at once at the end (names by one regular expression
+    over all of them, duplicates by one set). Any doubt raises :class:`GiveUp`; the records the
+    fast path hands over were typed by msgspec, and what msgspec cannot type (apiVersion, spec
+    present, container names, owner apiVersion, affinity an object, toleration effects) sends the
+    pod to the checks as a dict (:mod:`kdesched.model.fastload`)."""
 
     def __init__(self) -> None:
+        self.names: list[str] = []
+        self.namespaces: list[str] = []
+        self.uids: list[str] = []
         self.label_keys: set[str] = set()
         self.label_values: set[str] = set()
-        self.namespaces: set[str] = set()
         self.node_names: set[str] = set()
+        self.owners: dict[int, tuple[Any, ...]] = {}  # the fast path interns owner tuples: checked once each
 
+    def check(self, pod: Pod) -> None:
+        refs, priority, node = pod.owner_refs, pod.priority, pod.node_name
+        if not (pod.phase in _PHASES and pod.qos_class in _QOS and pod.images
+                and (priority is None or INT32[0] <= priority <= INT32[1])):
+            raise GiveUp
+        labels = pod.labels
+        if labels and not (self.label_keys.issuperset(labels) and self.label_values.issuperset(labels.values())):
+            for key, value in labels.items():
+                if qualified_name_problem(key) or label_value_problem(value):
+                    raise GiveUp
+                self.label_keys.add(key)
+                self.label_values.add(value)
+        if node and node not in self.node_names:
+            if dns_subdomain_problem(node):
+                raise GiveUp
+            self.node_names.add(node)
+        if refs and id(refs) not in self.owners:
+            if not all(ref.kind and ref.name and ref.uid for ref in refs):
+                raise GiveUp
+            self.owners[id(refs)] = refs  # kept alive, so that its id is not reused meanwhile
+        self.names.append(pod.name)  # self.add(), inline
+        self.namespaces.append(pod.namespace)
+        if pod.uid:
+            self.uids.append(pod.uid)
 
-def pod_record_problems(pod: Pod, seen: _Seen) -> list[Problem]:
-    """The checks of :meth:`_Checks.pod` that a record can still answer. The fast path
-    (:mod:`kdesched.model.fastload`) hands over a record only when msgspec typed every field it
-    read and the rest (apiVersion, spec present, container names, owner apiVersion, affinity an
-    object, toleration effects) held; anything else reaches :func:`object_problems` as a dict."""
-    out: list[Problem] = []
-    problem = dns_subdomain_problem(pod.name)
-    if problem:
-        out.append(("metadata.name", problem))
-    if pod.namespace not in seen.namespaces:
-        problem = dns_label_problem(pod.namespace)
-        if problem:
-            out.append(("metadata.namespace", problem))
-        else:
-            seen.namespaces.add(pod.namespace)
-    for key, value in pod.labels.items():
-        if key not in seen.label_keys:
-            problem = qualified_name_problem(key)
-            if problem:
-                out.append((f"metadata.labels[{key}]", f"key {problem}"))
-            else:
-                seen.label_keys.add(key)
-        if value not in seen.label_values:
-            problem = label_value_problem(value)
-            if problem:
-                out.append((f"metadata.labels[{key}]", problem))
-            else:
-                seen.label_values.add(value)
-    for i, ref in enumerate(pod.owner_refs):
-        for key, value in (("kind", ref.kind), ("name", ref.name), ("uid", ref.uid)):
-            if not value:
-                out.append((f"metadata.ownerReferences[{i}].{key}", "is required"))
-    if not pod.images:
-        out.append(("spec.containers", "must list at least one container"))
-    if pod.node_name and pod.node_name not in seen.node_names:
-        problem = dns_subdomain_problem(pod.node_name)
-        if problem:
-            out.append(("spec.nodeName", problem))
-        else:
-            seen.node_names.add(pod.node_name)
-    if pod.priority is not None and not INT32[0] <= pod.priority <= INT32[1]:
-        out.append(("spec.priority", f"must be from {INT32[0]} to {INT32[1]}, got {pod.priority}"))
-    if pod.phase not in POD_PHASES:
-        out.append(("status.phase", f"must be one of {', '.join(POD_PHASES)}, got {pod.phase!r}"))
-    if pod.qos_class not in QOS_CLASSES:
-        out.append(("status.qosClass", f"must be one of {', '.join(QOS_CLASSES)}, got {pod.qos_class!r}"))
-    return out
+    def add(self, namespace: str, name: str, uid: str) -> None:
+        self.names.append(name)
+        self.namespaces.append(namespace)
+        if uid:
+            self.uids.append(uid)
+
+    def finish(self) -> None:
+        """The checks of all pods at once: names, namespaces, no pod twice, no uid twice."""
+        names = self.names
+        if names:
+            joined = "\n".join(names)
+            if (max(map(len, names)) > 253 or joined.count("\n") != len(names) - 1
+                    or _DNS_SUBDOMAINS.fullmatch(joined) is None):
+                raise GiveUp
+        if any(dns_label_problem(ns) for ns in set(self.namespaces)):
+            raise GiveUp
+        if len(set(self.uids)) != len(self.uids):
+            raise GiveUp
+        if len(set(names)) != len(names) and len(set(zip(self.namespaces, names, strict=True))) != len(names):
+            raise GiveUp  # (a name twice in one namespace; names alone are cheaper and usually unique)
 
 
 # --- a whole file ----------------------------------------------------------------------------------
@@ -435,13 +446,15 @@ class SnapshotChecks:
     and withheld (so the record parsers never see them), duplicates are caught by kind, namespace
     and name and by uid, and :meth:`raise_if_any` ends the load with every problem at once."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, fast: bool = False) -> None:
         self.name = name
+        self.fast = fast
+        """Reading the fast path's stream: Pod records and dicts mixed, pods checked at the end."""
         self.problems: list[str] = []
         self.count = 0
-        self._keys: dict[tuple[str, str, str], str] = {}
-        self._uids: dict[str, str] = {}
-        self._seen = _Seen()
+        self._keys: dict[tuple[str, str, str], str] = {}  # kind, namespace, name -> where first seen
+        self._uids: dict[str, tuple[str, str, str]] = {}
+        self._fast = _FastPods()
 
     def report(self, where: str, message: str) -> None:
         self.count += 1
@@ -455,33 +468,31 @@ class SnapshotChecks:
 
     def _identity(self, where: str, kind: str, namespace: str, name: str, uid: str, label: str) -> bool:
         key = (kind, "" if kind in CLUSTER_SCOPED else namespace, name)
-        first = self._keys.get(key)
-        if first is not None:
-            self.report(f"{where} ({label})", f"metadata.name: the same {kind} again (first at {first}); every "
+        keys, uids = self._keys, self._uids
+        if key in keys:
+            self.report(f"{where} ({label})", f"metadata.name: the same {kind} again (first at {keys[key]}); every "
                                               f"object must be in the snapshot once")
             return False
-        self._keys[key] = where
         if uid:
-            other = self._uids.get(uid)
-            if other is not None:
-                self.report(f"{where} ({label})", f"metadata.uid: {uid!r} is also the uid of {other}; uids are "
-                                                  f"unique in a cluster")
+            if uid in uids:
+                other = uids[uid]
+                self.report(f"{where} ({label})", f"metadata.uid: {uid!r} is also the uid of {keys[other]} "
+                                                              f"({other[0]} {other[2]}); uids are unique in a cluster")
                 return False
-            self._uids[uid] = f"{where} ({label})"
+            uids[uid] = key
+        keys[key] = where
         return True
 
     def objects(self, objects: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-        """The objects of the stream that passed every check, in order."""
-        seen = self._seen
+        """The objects of the stream that passed every check, in order. Pod records (the fast
+        path) are checked by :class:`_FastPods`, which raises :class:`GiveUp` on any doubt; call
+        :meth:`finish` after the stream."""
+        fast = self._fast
         for where, raw in objects:
-            if type(raw) is Pod:  # built by the fast path: the checks a record can still answer
-                problems = pod_record_problems(raw, seen)
-                label = f"Pod {raw.name} in {raw.namespace}"
-                if problems:
-                    for field, message in problems:
-                        self.report(f"{where} ({label})", f"{field}: {message}")
-                elif self._identity(where, "Pod", raw.namespace, raw.name, raw.uid, label):
-                    yield where, raw
+            if type(raw) is Pod:
+                assert self.fast, "Pod records come from the fast path only"
+                fast.check(raw)
+                yield where, raw
                 continue
             if not isinstance(raw, Mapping):
                 self.report(where, f"expected a Kubernetes object, got {type(raw).__name__}")
@@ -508,10 +519,17 @@ class SnapshotChecks:
                 continue
             if kind in _KIND_CHECKS:
                 meta = raw["metadata"]
-                if not self._identity(where, kind, meta.get("namespace") or "default", meta["name"],
-                                      meta.get("uid") or "", label):
+                namespace, uid = meta.get("namespace") or "default", meta.get("uid") or ""
+                if kind == "Pod" and self.fast:  # among the fast path's records: checked with them at the end
+                    fast.add(namespace, meta["name"], uid)
+                elif not self._identity(where, kind, namespace, meta["name"], uid, label):
                     continue
             yield where, raw
+
+    def finish(self) -> None:
+        """The checks made once the whole stream is read (:class:`GiveUp` from the fast path's)."""
+        if self.fast:
+            self._fast.finish()
 
     def raise_if_any(self) -> None:
         """A :class:`ModelError` listing the problems found (one line per problem), if any."""
