@@ -23,9 +23,14 @@ loader run:
   quantity or time) is decoded by the standard library and parsed by the validating parser, so a
   bad object fails with the same file / item / field message.
 
-One difference, for input no tool writes: a List object with *two* ``items`` keys (RFC 8259 says
-names SHOULD be unique) is read with the last one here, the first one by the streaming reader of
-:mod:`kdesched.model.files` (and the last one by its whole-document reader).
+Pods are checked as the API server checks them (:mod:`kdesched.model.validate`): the record
+built here when every check passes, the ordinary loader for the whole file (``GiveUp``) otherwise,
+so that problems are reported in order by one code path.
+
+One difference, for input no tool writes: a key given twice (RFC 8259 says names SHOULD be unique)
+in the List object itself or inside a Pod the structs read keeps its last value here (msgspec does
+not report it), where the ordinary loader refuses the file, as it refuses a YAML mapping with a key
+twice. Every item read by the standard library here (other kinds, unusual pods) is refused alike.
 """
 
 from __future__ import annotations
