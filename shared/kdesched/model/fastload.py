@@ -249,12 +249,16 @@ def _time(value: str | None) -> Any:
 
 def _requests(spec: _Spec) -> tuple[dict[str, int], frozenset[str], str]:
     """``_pod_requests`` of the library, memoized by the bytes of the containers' resources: the
-    replicas of a workload repeat the same text, so most pods are a hit and decode nothing."""
-    key = (tuple((bytes(c.resources), c.restartPolicy) for c in spec.initContainers or ()),
-           tuple(bytes(c.resources) for c in spec.containers or ()),
+    replicas of a workload repeat the same text, so most pods are a hit and decode nothing. The
+    containers' names are in the key too, so that they are checked (:func:`_container_name`) only
+    on a miss."""
+    key = (tuple((bytes(c.resources), c.restartPolicy, c.name) for c in spec.initContainers or ()),
+           tuple((bytes(c.resources), c.name) for c in spec.containers or ()),
            bytes(spec.resources), bytes(spec.overhead))
     hit = _REQUESTS.get(key)
     if hit is None:
+        for c in (*(spec.containers or ()), *(spec.initContainers or ())):
+            _container_name(c.name)
         containers = [_container_dict(c) for c in spec.containers or ()]
         inits = [_container_dict(c) for c in spec.initContainers or ()]
         pod_level = {"resources": _resources_dict(spec.resources), "overhead": _QUANTITIES.decode(spec.overhead)}
@@ -331,16 +335,12 @@ def _spread(raw: msgspec.Raw) -> tuple[TopologySpreadConstraint, ...]:
 
 
 _EFFECTS = (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute")
-_CONTAINER_NAMES: set[str | None] = set()
-"""Container names already found valid (replicas repeat them)."""
 
 
 def _container_name(name: str | None) -> None:
+    """A container's name must be a DNS label (validate.py names the field otherwise)."""
     if not name or dns_label_problem(name) is not None:
-        raise _Slow  # validate.py names the field
-    if len(_CONTAINER_NAMES) >= _CACHE_MAX:
-        _CONTAINER_NAMES.clear()
-    _CONTAINER_NAMES.add(name)
+        raise _Slow
 
 
 def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
@@ -349,8 +349,11 @@ def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
     return tuple(OwnerRef(o.kind or "", o.name or "", o.uid or "", bool(o.controller)) for o in raw)
 
 
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=object_pairs)  # a key twice: DuplicateKey
+
+
 def _json(raw: msgspec.Raw) -> Any:
-    return json.loads(bytes(raw), object_pairs_hook=object_pairs)  # a key twice: DuplicateKey
+    return _STRICT_JSON.decode(bytes(raw).decode("utf-8"))  # the file is UTF-8: checked by _utf8
 
 
 def _pod(item: _Item) -> Pod:
@@ -364,10 +367,6 @@ def _pod(item: _Item) -> Pod:
     status = item.status or _NO_STATUS
     annotations = {k: v for k, v in meta.annotations.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)} \
         if meta.annotations else {}
-    for containers in (spec.containers, spec.initContainers):
-        for c in containers or ():
-            if c.name not in _CONTAINER_NAMES:
-                _container_name(c.name)
     refs, tols, conds = meta.ownerReferences, spec.tolerations, status.conditions
     owners = _interned(_OWNERS, refs, lambda: _owners(refs)) if refs else ()
     requests, names, qos = _requests(spec)

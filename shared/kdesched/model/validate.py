@@ -34,6 +34,7 @@ _DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 _DNS_SUBDOMAINS = re.compile(rf"{_LABEL}(\.{_LABEL})*(\n{_LABEL}(\.{_LABEL})*)*")  # names joined by newlines
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUES = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?(\n(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?)*")
 _PERCENT = re.compile(r"[0-9]+%")
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -369,8 +370,8 @@ class _FastPods:
         self.names: list[str] = []
         self.namespaces: list[str] = []
         self.uids: list[str] = []
-        self.label_keys: set[str] = set()
-        self.label_values: set[str] = set()
+        self.label_keys: list[str] = []
+        self.label_values: list[str] = []
         self.node_names: set[str] = set()
         self.owners: dict[int, tuple[Any, ...]] = {}  # the fast path interns owner tuples: checked once each
 
@@ -380,12 +381,9 @@ class _FastPods:
                 and (priority is None or INT32[0] <= priority <= INT32[1])):
             raise GiveUp
         labels = pod.labels
-        if labels and not (self.label_keys.issuperset(labels) and self.label_values.issuperset(labels.values())):
-            for key, value in labels.items():
-                if qualified_name_problem(key) or label_value_problem(value):
-                    raise GiveUp
-                self.label_keys.add(key)
-                self.label_values.add(value)
+        if labels:  # checked at the end, each distinct key and value once
+            self.label_keys.extend(labels)
+            self.label_values.extend(labels.values())
         if node and node not in self.node_names:
             if dns_subdomain_problem(node):
                 raise GiveUp
@@ -415,6 +413,14 @@ class _FastPods:
                 raise GiveUp
         if any(dns_label_problem(ns) for ns in set(self.namespaces)):
             raise GiveUp
+        if any(qualified_name_problem(key) for key in set(self.label_keys)):
+            raise GiveUp
+        values = set(self.label_values)
+        if values:
+            joined = "\n".join(values)
+            if (max(map(len, values)) > 63 or joined.count("\n") != len(values) - 1
+                    or _LABEL_VALUES.fullmatch(joined) is None):
+                raise GiveUp
         if len(set(self.uids)) != len(self.uids):
             raise GiveUp
         if len(set(names)) != len(names) and len(set(zip(self.namespaces, names, strict=True))) != len(names):
