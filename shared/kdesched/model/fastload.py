@@ -38,10 +38,11 @@ from __future__ import annotations
 import codecs
 import json
 import mmap
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -62,9 +63,16 @@ from kdesched.model.records import (
     parse_time,
 )
 from kdesched.model.snapshot import Snapshot
-from kdesched.model.validate import DuplicateKey, GiveUp, SnapshotChecks, dns_label_problem, object_pairs
+from kdesched.model.validate import DuplicateKey, GiveUp, SnapshotChecks, object_pairs
 
 _UNSET: Any = msgspec.UNSET
+# What the API server checks and msgspec can check in C while it decodes (kdesched.model.validate):
+# a pod that fails one is decoded as a dict and reported by the checks (a LIST's pod: Pod.from_api)
+_Required = Annotated[str, msgspec.Meta(min_length=1)]
+_ContainerName = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]  # a DNS label: see _CONTAINER_NAMES
+_Int32 = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
+_Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+_QosClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _NULL = msgspec.Raw(b"null")  # a field that is absent
 _Quantities = dict[str, str]  # the API server writes strings; a number takes the slow path
 
@@ -78,10 +86,11 @@ class _Head(msgspec.Struct):
 
 
 class _OwnerRef(msgspec.Struct, frozen=True):
-    apiVersion: str | None = None
-    kind: str | None = None
-    name: str | None = None
-    uid: str | None = None
+    # required and non-empty, as the API server has them (anything else: the checks, as a dict)
+    apiVersion: _Required
+    kind: _Required
+    name: _Required
+    uid: _Required
     controller: bool | None = None
 
 
@@ -102,7 +111,7 @@ class _Resources(msgspec.Struct):
 
 
 class _Container(msgspec.Struct):
-    name: str | None = None
+    name: _ContainerName
     image: str | None = None
     resources: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # its bytes key the cache
     restartPolicy: str | None = None
@@ -123,7 +132,7 @@ class _Spec(msgspec.Struct):
     nodeName: str | None = None
     containers: list[_Container] | None = None
     initContainers: list[_Container] | None = None
-    priority: int | None = None
+    priority: _Int32 | None = None
     priorityClassName: str | None = None
     tolerations: tuple[_Toleration, ...] | None = None
     nodeSelector: dict[str, str] | None = None
@@ -170,8 +179,8 @@ class _Condition(msgspec.Struct, frozen=True):
 
 
 class _Status(msgspec.Struct):
-    phase: str | None = None
-    qosClass: str | None = None
+    phase: _Phase | None = None
+    qosClass: _QosClass | None = None
     reason: str | None = None
     startTime: str | None = None
     conditions: tuple[_Condition, ...] | None = None
@@ -249,16 +258,12 @@ def _time(value: str | None) -> Any:
 
 def _requests(spec: _Spec) -> tuple[dict[str, int], frozenset[str], str]:
     """``_pod_requests`` of the library, memoized by the bytes of the containers' resources: the
-    replicas of a workload repeat the same text, so most pods are a hit and decode nothing. The
-    containers' names are in the key too, so that they are checked (:func:`_container_name`) only
-    on a miss."""
-    key = (tuple((bytes(c.resources), c.restartPolicy, c.name) for c in spec.initContainers or ()),
-           tuple((bytes(c.resources), c.name) for c in spec.containers or ()),
+    replicas of a workload repeat the same text, so most pods are a hit and decode nothing."""
+    key = (tuple((bytes(c.resources), c.restartPolicy) for c in spec.initContainers or ()),
+           tuple(bytes(c.resources) for c in spec.containers or ()),
            bytes(spec.resources), bytes(spec.overhead))
     hit = _REQUESTS.get(key)
     if hit is None:
-        for c in (*(spec.containers or ()), *(spec.initContainers or ())):
-            _container_name(c.name)
         containers = [_container_dict(c) for c in spec.containers or ()]
         inits = [_container_dict(c) for c in spec.initContainers or ()]
         pod_level = {"resources": _resources_dict(spec.resources), "overhead": _QUANTITIES.decode(spec.overhead)}
@@ -335,17 +340,13 @@ def _spread(raw: msgspec.Raw) -> tuple[TopologySpreadConstraint, ...]:
 
 
 _EFFECTS = (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-def _container_name(name: str | None) -> None:
-    """A container's name must be a DNS label (validate.py names the field otherwise)."""
-    if not name or dns_label_problem(name) is not None:
-        raise _Slow
+_CONTAINER_NAMES: list[str] = []
+"""The container names of the pods built, checked all at once by the snapshot's checks (a regex
+per container in msgspec's decoder cost more than the rest of the pod's checks)."""
+_name_of = operator.attrgetter("name")
 
 
 def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
-    if not all(o.apiVersion for o in raw):
-        raise _Slow  # validate.py names the missing field
     return tuple(OwnerRef(o.kind or "", o.name or "", o.uid or "", bool(o.controller)) for o in raw)
 
 
@@ -370,6 +371,9 @@ def _pod(item: _Item) -> Pod:
     refs, tols, conds = meta.ownerReferences, spec.tolerations, status.conditions
     owners = _interned(_OWNERS, refs, lambda: _owners(refs)) if refs else ()
     requests, names, qos = _requests(spec)
+    _CONTAINER_NAMES.extend(map(_name_of, spec.containers or ()))
+    if spec.initContainers:
+        _CONTAINER_NAMES.extend(map(_name_of, spec.initContainers))
     volumes = []
     for v in spec.volumes or ():
         kind = next((k for k in v if k != "name"), "")
@@ -490,6 +494,7 @@ def load_json_list(path: str, name: str) -> tuple[Snapshot, dict[str, Any]] | No
     finally:
         for cache in _CACHES:  # what is shared lives on in the records; the rest is freed
             cache.clear()
+        _CONTAINER_NAMES.clear()
         try:
             mm.close()
         except BufferError:  # a Raw view still alive (an exception's traceback): freed with it
@@ -515,7 +520,11 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
     items = head.items
     del head
 
+    checks = SnapshotChecks(name, fast=True)
+    check, check_pod = checks.check, checks.check_pod
+
     def objects() -> Iterator[tuple[str, Any]]:
+        """The items, checked (kdesched.model.validate) as they pass."""
         pending: list[tuple[str, msgspec.Raw]] = []
         consumed, dropped = start, 0
         where = name
@@ -528,22 +537,35 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
                 item = _decode(raw)
                 if item is not None and item.kind is _UNSET:
                     pending.append((where, raw))  # typed lists: held until the list's kind is known
-                elif item is None and _kind_missing(raw):
-                    pending.append((where, raw))
+                elif item is None:  # not shaped like a Pod (another kind): the standard library, once
+                    obj = _json(raw)
+                    if type(obj) is dict and "kind" not in obj:
+                        pending.append((where, raw))
+                    elif check(where, obj):
+                        yield where, obj
                 else:
-                    yield where, _item(raw, item, None)
+                    obj = _item(raw, item, None)
+                    if type(obj) is Pod:
+                        check_pod(obj)
+                        yield where, obj
+                    elif check(where, obj):
+                        yield where, obj
                 if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
                     dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
                     mm.madvise(_MADV_DONTNEED, 0, dropped)
             for where, raw in pending:
-                yield where, _item(raw, _decode(raw), item_kind)
+                obj = _item(raw, _decode(raw), item_kind)
+                if type(obj) is Pod:
+                    check_pod(obj)
+                    yield where, obj
+                elif check(where, obj):
+                    yield where, obj
         except DuplicateKey as exc:  # in the standard library's reading of an item
             raise ModelError(where, f"invalid JSON: {exc}") from None
 
-    checks = SnapshotChecks(name, fast=True)
     try:
-        snap = Snapshot.from_objects(checks.objects(objects()), on_error=checks.error)
-        checks.finish()
+        snap = Snapshot.from_objects(objects(), on_error=checks.error)
+        checks.finish(_CONTAINER_NAMES)
     except (RecursionError, GiveUp):
         return None  # nested too deeply, or a pod to report: the slow path says so, in order
     checks.raise_if_any()
@@ -551,13 +573,6 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
 
 
 _MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
-
-
-def _kind_missing(raw: msgspec.Raw) -> bool:
-    """An object item without a ``kind`` key, as :func:`kdesched.model.files.iter_json_list`
-    holds them (only asked for items the Pod structs could not read)."""
-    obj = _json(raw)
-    return type(obj) is dict and "kind" not in obj
 
 
 def decode_list_page(data: bytes, kind: str, api_version: str) -> tuple[list[Pod | dict[str, Any]], dict[str, Any]] | None:
@@ -596,6 +611,7 @@ def decode_list_page(data: bytes, kind: str, api_version: str) -> tuple[list[Pod
     finally:
         for cache in _CACHES:
             cache.clear()
+        _CONTAINER_NAMES.clear()  # a LIST's pods: the API server checked them
     return out, meta
 
 

@@ -39,8 +39,6 @@ _PERCENT = re.compile(r"[0-9]+%")
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
-_PHASES = frozenset(POD_PHASES)
-_QOS = frozenset(QOS_CLASSES)
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 API_VERSIONS: Mapping[str, tuple[str, ...]] = {
     "Pod": ("v1",), "Node": ("v1",), "Namespace": ("v1",), "PersistentVolumeClaim": ("v1",),
@@ -358,13 +356,14 @@ class GiveUp(Exception):
 
 
 class _FastPods:
-    """The checks a Pod record can still answer, done the cheap way for 150,000 pods: each test
-    inline against values already seen valid (replicas repeat namespaces, labels, node names and
-    owners), the rest gathered and checked at once at the end (names by one regular expression
-    over all of them, duplicates by one set). Any doubt raises :class:`GiveUp`; the records the
-    fast path hands over were typed by msgspec, and what msgspec cannot type (apiVersion, spec
-    present, container names, owner apiVersion, affinity an object, toleration effects) sends the
-    pod to the checks as a dict (:mod:`kdesched.model.fastload`)."""
+    """The checks left for the Pod records the fast path built, done the cheap way for 150,000
+    pods. msgspec already checked in C what it can while decoding (phase and qosClass among their
+    values, priority an int32, owner references with apiVersion, kind, name and uid, container
+    names DNS labels: :mod:`kdesched.model.fastload`); what it cannot type (apiVersion, spec
+    present, affinity an object, toleration effects) sent the pod here as a dict. Here: node names
+    against those seen valid, and everything else gathered and checked once at the end (names and
+    label values by one regular expression over them all, label keys once each, duplicates by one
+    set). Any doubt raises :class:`GiveUp`."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -373,12 +372,10 @@ class _FastPods:
         self.label_keys: list[str] = []
         self.label_values: list[str] = []
         self.node_names: set[str] = set()
-        self.owners: dict[int, tuple[Any, ...]] = {}  # the fast path interns owner tuples: checked once each
 
     def check(self, pod: Pod) -> None:
-        refs, priority, node = pod.owner_refs, pod.priority, pod.node_name
-        if not (pod.phase in _PHASES and pod.qos_class in _QOS and pod.images
-                and (priority is None or INT32[0] <= priority <= INT32[1])):
+        node = pod.node_name
+        if not pod.images:  # (phase, qosClass, priority, owners, container names: msgspec checked them)
             raise GiveUp
         labels = pod.labels
         if labels:  # checked at the end, each distinct key and value once
@@ -388,10 +385,6 @@ class _FastPods:
             if dns_subdomain_problem(node):
                 raise GiveUp
             self.node_names.add(node)
-        if refs and id(refs) not in self.owners:
-            if not all(ref.kind and ref.name and ref.uid for ref in refs):
-                raise GiveUp
-            self.owners[id(refs)] = refs  # kept alive, so that its id is not reused meanwhile
         self.names.append(pod.name)  # self.add(), inline
         self.namespaces.append(pod.namespace)
         if pod.uid:
@@ -490,52 +483,62 @@ class SnapshotChecks:
         return True
 
     def objects(self, objects: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-        """The objects of the stream that passed every check, in order. Pod records (the fast
-        path) are checked by :class:`_FastPods`, which raises :class:`GiveUp` on any doubt; call
-        :meth:`finish` after the stream."""
-        fast = self._fast
+        """The objects of the stream that passed every check, in order; call :meth:`finish`
+        after the stream."""
+        check_pod, check = self.check_pod, self.check
         for where, raw in objects:
             if type(raw) is Pod:
-                assert self.fast, "Pod records come from the fast path only"
-                fast.check(raw)
+                check_pod(raw)
                 yield where, raw
-                continue
-            if not isinstance(raw, Mapping):
-                self.report(where, f"expected a Kubernetes object, got {type(raw).__name__}")
-                continue
-            kind = raw.get("kind")
-            if kind is None or kind == "":
-                self.report(where, "kind: is required (every object names its kind, e.g. kind: Pod)")
-                continue
-            if not isinstance(kind, str):
-                self.report(where, f"kind: must be a string, got {_shown(kind)}")
-                continue
-            if kind.endswith("List") and "items" in raw:
-                self.report(where, f"kind {kind}: a List inside a List; put its items in the outer List")
-                continue
-            if kind in POLICY_KINDS:
-                self.report(where, f"kind {kind}: this looks like a policy ({kind}), not a cluster snapshot; give it "
-                                  f"as --policy")
-                continue
-            label = object_label(kind, raw)
-            problems = object_problems(kind, raw)
-            if problems:
-                for field, message in problems:
-                    self.report(f"{where} ({label})", f"{field}: {message}")
-                continue
-            if kind in _KIND_CHECKS:
-                meta = raw["metadata"]
-                namespace, uid = meta.get("namespace") or "default", meta.get("uid") or ""
-                if kind == "Pod" and self.fast:  # among the fast path's records: checked with them at the end
-                    fast.add(namespace, meta["name"], uid)
-                elif not self._identity(where, kind, namespace, meta["name"], uid, label):
-                    continue
-            yield where, raw
+            elif check(where, raw):
+                yield where, raw
 
-    def finish(self) -> None:
-        """The checks made once the whole stream is read (:class:`GiveUp` from the fast path's)."""
+    def check_pod(self, pod: Pod) -> None:
+        """A Pod record of the fast path (:class:`_FastPods`: :class:`GiveUp` on any doubt)."""
+        assert self.fast, "Pod records come from the fast path only"
+        self._fast.check(pod)
+
+    def check(self, where: str, raw: Any) -> bool:
+        """Whether the raw object at ``where`` passed every check (its problems are reported)."""
+        if not isinstance(raw, Mapping):
+            self.report(where, f"expected a Kubernetes object, got {type(raw).__name__}")
+            return False
+        kind = raw.get("kind")
+        if kind is None or kind == "":
+            self.report(where, "kind: is required (every object names its kind, e.g. kind: Pod)")
+            return False
+        if not isinstance(kind, str):
+            self.report(where, f"kind: must be a string, got {_shown(kind)}")
+            return False
+        if kind.endswith("List") and "items" in raw:
+            self.report(where, f"kind {kind}: a List inside a List; put its items in the outer List")
+            return False
+        if kind in POLICY_KINDS:
+            self.report(where, f"kind {kind}: this looks like a policy ({kind}), not a cluster snapshot; give it "
+                               f"as --policy")
+            return False
+        if kind not in _KIND_CHECKS:
+            return True  # a kind kdesched does not read: skipped with a note by Snapshot.from_objects
+        problems = object_problems(kind, raw)
+        if problems:
+            label = object_label(kind, raw)
+            for field, message in problems:
+                self.report(f"{where} ({label})", f"{field}: {message}")
+            return False
+        meta = raw["metadata"]
+        namespace, uid = meta.get("namespace") or "default", meta.get("uid") or ""
+        if kind == "Pod" and self.fast:  # among the fast path's records: checked with them at the end
+            self._fast.add(namespace, meta["name"], uid)
+            return True
+        return self._identity(where, kind, namespace, meta["name"], uid, object_label(kind, raw))
+
+    def finish(self, container_names: Iterable[str] = ()) -> None:
+        """The checks made once the whole stream is read (:class:`GiveUp` from the fast path's,
+        which hands over the container names of the pods it built)."""
         if self.fast:
             self._fast.finish()
+            if any(dns_label_problem(name) for name in set(container_names)):
+                raise GiveUp
 
     def raise_if_any(self) -> None:
         """A :class:`ModelError` listing the problems found (one line per problem), if any."""
