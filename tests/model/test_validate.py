@@ -89,6 +89,12 @@ def test_duplicates_by_name_and_by_uid(tmp_path: Path, monkeypatch: pytest.Monke
     assert "items[1] (Node n1): metadata.name: the same Node again (first at" in message
     assert "items[3] (Pod web-2 in default): metadata.uid: 'u-1' is also the uid of" in message
     assert "items[5] (Pod web-3 in default): metadata.name: the same Pod again" in message
+    # a uid shared by a pod and a node: the same answer from both paths
+    shared = pod_obj("web-4", node="n1")
+    shared["metadata"]["uid"] = "u-node"
+    node = node_obj("n1") | {"metadata": {"name": "n1", "uid": "u-node"}}
+    assert "metadata.uid: 'u-node' is also the uid of" in both(write(tmp_path, [node, shared], "uid.json"),
+                                                                monkeypatch)[0]
     # the same name in another namespace is another pod
     other = pod_obj("web-3", node="n1", namespace="shop")
     load_snapshot(write(tmp_path, [node_obj("n1"), pod_obj("web-3", node="n1"), other], "ok.json"))

@@ -359,7 +359,7 @@ class _FastPods:
     """The checks left for the Pod records the fast path built, done the cheap way for 150,000
     pods. msgspec already checked in C what it can while decoding (phase and qosClass among their
     values, priority an int32, owner references with apiVersion, kind, name and uid, container
-    names DNS labels: :mod:`kdesched.model.fastload`); what it cannot type (apiVersion, spec
+    names present: :mod:`kdesched.model.fastload`); what it cannot type (apiVersion, spec
     present, affinity an object, toleration effects) sent the pod here as a dict. Here: node names
     against those seen valid, and everything else gathered and checked once at the end (names and
     label values by one regular expression over them all, label keys once each, duplicates by one
@@ -538,6 +538,8 @@ class SnapshotChecks:
         if self.fast:
             self._fast.finish()
             if any(dns_label_problem(name) for name in set(container_names)):
+                raise GiveUp
+            if not self._uids.keys().isdisjoint(self._fast.uids):  # a pod's uid on an object of another kind
                 raise GiveUp
 
     def raise_if_any(self) -> None:
