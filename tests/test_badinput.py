@@ -33,14 +33,20 @@ RETRIED = {404, 408, 409, 429}
 
 
 def expectation(path: Path) -> tuple[str, ...]:
-    """The messages of which the error must contain one."""
+    """The messages of which the error must contain one. A JSON file, which has no comments, says
+    it in its first key instead: ``{"# expect": "...",`` on its first line."""
     first = path.read_bytes().split(b"\n", 1)[0].decode("latin-1")
+    if first.startswith('{"# expect": '):
+        first = "# expect: " + json.loads(first[len('{"# expect": '):].rstrip().rstrip(","))
     assert first.startswith("# expect: "), f"{path} must start with '# expect: ...'"
     return tuple(part.strip() for part in first[len("# expect: "):].split(" || "))
 
 
 def cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse refuses a flag's value itself: exit 2, "argument --flag: ..."
+        code = exc.code if isinstance(exc.code, int) else 1
     cap = capsys.readouterr()
     return code, cap.out, cap.err
 
@@ -89,7 +95,7 @@ CLI_CASES = yaml.safe_load((CORPUS / "cli.yaml").read_text())
 def test_bad_command_lines(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    argv = [a.format(seed=SEED, policy=POLICY, tmp=tmp_path) for a in case["argv"]]
+    argv = [a.format(seed=SEED, policy=POLICY, tmp=tmp_path, corpus=CORPUS) for a in case["argv"]]
     assert_refused(*cli(capsys, argv), case["expect"])
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
 

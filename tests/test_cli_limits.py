@@ -20,8 +20,12 @@ from tests.test_cli_run import kubeconfig
     ("--kube-api-qps", "0", "must be a number > 0"),
     ("--kube-api-qps", "lots", "must be a number > 0"),
     ("--kube-api-qps", "nan", "must be a number > 0"),
-    ("--kube-api-burst", "0", "must be an integer >= 1"),
-    ("--kube-api-burst", "2.5", "must be an integer >= 1"),
+    ("--kube-api-qps", "inf", "must be a number > 0"),
+    ("--kube-api-qps", "1e10", "must be a number > 0 (requests per second) and at most 10,000"),
+    # an upper bound since the issue-25 flag review: "must be an integer >= 1" before
+    ("--kube-api-burst", "0", "must be an integer from 1 to 10000"),
+    ("--kube-api-burst", "2.5", "must be an integer from 1 to 10000"),
+    ("--kube-api-burst", "10001", "must be an integer from 1 to 10000"),
     ("--max-concurrent-evictions", "0", "must be an integer from 1 to 256"),
     ("--max-concurrent-evictions", "257", "must be an integer from 1 to 256"),
 ])

@@ -135,6 +135,15 @@ MUTATIONS: list[tuple[str, Any]] = [
     ("status.conditions.0.lastTransitionTime", ""), ("status.containerStatuses.0.restartCount", "2"),
     ("status.containerStatuses.0.restartCount", True), ("status.containerStatuses.0.lastState.terminated.exitCode", 1.5),
     ("status.containerStatuses.0.state", 1), ("kind", None), ("kind", 5), ("kind", "Node"),
+    # what the API server would refuse (kdesched.model.validate): the fast path hands these over too
+    ("apiVersion", "v2"), ("apiVersion", "apps/v1"), ("status.phase", "Exploded"), ("status.qosClass", "Best"),
+    ("spec.containers", []), ("spec.containers.0.name", None), ("spec.containers.0.name", "C_1"),
+    ("spec.initContainers.0.name", ""), ("spec.affinity", []), ("spec.affinity", None), ("spec.nodeName", 123),
+    ("spec.nodeName", "Node_1"), ("metadata.name", "Web_1"), ("metadata.name", "web-1"), ("metadata.uid", None),
+    ("metadata.namespace", "Shop"), ("metadata.labels.app", "a b"), ("metadata.labels", {"-x": "y"}),
+    ("metadata.ownerReferences.0.kind", None), ("metadata.ownerReferences.0.apiVersion", ""),
+    ("metadata.ownerReferences.0.uid", ""), ("spec.tolerations.0.effect", "Sometimes"), ("spec.priority", 1 << 40),
+    ("spec.volumes.0.name", ""), ("spec.nodeName", "n2"),
 ]
 
 
@@ -154,7 +163,9 @@ def mutate(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("path", "value"), MUTATIONS, ids=[f"{p}={v!r}" for p, v in MUTATIONS])
 def test_unusual_pods_decide_as_the_validating_parser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       path: str, value: Any) -> None:
-    items = [node_obj("n1"), rich_pod(), mutate(rich_pod(), path, value), pdb_obj("b", {"app": "web"})]
+    other = rich_pod()  # another pod (its own name and uid), then changed
+    other["metadata"]["name"] = "web-2"
+    items = [node_obj("n1"), rich_pod(), mutate(other, path, value), pdb_obj("b", {"app": "web"})]
     file = write_json(tmp_path, {"apiVersion": "v1", "kind": "List", "items": items})
     assert outcome(file, monkeypatch, slow=False) == outcome(file, monkeypatch, slow=True)
 

@@ -69,10 +69,11 @@ def test_typed_lists_give_items_their_kind(tmp_path: Path) -> None:
     assert [p.name for p in load_snapshot(write(tmp_path, both)).pods] == ["p"]
 
 
-def test_v1_list_items_without_kind_are_skipped_with_a_note(tmp_path: Path) -> None:
+def test_v1_list_items_without_kind_are_refused(tmp_path: Path) -> None:
+    # once skipped with a note ("(no kind)"): a Pod that lost its kind silently left the decision
     text = json.dumps({"kind": "List", "items": [NODE, strip_kind(POD)]})
-    snap = load_snapshot(write(tmp_path, text))
-    assert snap.pods == [] and "(no kind)" in snap.notes[0]
+    with pytest.raises(ModelError, match=r"items\[1\]: kind: is required"):
+        load_snapshot(write(tmp_path, text))
 
 
 @pytest.mark.parametrize(

@@ -187,8 +187,9 @@ def test_sigterm_with_a_run_stuck_evicting_exits_0_after_the_drain(fake_api: Fak
 # --- the drain option and the shipped manifest ---------------------------------------------------
 
 
-@pytest.mark.parametrize("value,message", [("-1", "must be >= 0, got -1"), ("nan", "must be a finite number"),
-                                           ("inf", "must be a finite number"), ("soon", "must be a number of seconds")])
+@pytest.mark.parametrize("value,message", [("-1", "out of range (range: 0 to 3600 seconds), got '-1'"),
+                                           ("nan", "must be a finite number"), ("inf", "must be a finite number"),
+                                           ("soon", "must be a number (range: 0 to 3600 seconds)")])
 def test_drain_seconds_is_validated_naming_the_flag(value: str, message: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:

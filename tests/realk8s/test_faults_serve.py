@@ -93,9 +93,12 @@ def test_serve_moves_a_maintenance_taint_at_30_percent_faults(control_plane: Con
             began = time.monotonic()
             for n in pool:
                 set_taints(real, n, [GPU])
-            wait_placement(control_plane, real, "web",
-                           lambda p: sum(p.values()) == POOL and set(p) <= set(spares), timeout=90, interval=0.2,
-                           what=f"seed {seed}: every replica off the tainted pool")
+            try:
+                wait_placement(control_plane, real, "web",
+                               lambda p: sum(p.values()) == POOL and set(p) <= set(spares), timeout=90,
+                               interval=0.2, what=f"seed {seed}: every replica off the tainted pool")
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}; faults {dict(proxy.counts())}; serve's log:\n{s.log()[-6000:]}") from None
             took = time.monotonic() - began
             time.sleep(2)  # nothing more happens afterwards: no replacement is evicted
         counts = dict(proxy.counts())

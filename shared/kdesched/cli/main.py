@@ -141,6 +141,9 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
     from kdesched.policy.errors import PolicyError
     from kdesched.reactor.settings import ReactorSettings, block_problems
 
+    for name in profiles:
+        if not name.strip():
+            raise InputError(f"--profile: must name a preset profile (e.g. AffinityAndTaints), got {name!r}")
     try:
         base = None
         if path:
@@ -375,10 +378,10 @@ def _qps_flag(text: str) -> float:
 
 
 def _burst_flag(text: str) -> int:
-    from kdesched.kube.config import parse_count
+    from kdesched.kube.config import MAX_BURST, parse_count
 
     try:
-        return parse_count(text, 1)
+        return parse_count(text, 1, MAX_BURST)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -400,19 +403,23 @@ def add_client_limit_flags(parser: argparse.ArgumentParser, *, concurrency: bool
         DEFAULT_BURST,
         DEFAULT_MAX_CONCURRENT_EVICTIONS,
         DEFAULT_QPS,
+        MAX_BURST,
+        MAX_CONCURRENCY,
+        MAX_QPS,
         QPS_ENV,
     )
 
     parser.add_argument("--kube-api-qps", type=_qps_flag, default=None, metavar="QPS",
                         help=f"client-side rate limit: requests per second to the API server, every request counted "
-                             f"(default ${QPS_ENV}, else {DEFAULT_QPS:g}, kube-scheduler's default)")
+                             f"(default ${QPS_ENV}, else {DEFAULT_QPS:g}, kube-scheduler's default); range: more "
+                             f"than 0 and at most {MAX_QPS:,.0f}")
     parser.add_argument("--kube-api-burst", type=_burst_flag, default=None, metavar="N",
                         help=f"requests that may go above --kube-api-qps in a burst (default ${BURST_ENV}, else "
-                             f"{DEFAULT_BURST})")
+                             f"{DEFAULT_BURST}); range: 1 to {MAX_BURST:,}")
     if concurrency:
         parser.add_argument("--max-concurrent-evictions", type=_concurrency_flag, default=None, metavar="N",
                             help=f"evictions in flight at once, 1 = one after another (default ${CONCURRENCY_ENV}, "
-                                 f"else {DEFAULT_MAX_CONCURRENT_EVICTIONS})")
+                                 f"else {DEFAULT_MAX_CONCURRENT_EVICTIONS}); range: 1 to {MAX_CONCURRENCY}")
 
 
 def client_limits(args: argparse.Namespace) -> Any:
@@ -618,6 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--output-file", metavar="FILE",
                       help="write the converted policy to FILE (whole or not at all) instead of stdout")
     conv.set_defaults(func=cmd_policy_convert)
+    from kdesched.cli.flags import document_ranges
+
+    document_ranges(parser)
     return parser
 
 

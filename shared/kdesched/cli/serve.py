@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import re
 import signal
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
 from kdesched_functions import FUNCTIONS
 
+from kdesched.cli.flags import NumberFlag, address
+
 log = logging.getLogger("kdesched.cli.serve")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # fullmatch: "$" would let a trailing newline in
 
 
 
@@ -35,51 +36,31 @@ def _default_port() -> int:
         return 8080
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
-    return value
-
+_port = NumberFlag(int, 0, 65535)
 
 DEFAULT_MAX_OBJECTS_TEXT = ("auto: 35%% of the container's memory limit at ~2.7 KB per object, e.g. ~275,000 at "
                             "2 Gi; 300,000 without a limit")
 DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kdesched.reactor.serve.DEFAULT_DRAIN_SECONDS
 
+_positive_int = NumberFlag(int, 1, 100_000_000)
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace(",", "").replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+MAX_SWEEP_SECONDS = 7 * 24 * 3600
+"""The longest sweep interval (a week): a larger one is a typo, and ``inf`` killed the sweep thread."""
 
 
-def _max_objects(text: str) -> int | None:
-    """``--cache-max-objects``: a whole number >= 1, or ``auto`` (None: from the memory limit)."""
-    if text.strip().lower() == "auto":
-        return None
-    try:
-        return _positive_int(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
+@dataclass(frozen=True)
+class _CountOrAuto(NumberFlag):
+    """``--cache-max-objects``: a whole number in range, or ``auto`` (None: from the memory limit)."""
+
+    def __call__(self, text: str) -> int | None:  # type: ignore[override]
+        if text.strip().lower() == "auto":
+            return None
+        return int(super().__call__(text))
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value):  # float() takes "inf" and "nan": neither is a duration
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_max_objects = _CountOrAuto(int, 1, 100_000_000, note="or auto")
+_seconds = NumberFlag(float, 0, MAX_SWEEP_SECONDS, "seconds")
+_drain_seconds = NumberFlag(float, 0, 3600, "seconds")
 
 
 def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -99,7 +80,8 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--profile", metavar="NAME", action="append", default=[], help="a named preset profile; repeatable")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     p.add_argument("--context", metavar="NAME", help="kubeconfig context")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--host", type=address, default="0.0.0.0", help="listen address: an IP address or a host name "
+                   "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080; 0 = any)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, evict nothing")
     p.add_argument("--sweep-interval", type=_seconds, default=None, metavar="SECONDS",
@@ -107,7 +89,7 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
     p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
                    help="run without the leader Lease (only with a single replica)")
     p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME or host name + random)")
-    p.add_argument("--drain-seconds", type=_seconds, default=None, metavar="SECONDS",
+    p.add_argument("--drain-seconds", type=_drain_seconds, default=None, metavar="SECONDS",
                    help="on SIGTERM, how long runs in flight get to end before serve releases the leader Lease and "
                         f"exits 0 anyway (default {DEFAULT_DRAIN_TEXT}); keep it under the pod's "
                         "terminationGracePeriodSeconds minus ~10 s for the release")
@@ -141,7 +123,8 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
                    metavar="NAME", help="the function to serve (default $KDESCHED_FUNCTION): "
                    + "; ".join(f"{f.name}: {f.summary}" for f in FUNCTIONS.values()))
     p.add_argument("--policy", metavar="FILE", help="DeschedulerPolicy file (default $KDESCHED_POLICY)")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--host", type=address, default="0.0.0.0", help="listen address: an IP address or a host name "
+                   "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
     p.set_defaults(func=cmd_function)
     return p
@@ -180,9 +163,11 @@ def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
     if not isinstance(doc, dict):
         return ""
     name = context or doc.get("current-context")
-    for entry in doc.get("contexts") or []:
+    contexts = doc.get("contexts")
+    for entry in contexts if isinstance(contexts, list) else ():  # a malformed file: the client names the field
         if isinstance(entry, dict) and entry.get("name") == name:
-            ns = (entry.get("context") or {}).get("namespace")
+            body = entry.get("context")
+            ns = body.get("namespace") if isinstance(body, dict) else None
             return ns if isinstance(ns, str) else ""
     return ""
 
@@ -233,10 +218,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     loaded = _load(args.policy, args.profile, args.dry_run)
     policy, settings = loaded.policy, loaded.settings
+    if args.sweep_interval is None and not settings.sweep_interval_seconds <= MAX_SWEEP_SECONDS:
+        raise _input_error(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got "
+                           f"{settings.sweep_interval_seconds:g}")
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
     namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)
-    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
         raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
     from kdesched.cli.main import client_limits

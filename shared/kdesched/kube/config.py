@@ -49,6 +49,8 @@ QPS_ENV = "KDESCHED_KUBE_API_QPS"
 BURST_ENV = "KDESCHED_KUBE_API_BURST"
 CONCURRENCY_ENV = "KDESCHED_MAX_CONCURRENT_EVICTIONS"
 MAX_CONCURRENCY = 256
+MAX_QPS = 10_000.0
+MAX_BURST = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,40 +75,42 @@ class ClientLimits:
 
 
 def limit_problems(qps: float, burst: int, concurrency: int) -> list[tuple[str, str]]:
-    """(setting, problem) for each invalid value: qps > 0 (finite), burst >= 1, 1 <= concurrency <= 256."""
+    """(setting, problem) for each invalid value: 0 < qps <= 10,000, 1 <= burst <= 10,000,
+    1 <= concurrency <= 256."""
     import math
 
     out = []
-    if not (isinstance(qps, int | float) and math.isfinite(qps) and qps > 0):
-        out.append(("qps", f"must be a number > 0, got {qps!r}"))
-    if not (isinstance(burst, int) and burst >= 1):
-        out.append(("burst", f"must be an integer >= 1, got {burst!r}"))
+    if not (isinstance(qps, int | float) and math.isfinite(qps) and 0 < qps <= MAX_QPS):
+        out.append(("qps", f"must be a number > 0 and at most {MAX_QPS:,.0f}, got {qps!r}"))
+    if not (isinstance(burst, int) and 1 <= burst <= MAX_BURST):
+        out.append(("burst", f"must be an integer from 1 to {MAX_BURST:,}, got {burst!r}"))
     if not (isinstance(concurrency, int) and 1 <= concurrency <= MAX_CONCURRENCY):
         out.append(("max_concurrent_evictions", f"must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"))
     return out
 
 
 def parse_qps(text: str) -> float:
-    """A ``--kube-api-qps`` / ``$KDESCHED_KUBE_API_QPS`` value: a finite number > 0."""
+    """A ``--kube-api-qps`` / ``$KDESCHED_KUBE_API_QPS`` value: a finite number > 0, at most 10,000."""
     import math
 
+    why = f"must be a number > 0 (requests per second) and at most {MAX_QPS:,.0f}, got {text!r}"
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"must be a number > 0 (requests per second), got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"must be a number > 0 (requests per second), got {text!r}")
+        raise ValueError(why) from None
+    if not math.isfinite(value) or not 0 < value <= MAX_QPS:
+        raise ValueError(why)
     return value
 
 
 def parse_count(text: str, low: int, high: int | None = None) -> int:
     """An integer in [low, high] from a flag or an environment variable."""
+    bounds = f"from {low} to {high}" if high is not None else f">= {low}"
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"must be an integer >= {low}, got {text!r}") from None
+        raise ValueError(f"must be an integer {bounds}, got {text!r}") from None
     if value < low or (high is not None and value > high):
-        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
         raise ValueError(f"must be an integer {bounds}, got {text!r}")
     return value
 
@@ -123,7 +127,7 @@ def limits_from_env(env: Mapping[str, str] | None = None, *, qps: float | None =
             qps = parse_qps(env[QPS_ENV])
         if burst is None and env.get(BURST_ENV):
             where = BURST_ENV
-            burst = parse_count(env[BURST_ENV], 1)
+            burst = parse_count(env[BURST_ENV], 1, MAX_BURST)
         if max_concurrent_evictions is None and env.get(CONCURRENCY_ENV):
             where = CONCURRENCY_ENV
             max_concurrent_evictions = parse_count(env[CONCURRENCY_ENV], 1, MAX_CONCURRENCY)
@@ -222,6 +226,100 @@ def _named(docs: list[dict[str, Any]], section: str, field: str, name: object) -
     return None
 
 
+_SECTIONS = (("clusters", "cluster"), ("contexts", "context"), ("users", "user"))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_kubeconfig(path: str, context: str | None = None) -> None:
+    """A :class:`ConfigError` naming the file and field for a kubeconfig the official loader would
+    fail on with a TypeError or KeyError, or accept and then fail far away: sections that are not
+    lists of named entries (``contexts: 5``), a context without a cluster, a cluster without a
+    ``server`` (exit 1 without naming the field, before) or with one that is not an http(s) URL.
+    Files of a ``:``-separated list are merged as kubectl does: the first ``current-context``
+    and the first entry of a name win."""
+    from urllib.parse import urlsplit
+
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    for file in _kubeconfig_files(path):
+        if not file.is_file():
+            continue
+        try:
+            doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, OSError, ValueError) as exc:
+            raise ConfigError(f"{file}: invalid kubeconfig: {trim(str(exc))}") from None
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{file}: invalid kubeconfig: expected a mapping with clusters, contexts and users, "
+                              f"got {type(doc).__name__}")
+        for section, item in _SECTIONS:
+            entries = doc.get(section)
+            if entries is None:
+                continue
+            if not isinstance(entries, list):
+                raise ConfigError(f"{file}: {section}: must be a list of entries with name and {item}, got "
+                                  f"{_show(entries)}")
+            for i, entry in enumerate(entries):
+                where = f"{file}: {section}[{i}]"
+                if not isinstance(entry, dict):
+                    raise ConfigError(f"{where}: must be a mapping with name and {item}, got {_show(entry)}")
+                if not isinstance(entry.get("name"), str) or not entry["name"]:
+                    raise ConfigError(f"{where}.name: must be a non-empty string, got {_show(entry.get('name'))}")
+                if entry.get(item) is not None and not isinstance(entry[item], dict):
+                    raise ConfigError(f"{where}.{item}: must be a mapping, got {_show(entry[item])}")
+        current = doc.get("current-context")
+        if current is not None and not isinstance(current, str):
+            raise ConfigError(f"{file}: current-context: must be a string, got {_show(current)}")
+        docs.append((file, doc))
+    name = context or next((d["current-context"] for _, d in docs if d.get("current-context")), None)
+    if not name:
+        return  # the loader says that no context is set
+
+    def find(section: str, wanted: str) -> tuple[str, dict[str, Any]] | None:
+        for file, doc in docs:
+            for i, entry in enumerate(doc.get(section) or ()):
+                if entry["name"] == wanted:
+                    return f"{file}: {section}[{i}] ({wanted})", entry
+        return None
+
+    found = find("contexts", name)
+    if found is None:
+        raise ConfigError(f"{path}: context {name!r} is not in contexts"
+                          + (" (--context)" if context else " (current-context)"))
+    where, entry = found
+    body: dict[str, Any] = entry.get("context") or {}
+    cluster = body.get("cluster")
+    if not isinstance(cluster, str) or not cluster:
+        raise ConfigError(f"{where}.context.cluster: is required (a name from clusters), got {_show(cluster)}")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise ConfigError(f"{where}.context.user: must be a string, got {_show(user)}")
+    namespace = body.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise ConfigError(f"{where}.context.namespace: must be a string, got {_show(namespace)}")
+    found = find("clusters", cluster)
+    if found is None:
+        raise ConfigError(f"{where}.context.cluster: {cluster!r} is not in clusters")
+    where, entry = found
+    cluster_body: dict[str, Any] = entry.get("cluster") or {}
+    server = cluster_body.get("server")
+    if not isinstance(server, str) or not server.strip():
+        raise ConfigError(f"{where}.cluster.server: is required (the API server's URL, e.g. https://127.0.0.1:6443), "
+                          f"got {_show(server)}")
+    try:
+        parts = urlsplit(server.strip())
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ConfigError(f"{where}.cluster.server: must be an http or https URL, e.g. https://127.0.0.1:6443, "
+                          f"got {_show(server)}")
+
+
 def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
     """A fresh client Configuration (never the process-wide default).
 
@@ -250,6 +348,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         raise ConfigError(f"{kubeconfig}: no such kubeconfig file")
     if kubeconfig is None and not any(f.is_file() for f in files):
         raise ConfigError(f"{path}: no kubeconfig file found (and {SERVICE_HOST_ENV} is not set, so not in a cluster)")
+    check_kubeconfig(path, context)
     try:
         k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration,
                                     persist_config=False)

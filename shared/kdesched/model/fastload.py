@@ -23,9 +23,14 @@ loader run:
   quantity or time) is decoded by the standard library and parsed by the validating parser, so a
   bad object fails with the same file / item / field message.
 
-One difference, for input no tool writes: a List object with *two* ``items`` keys (RFC 8259 says
-names SHOULD be unique) is read with the last one here, the first one by the streaming reader of
-:mod:`kdesched.model.files` (and the last one by its whole-document reader).
+Pods are checked as the API server checks them (:mod:`kdesched.model.validate`): the record
+built here when every check passes, the ordinary loader for the whole file (``GiveUp``) otherwise,
+so that problems are reported in order by one code path.
+
+One difference, for input no tool writes: a key given twice (RFC 8259 says names SHOULD be unique)
+in the List object itself or inside a Pod the structs read keeps its last value here (msgspec does
+not report it), where the ordinary loader refuses the file, as it refuses a YAML mapping with a key
+twice. Every item read by the standard library here (other kinds, unusual pods) is refused alike.
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ from __future__ import annotations
 import codecs
 import json
 import mmap
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from kdesched.model.errors import ModelError
 from kdesched.model.records import (
     EMPTY,
     KEPT_ANNOTATION_PREFIXES,
@@ -56,8 +63,16 @@ from kdesched.model.records import (
     parse_time,
 )
 from kdesched.model.snapshot import Snapshot
+from kdesched.model.validate import DuplicateKey, GiveUp, SnapshotChecks, object_pairs
 
 _UNSET: Any = msgspec.UNSET
+# What the API server checks and msgspec can check in C while it decodes (kdesched.model.validate):
+# a pod that fails one is decoded as a dict and reported by the checks (a LIST's pod: Pod.from_api)
+_Required = Annotated[str, msgspec.Meta(min_length=1)]
+_ContainerName = Annotated[str, msgspec.Meta(min_length=1, max_length=63)]  # a DNS label: see _CONTAINER_NAMES
+_Int32 = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
+_Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+_QosClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _NULL = msgspec.Raw(b"null")  # a field that is absent
 _Quantities = dict[str, str]  # the API server writes strings; a number takes the slow path
 
@@ -71,9 +86,11 @@ class _Head(msgspec.Struct):
 
 
 class _OwnerRef(msgspec.Struct, frozen=True):
-    kind: str | None = None
-    name: str | None = None
-    uid: str | None = None
+    # required and non-empty, as the API server has them (anything else: the checks, as a dict)
+    apiVersion: _Required
+    kind: _Required
+    name: _Required
+    uid: _Required
     controller: bool | None = None
 
 
@@ -94,6 +111,7 @@ class _Resources(msgspec.Struct):
 
 
 class _Container(msgspec.Struct):
+    name: _ContainerName
     image: str | None = None
     resources: msgspec.Raw = msgspec.field(default_factory=lambda: _NULL)  # its bytes key the cache
     restartPolicy: str | None = None
@@ -114,7 +132,7 @@ class _Spec(msgspec.Struct):
     nodeName: str | None = None
     containers: list[_Container] | None = None
     initContainers: list[_Container] | None = None
-    priority: int | None = None
+    priority: _Int32 | None = None
     priorityClassName: str | None = None
     tolerations: tuple[_Toleration, ...] | None = None
     nodeSelector: dict[str, str] | None = None
@@ -161,8 +179,8 @@ class _Condition(msgspec.Struct, frozen=True):
 
 
 class _Status(msgspec.Struct):
-    phase: str | None = None
-    qosClass: str | None = None
+    phase: _Phase | None = None
+    qosClass: _QosClass | None = None
     reason: str | None = None
     startTime: str | None = None
     conditions: tuple[_Condition, ...] | None = None
@@ -175,6 +193,7 @@ class _Item(msgspec.Struct):
     """Any item, read as a Pod; ``kind`` UNSET (absent) differs from null, as in the slow path."""
 
     kind: str | None | msgspec.UnsetType = msgspec.UNSET
+    apiVersion: str | None | msgspec.UnsetType = msgspec.UNSET
     metadata: _Meta | None = None
     spec: _Spec | None = None
     status: _Status | None = None
@@ -295,7 +314,7 @@ def _tolerations(raw: tuple[_Toleration, ...]) -> tuple[Toleration, ...]:
     out = []
     for t in raw:
         op = t.operator or "Equal"
-        if op not in ("Equal", "Exists", "Lt", "Gt"):
+        if op not in ("Equal", "Exists", "Lt", "Gt") or t.effect not in _EFFECTS:
             raise _Slow
         out.append(Toleration(t.key or "", op, t.value or "", t.effect or ""))
     return tuple(out)
@@ -320,12 +339,22 @@ def _spread(raw: msgspec.Raw) -> tuple[TopologySpreadConstraint, ...]:
                  for i, c in enumerate(constraints))
 
 
+_EFFECTS = (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute")
+_CONTAINER_NAMES: list[str] = []
+"""The container names of the pods built, checked all at once by the snapshot's checks (a regex
+per container in msgspec's decoder cost more than the rest of the pod's checks)."""
+_name_of = operator.attrgetter("name")
+
+
 def _owners(raw: tuple[_OwnerRef, ...]) -> tuple[OwnerRef, ...]:
     return tuple(OwnerRef(o.kind or "", o.name or "", o.uid or "", bool(o.controller)) for o in raw)
 
 
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=object_pairs)  # a key twice: DuplicateKey
+
+
 def _json(raw: msgspec.Raw) -> Any:
-    return json.loads(bytes(raw))
+    return _STRICT_JSON.decode(bytes(raw).decode("utf-8"))  # the file is UTF-8: checked by _utf8
 
 
 def _pod(item: _Item) -> Pod:
@@ -333,15 +362,18 @@ def _pod(item: _Item) -> Pod:
     treat differently; the caller then runs that parser)."""
     meta = item.metadata or _NO_META
     name = meta.name
-    if not name:
-        raise _Slow
-    spec = item.spec or _NO_SPEC
+    spec = item.spec
+    if not name or spec is None or (item.apiVersion is not _UNSET and item.apiVersion != "v1"):
+        raise _Slow  # validate.py (a snapshot file) or Pod.from_api (a LIST) decides
     status = item.status or _NO_STATUS
     annotations = {k: v for k, v in meta.annotations.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)} \
         if meta.annotations else {}
     refs, tols, conds = meta.ownerReferences, spec.tolerations, status.conditions
     owners = _interned(_OWNERS, refs, lambda: _owners(refs)) if refs else ()
     requests, names, qos = _requests(spec)
+    _CONTAINER_NAMES.extend(map(_name_of, spec.containers or ()))
+    if spec.initContainers:
+        _CONTAINER_NAMES.extend(map(_name_of, spec.initContainers))
     volumes = []
     for v in spec.volumes or ():
         kind = next((k for k in v if k != "name"), "")
@@ -350,11 +382,17 @@ def _pod(item: _Item) -> Pod:
             source = _CLAIM.decode(v[kind])  # a claim that is not an object, or a name that is
             claim = (source.claimName or "") if source is not None else ""  # not a string: slow path
         vname = v.get("name")
-        volumes.append(Volume((_NAME.decode(vname) or "") if vname is not None else "", kind, claim))
+        vname_text = _NAME.decode(vname) if vname is not None else None
+        if not vname_text:
+            raise _Slow  # a volume's name is required (validate.py)
+        volumes.append(Volume(vname_text, kind, claim))
     tolerations = _interned(_TOLERATIONS, tols, lambda: _tolerations(tols)) if tols else ()
     affinity = None
     if spec.affinity is not _NULL:
-        affinity = _interned(_AFFINITIES, bytes(spec.affinity), lambda: _affinity(spec.affinity))
+        text = bytes(spec.affinity)
+        if text[:1] not in (b"{", b"n"):
+            raise _Slow  # null or an object only (validate.py)
+        affinity = _interned(_AFFINITIES, text, lambda: _affinity(spec.affinity))
     spread: tuple[TopologySpreadConstraint, ...] = ()
     if spec.topologySpreadConstraints is not _NULL:
         spread = _interned(_SPREADS, bytes(spec.topologySpreadConstraints),
@@ -456,6 +494,7 @@ def load_json_list(path: str, name: str) -> tuple[Snapshot, dict[str, Any]] | No
     finally:
         for cache in _CACHES:  # what is shared lives on in the records; the rest is freed
             cache.clear()
+        _CONTAINER_NAMES.clear()
         try:
             mm.close()
         except BufferError:  # a Raw view still alive (an exception's traceback): freed with it
@@ -481,42 +520,59 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
     items = head.items
     del head
 
+    checks = SnapshotChecks(name, fast=True)
+    check, check_pod = checks.check, checks.check_pod
+
     def objects() -> Iterator[tuple[str, Any]]:
+        """The items, checked (kdesched.model.validate) as they pass."""
         pending: list[tuple[str, msgspec.Raw]] = []
         consumed, dropped = start, 0
-        for i in range(len(items)):
-            raw = items[i]
-            items[i] = _NULL  # the records are all that stays
-            where = f"{name} items[{i}]"
-            consumed += len(raw)
-            item = _decode(raw)
-            if item is not None and item.kind is _UNSET:
-                pending.append((where, raw))  # typed lists: held until the list's kind is known
-            elif item is None and _kind_missing(raw):
-                pending.append((where, raw))
-            else:
-                yield where, _item(raw, item, None)
-            if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
-                dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
-                mm.madvise(_MADV_DONTNEED, 0, dropped)
-        for where, raw in pending:
-            yield where, _item(raw, _decode(raw), item_kind)
+        where = name
+        try:
+            for i in range(len(items)):
+                raw = items[i]
+                items[i] = _NULL  # the records are all that stays
+                where = f"{name} items[{i}]"
+                consumed += len(raw)
+                item = _decode(raw)
+                if item is not None and item.kind is _UNSET:
+                    pending.append((where, raw))  # typed lists: held until the list's kind is known
+                elif item is None:  # not shaped like a Pod (another kind): the standard library, once
+                    obj = _json(raw)
+                    if type(obj) is dict and "kind" not in obj:
+                        pending.append((where, raw))
+                    elif check(where, obj):
+                        yield where, obj
+                else:
+                    obj = _item(raw, item, None)
+                    if type(obj) is Pod:
+                        check_pod(obj)
+                        yield where, obj
+                    elif check(where, obj):
+                        yield where, obj
+                if consumed - dropped >= _DROP_EVERY and _MADV_DONTNEED is not None:
+                    dropped = consumed // mmap.PAGESIZE * mmap.PAGESIZE
+                    mm.madvise(_MADV_DONTNEED, 0, dropped)
+            for where, raw in pending:
+                obj = _item(raw, _decode(raw), item_kind)
+                if type(obj) is Pod:
+                    check_pod(obj)
+                    yield where, obj
+                elif check(where, obj):
+                    yield where, obj
+        except DuplicateKey as exc:  # in the standard library's reading of an item
+            raise ModelError(where, f"invalid JSON: {exc}") from None
 
     try:
-        snap = Snapshot.from_objects(objects())
-    except RecursionError:
-        return None  # nested too deeply for the standard library: the slow path says so
+        snap = Snapshot.from_objects(objects(), on_error=checks.error)
+        checks.finish(_CONTAINER_NAMES)
+    except (RecursionError, GiveUp):
+        return None  # nested too deeply, or a pod to report: the slow path says so, in order
+    checks.raise_if_any()
     return snap, head_fields
 
 
 _MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
-
-
-def _kind_missing(raw: msgspec.Raw) -> bool:
-    """An object item without a ``kind`` key, as :func:`kdesched.model.files.iter_json_list`
-    holds them (only asked for items the Pod structs could not read)."""
-    obj = _json(raw)
-    return type(obj) is dict and "kind" not in obj
 
 
 def decode_list_page(data: bytes, kind: str, api_version: str) -> tuple[list[Pod | dict[str, Any]], dict[str, Any]] | None:
@@ -555,6 +611,7 @@ def decode_list_page(data: bytes, kind: str, api_version: str) -> tuple[list[Pod
     finally:
         for cache in _CACHES:
             cache.clear()
+        _CONTAINER_NAMES.clear()  # a LIST's pods: the API server checked them
     return out, meta
 
 

@@ -12,7 +12,10 @@ or by hand).
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -27,25 +30,125 @@ from kdesched.model.fastload import load_json_list
 from kdesched.model.gcpause import paused_gc
 from kdesched.model.records import parse_time
 from kdesched.model.snapshot import Snapshot
+from kdesched.model.validate import DuplicateKey, SnapshotChecks, object_pairs
 
 SNAPSHOT_TIME = "kdesched.dev/snapshot-time"
 """Annotation on a snapshot ``List``: when the snapshot was taken (RFC 3339, with a time zone)."""
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_stdin() -> str:
-    """Standard input as UTF-8 text; a ModelError (``<stdin>``) if it is not.
+class _Loader(_BaseLoader):
+    """The safe loader (libyaml's when present) refusing a mapping with a key twice: readers
+    disagree on which value wins (the API server's strict decoding refuses it, as the policy
+    loader does), so a snapshot must not depend on it. JSON gets the same rule
+    (:func:`kdesched.model.validate.object_pairs`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "found an unhashable key", key_node.start_mark) from None
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return result
+
+
+_JSON = json.JSONDecoder(object_pairs_hook=object_pairs)
+
+
+MAX_SNAPSHOT_BYTES = 2 << 30
+"""The largest cluster snapshot read (2 GiB; a 150,000-pod cluster as ``kubectl -o json`` writes it
+is about 580 MB). Checked before reading: a bigger file, a device or a pipe given by name is
+refused with exit 2 instead of filling memory (``/dev/zero`` would never end)."""
+
+MAX_POLICY_BYTES = 16 << 20
+"""The largest policy file read (16 MiB; a ConfigMap holds at most 1 MiB)."""
+
+
+class InputRefused(ValueError):
+    """An input file refused before it is read: not a regular file, or larger than its limit."""
+
+
+def _size(limit: int) -> str:
+    if limit >= 1 << 30:
+        return f"{limit >> 30} GiB"
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+
+
+def read_file_bytes(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, refused (:class:`InputRefused`) before it is read when
+    it is not a regular file (a directory, a FIFO, a device such as ``/dev/zero``) or holds more
+    than ``limit`` bytes. Opened without blocking and checked on the open descriptor, so a name
+    swapped for a FIFO in between cannot hang the read. OSError (missing, no permission) passes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            what = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise InputRefused(f"is {what}, not a regular file; give a file, or '-' and redirect it to "
+                               f"standard input")
+        if st.st_size > limit:
+            raise InputRefused(f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew after the check
+        raise InputRefused(f"is more than the limit of {_size(limit)}")
+    return data
+
+
+def read_stdin(limit: int = MAX_SNAPSHOT_BYTES) -> str:
+    """Standard input as UTF-8 text; a ModelError (``<stdin>``) if it is not, or if it holds more
+    than ``limit`` bytes (read at most ``limit + 1`` bytes: ``< /dev/zero`` ends there; a device
+    given as stdin is refused before it is read).
 
     Bytes, decoded strictly: Python's text stdin would turn invalid bytes into lone surrogates
     ("surrogateescape") that only fail later, far from here, as "surrogates not allowed"."""
     buffer = getattr(sys.stdin, "buffer", None)
+    too_big = f"is more than the limit of {_size(limit)}"
     try:
         if buffer is None:  # a text stream without bytes underneath (tests, embedding)
-            text = sys.stdin.read()
+            text = sys.stdin.read(limit + 1)
+            if len(text) > limit:
+                raise ModelError("<stdin>", too_big)
             text.encode("utf-8")
             return text
-        data = buffer.read()
+        try:
+            st = os.fstat(sys.stdin.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            st = None
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) and not os.isatty(
+                sys.stdin.fileno()):
+            raise ModelError("<stdin>", "is a device, not a file or a pipe; give a file")
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            raise ModelError("<stdin>", f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = buffer.read(min(1 << 24, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise ModelError("<stdin>", too_big)
+        data = b"".join(chunks)
+        del chunks
     except OSError as exc:
         raise ModelError("<stdin>", f"cannot read: {exc.strerror or exc}") from None
     except UnicodeError:
@@ -57,13 +160,17 @@ def read_stdin() -> str:
                                     f"{exc.start}") from None
 
 
-def read_text(path: str) -> tuple[str, str]:
-    """The text of ``path`` (``-`` = stdin) and the name to use in messages."""
+def read_text(path: str, limit: int = MAX_SNAPSHOT_BYTES) -> tuple[str, str]:
+    """The text of ``path`` (``-`` = stdin) and the name to use in messages; refused before it is
+    read when it is not a regular file or larger than ``limit`` (:func:`read_file_bytes`)."""
     if path == "-":
-        return read_stdin(), "<stdin>"
+        return read_stdin(limit), "<stdin>"
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8"), str(p)
+        data = read_file_bytes(path, limit)
+        return data.decode("utf-8"), str(p)
+    except InputRefused as exc:
+        raise ModelError(str(p), str(exc)) from None
     except FileNotFoundError:
         raise ModelError(str(p), "no such file") from None
     except IsADirectoryError:
@@ -81,7 +188,9 @@ def parse_documents(text: str, name: str) -> list[Any]:
     json_error: ModelError | None = None
     if stripped.startswith(("{", "[")):
         try:
-            doc = json.loads(text)
+            doc = _JSON.decode(text)
+        except DuplicateKey as exc:
+            raise ModelError(name, f"invalid JSON: {exc}") from None
         except json.JSONDecodeError as exc:
             json_error = ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
             if stripped.startswith("["):
@@ -189,7 +298,7 @@ def iter_json_list(text: str, name: str,
     kind is known. ``head``, if given, receives the List's other keys (kind, metadata) once the
     iterator is exhausted.
     """
-    decoder = json.JSONDecoder()
+    decoder = _JSON
 
     def bad(exc: json.JSONDecodeError) -> ModelError:
         return ModelError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
@@ -213,21 +322,25 @@ def iter_json_list(text: str, name: str,
             pos = expect(pos, ":")
             if key == "items" and pos < len(text) and text[pos] == "[":
                 break
+            if key in head or key == "items":
+                return None  # a key twice: the ordinary parser refuses it
             head[key], pos = decoder.raw_decode(text, pos)
             pos = _skip(text, pos)
             if pos < len(text) and text[pos] == ",":
                 pos = _skip(text, pos + 1)
             elif pos >= len(text) or text[pos] != "}":
                 return None  # a missing delimiter: the ordinary parser reports it
-    except (json.JSONDecodeError, RecursionError):
+    except (json.JSONDecodeError, RecursionError, DuplicateKey):
         return None  # let the ordinary parser report the error with its position
 
     def items() -> Iterator[tuple[str, Mapping[str, Any]]]:
         pending: list[tuple[str, dict[str, Any]]] = []
         at = _skip(text, pos + 1)
         i = 0
+        where_now = name
         try:
             while at < len(text) and text[at] != "]":
+                where_now = f"{name} items[{i}]"
                 item, at = decoder.raw_decode(text, at)
                 where = f"{name} items[{i}]"
                 i += 1
@@ -243,12 +356,16 @@ def iter_json_list(text: str, name: str,
                 elif at < len(text) and text[at] != "]":
                     raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
             at = expect(at, "]")
+            where_now = name
             while at < len(text) and text[at] != "}":  # the keys after items (kind, metadata)
                 at = expect(at, ",")
                 if at >= len(text) or text[at] != '"':
                     raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
                 key, at = decoder.raw_decode(text, at)
                 at = expect(at, ":")
+                if key in head or key == "items":
+                    where_now = name
+                    raise DuplicateKey(f"duplicate key {key!r} in an object")
                 head[key], at = decoder.raw_decode(text, at)
                 at = _skip(text, at)
             end = expect(at, "}")
@@ -256,6 +373,8 @@ def iter_json_list(text: str, name: str,
                 raise json.JSONDecodeError("Extra data", text, end)
         except json.JSONDecodeError as exc:
             raise bad(exc) from None
+        except DuplicateKey as exc:
+            raise ModelError(where_now, f"invalid JSON: {exc}") from None
         except RecursionError:
             raise ModelError(name, "invalid JSON: nested too deeply") from None
         kind = head.get("kind")
@@ -275,33 +394,53 @@ def load_snapshot(path: str) -> Snapshot:
 
 
 def _load_snapshot(path: str) -> Snapshot:
+    if path != "-":
+        _check_file(path)  # refused before anything maps or reads it
     fast = load_json_list(path, str(Path(path))) if path != "-" else None
-    if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload)
+    if fast is not None:  # a JSON List, decoded by msgspec (kdesched.model.fastload), already checked
         snap, list_fields = fast
         return _finish(snap, snapshot_time([list_fields], str(Path(path))), str(Path(path)))
     text, name = read_text(path)
     head: dict[str, Any] = {}
+    checks = SnapshotChecks(name)
     streamed = iter_json_list(text, name, head)
     if streamed is not None:
-        snap = Snapshot.from_objects(streamed)
+        snap = Snapshot.from_objects(checks.objects(streamed), on_error=checks.error)
         taken_at = snapshot_time([head], name)
     else:
         docs = parse_documents(text, name)
         if not docs:
             raise ModelError(name, "contains no objects")
         taken_at = snapshot_time(docs, name)
-        snap = Snapshot.from_objects(iter_objects(docs, name))
+        snap = Snapshot.from_objects(checks.objects(iter_objects(docs, name)), on_error=checks.error)
     del text
+    checks.finish()
+    checks.raise_if_any()
     return _finish(snap, taken_at, name)
+
+
+def _check_file(path: str) -> None:
+    """A ModelError if ``path`` is a regular file larger than :data:`MAX_SNAPSHOT_BYTES` or not a
+    regular file (what :func:`read_text` would refuse, said before the fast path maps the file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # read_text names it (no such file, no permission)
+    if stat.S_ISREG(st.st_mode) and st.st_size > MAX_SNAPSHOT_BYTES:
+        raise ModelError(str(Path(path)), f"is {st.st_size} bytes, more than the limit of "
+                                          f"{_size(MAX_SNAPSHOT_BYTES)}")
 
 
 def _finish(snap: Snapshot, taken_at: datetime | None, name: str) -> Snapshot:
     if taken_at is not None:
         snap = replace(snap, taken_at=taken_at)
     if not snap.nodes:
-        policy_kinds = ("DeschedulerPolicy", "KubeDescheduler", "Profiles", "ModuleConfig")
-        if any(f"kind {kind}:" in note for note in snap.notes for kind in policy_kinds):
-            raise ModelError(name, "contains no Node objects: this looks like a policy (DeschedulerPolicy), not a "
-                                   "cluster snapshot; give it as --policy")
         raise ModelError(name, "contains no Node objects; a snapshot needs the cluster's nodes")
+    missing = sorted(node for node in snap.pods_by_node if node not in snap.nodes)
+    if missing:  # the API server keeps such pods a moment after their node is deleted
+        pods = sum(len(snap.pods_by_node[node]) for node in missing)
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        note = (f"{pods} pod(s) bound to {len(missing)} node(s) not in the snapshot ({shown}): left out of every "
+                f"decision (a node deleted just before the snapshot was taken leaves such pods for a moment)")
+        snap = replace(snap, notes=(*snap.notes, note))
     return snap

@@ -7,7 +7,7 @@ state lives in :mod:`kdesched.strategies.framework`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -149,12 +149,15 @@ class Snapshot:
 
     @classmethod
     def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any] | Pod]],
-                     notes: Iterable[str] = ()) -> Snapshot:
+                     notes: Iterable[str] = (), *,
+                     on_error: Callable[[ModelError], None] | None = None) -> Snapshot:
         """Build from ``(where, raw object)`` pairs of any supported kind (or Pod records the
         fast JSON path already built, kept in their place).
 
         Unknown kinds are skipped with a note; a malformed object raises :class:`ModelError`
-        located at ``where`` and the bad field.
+        located at ``where`` and the bad field, or, with ``on_error``, is handed to it and left
+        out, so that a file's loader can report every problem at once
+        (:class:`kdesched.model.validate.SnapshotChecks`).
         """
         buckets: dict[str, list[Any]] = {k: [] for k in KINDS}
         skipped: dict[str, int] = {}
@@ -179,9 +182,15 @@ class Snapshot:
             try:
                 buckets[kind].append(parser(raw))
             except ModelError as exc:
-                raise exc.within(f"{where} ({kind} {_object_name(kind, raw)})") from None
+                located = exc.within(f"{where} ({kind} {_object_name(kind, raw)})")
+                if on_error is None:
+                    raise located from None
+                on_error(located)
             except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
-                raise ModelError(f"{where} ({kind} {_object_name(kind, raw)})", f"malformed object: {exc}") from None
+                located = ModelError(f"{where} ({kind} {_object_name(kind, raw)})", f"malformed object: {exc}")
+                if on_error is None:
+                    raise located from None
+                on_error(located)
         all_notes = list(notes)
         for kind, count in sorted(skipped.items()):
             all_notes.append(f"skipped {count} object(s) of kind {kind}: not used by kdesched")

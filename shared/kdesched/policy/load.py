@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from kdesched.model.errors import ModelError
-from kdesched.model.files import read_stdin
+from kdesched.model.files import MAX_POLICY_BYTES, InputRefused, read_file_bytes, read_stdin
 from kdesched.model.selectors import parse_selector
 from kdesched.policy import v1alpha1
 from kdesched.policy.args import INT32_MAX, SYSTEM_CRITICAL_PRIORITY, UINT_MAX, Fields, show
@@ -155,12 +155,13 @@ def load_policy(path: str, check_block: BlockCheck | None = None) -> Policy:
     source = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            text = read_stdin()
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            text = read_stdin(MAX_POLICY_BYTES)
+        else:  # a FIFO, a device (--policy /dev/zero) or a file over the limit is refused unread
+            text = read_file_bytes(path, MAX_POLICY_BYTES).decode("utf-8")
     except ModelError as exc:
         raise PolicyError([exc.message], source) from None
+    except InputRefused as exc:
+        raise PolicyError([str(exc)], source) from None
     except IsADirectoryError:
         raise PolicyError(["is a directory, expected a policy file (YAML or JSON)"], source) from None
     except OSError as exc:
