@@ -74,6 +74,7 @@ def _fresh_cluster(control_plane: ControlPlane, knative: KnativeDataPlane) -> It
     """Each test starts from an empty cluster (the Knative objects stay) with the data plane as
     installed: every function and the adapter up, Triggers at their functions, no Lease (so no
     eviction history: cool-downs of one test do not reach the next)."""
+    knative.begin_test()
     yield
     control_plane.check_alive()
     knative.check_alive()

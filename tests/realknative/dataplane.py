@@ -690,12 +690,26 @@ class KnativeDataPlane:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return int(resp.status)
 
+    def begin_test(self) -> None:
+        """From now on :meth:`dead_letters` and :meth:`audits` show only what the test caused."""
+        self._deadletter_mark = len(self.functions["deadletter"].messages())
+
+    def _deadletter_messages(self) -> list[str]:
+        return self.functions["deadletter"].messages()[getattr(self, "_deadletter_mark", 0):]
+
     def dead_letters(self) -> list[str]:
-        return [m for m in self.functions["deadletter"].messages() if m.startswith("dead letter: ")]
+        """The dead-letter log lines (``dead letter: type=... error={...} data=...``) since begin_test()."""
+        return [m for m in self._deadletter_messages() if m.startswith("dead letter: ")]
 
     def audits(self) -> list[str]:
-        return [m for m in self.functions["deadletter"].messages()
-                if m.startswith("audit: ") and "realknative-probe" not in m]
+        """The run.completed audit lines since begin_test() (not the readiness probes')."""
+        return [m for m in self._deadletter_messages() if m.startswith("audit: ") and "realknative-probe" not in m]
+
+    def nodes_cached(self) -> str:
+        """The classifier's /readyz reason, e.g. ``node cache seeded (2 nodes)``."""
+        code, body = self.functions["classifier"].get("/readyz")
+        return str(json.loads(body).get("reason")) if code in (200, 503) else f"HTTP {code}: {body}"
+
 
     # cleaning up ----------------------------------------------------------------------------------
     def _uninstall(self) -> None:
@@ -718,6 +732,123 @@ class KnativeDataPlane:
             for obj in api.get(f"/apis/rbac.authorization.k8s.io/v1/{plural}",
                                labelSelector=KEEP_LABEL)["items"]:
                 _unkeep(api, f"/apis/rbac.authorization.k8s.io/v1/{plural}/{quote(obj['metadata']['name'])}")
+
+
+# -- a loopback proxy in front of a function ----------------------------------------------------------
+@dataclass
+class Delivery:
+    """One request the proxy received: CloudEvent headers, the object's uid/resourceVersion (Node
+    events), what it answered, and which upstream served it (-1: answered by the rule)."""
+
+    ce_type: str
+    ce_id: str
+    uid: str
+    resource_version: str
+    status: int
+    upstream: int
+    at: float
+
+
+class Proxy:
+    """A tiny HTTP proxy on loopback: each POST goes to the next upstream (round-robin), unless
+    ``rule(delivery_so_far, body)`` returns a status to answer instead (e.g. 503: the dispatcher
+    will retry it later, letting later events overtake it). Everything is recorded in ``log``.
+
+    Stands in for what Knative Serving's routing would do (two replicas behind one Service URL),
+    and for a network or pod failing some deliveries, without touching the code under test."""
+
+    def __init__(self, upstreams: list[str], rule: Callable[[Delivery, bytes], int | None] | None = None) -> None:
+        import http.server
+        import threading
+
+        self.upstreams = upstreams
+        self.rule = rule
+        self.log: list[Delivery] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy._serve(self, body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="realknative-proxy", daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def _serve(self, handler: Any, body: bytes) -> None:
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        meta: dict[str, Any] = {}
+        try:
+            doc = json.loads(body) if body else None
+            if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
+                meta = doc["metadata"]
+        except ValueError:
+            pass
+        delivery = Delivery(headers.get("ce-type", ""), headers.get("ce-id", ""), str(meta.get("uid") or ""),
+                            str(meta.get("resourceVersion") or ""), 0, -1, time.monotonic())
+        status = self.rule(delivery, body) if self.rule is not None else None
+        reply_headers: dict[str, str] = {}
+        reply = b""
+        if status is None:
+            with self._lock:
+                delivery.upstream = self._next % len(self.upstreams)
+                self._next += 1
+            forward = {k: v for k, v in handler.headers.items()
+                       if k.lower() not in ("host", "content-length", "connection", "transfer-encoding")}
+            req = urllib.request.Request(self.upstreams[delivery.upstream], data=body, headers=forward, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=600) as resp:
+                    status, reply, reply_headers = resp.status, resp.read(), dict(resp.headers.items())
+            except urllib.error.HTTPError as err:
+                status, reply, reply_headers = err.code, err.read(), dict(err.headers.items())
+            except OSError:
+                status = 502
+        delivery.status = status
+        with self._lock:
+            self.log.append(delivery)
+        handler.send_response(status)
+        for k, v in reply_headers.items():
+            if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(reply)))
+        handler.end_headers()
+        handler.wfile.write(reply)
+
+    def deliveries(self, ce_type: str | None = None) -> list[Delivery]:
+        with self._lock:
+            return [d for d in self.log if ce_type is None or d.ce_type == ce_type]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def dead_letter_error(line: str) -> dict[str, Any]:
+    """The Knative error extensions of a dead-letter log line, with ``knativeerrordata`` unwrapped:
+    on loopback the dispatcher keeps the filter's ``{errdestination, errresponsebody}`` wrapper
+    (base64 body); the answer of the function is returned as ``response``."""
+    import base64
+
+    error = json.loads(line.split(" error=", 1)[1].split(" data=", 1)[0])
+    data = error.get("knativeerrordata") or ""
+    try:
+        wrapped = json.loads(data)
+        error["response"] = base64.b64decode(wrapped.get("errresponsebody") or "").decode("utf-8", "replace")
+    except (ValueError, AttributeError):
+        error["response"] = data
+    return dict(error)
 
 
 def _unkeep(api: Any, path: str) -> None:
