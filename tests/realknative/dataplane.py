@@ -311,6 +311,7 @@ class KnativeDataPlane:
     subscriber_overrides: dict[str, str] = field(default_factory=dict)  # Trigger name -> URL
     keep_logs: bool = False  # keep the workdir (logs) after stop()
     ping_ready: bool = False
+    proxies: list[Proxy] = field(default_factory=list)  # closed by restore()
 
     # addresses --------------------------------------------------------------------------------------
     @property
@@ -377,6 +378,9 @@ class KnativeDataPlane:
         self.extra_functions.clear()
         for trigger in list(self.subscriber_overrides):
             self.set_subscriber(trigger, None)
+        for proxy in self.proxies:
+            proxy.close()
+        self.proxies.clear()
         down = [fn.spawn() for fn in self.functions.values() if not fn.alive()]
         for fn in down:
             fn.wait_healthy()
@@ -697,6 +701,15 @@ class KnativeDataPlane:
     def _deadletter_messages(self) -> list[str]:
         return self.functions["deadletter"].messages()[getattr(self, "_deadletter_mark", 0):]
 
+    def repost(self, delivery: Delivery) -> int:
+        """Send a recorded delivery again, to the Broker ingress, with its CloudEvent attributes and
+        id: a duplicate from upstream (the adapter retries a send whose answer it lost), arriving
+        after whatever happened since. It takes the whole path again: channel, filter, Trigger."""
+        headers = {k: v for k, v in delivery.headers.items() if k.startswith("ce-") or k == "content-type"}
+        req = urllib.request.Request(self.broker_url, data=delivery.body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status)
+
     def dead_letters(self) -> list[str]:
         """The dead-letter log lines (``dead letter: type=... error={...} data=...``) since begin_test()."""
         return [m for m in self._deadletter_messages() if m.startswith("dead letter: ")]
@@ -704,6 +717,17 @@ class KnativeDataPlane:
     def audits(self) -> list[str]:
         """The run.completed audit lines since begin_test() (not the readiness probes')."""
         return [m for m in self._deadletter_messages() if m.startswith("audit: ") and "realknative-probe" not in m]
+
+    def route(self, trigger: str, proxy: Proxy) -> None:
+        """Point Trigger ``trigger`` (its subscriber is the classifier) at ``proxy`` and wait until
+        node events really go through it (probe nodes)."""
+        self.set_subscriber(trigger, proxy.url)
+        self.proxies.append(proxy)
+        deadline = time.monotonic() + 60
+        while not proxy.deliveries(APISERVER_ADD):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node events do not reach the proxy of Trigger {trigger}")
+            self.probe()
 
     def nodes_cached(self) -> str:
         """The classifier's /readyz reason, e.g. ``node cache seeded (2 nodes)``."""
@@ -747,6 +771,8 @@ class Delivery:
     status: int
     upstream: int
     at: float
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    body: bytes = field(default=b"", repr=False)
 
 
 class Proxy:
@@ -757,12 +783,14 @@ class Proxy:
     Stands in for what Knative Serving's routing would do (two replicas behind one Service URL),
     and for a network or pod failing some deliveries, without touching the code under test."""
 
-    def __init__(self, upstreams: list[str], rule: Callable[[Delivery, bytes], int | None] | None = None) -> None:
+    def __init__(self, upstreams: list[str], rule: Callable[[Delivery, bytes], int | None] | None = None,
+                 repeat: Callable[[Delivery], bool] | None = None) -> None:
         import http.server
         import threading
 
         self.upstreams = upstreams
         self.rule = rule
+        self.repeat = repeat  # deliver twice (a redelivery after a lost answer); answer the first
         self.log: list[Delivery] = []
         self._next = 0
         self._lock = threading.Lock()
@@ -797,7 +825,7 @@ class Proxy:
         except ValueError:
             pass
         delivery = Delivery(headers.get("ce-type", ""), headers.get("ce-id", ""), str(meta.get("uid") or ""),
-                            str(meta.get("resourceVersion") or ""), 0, -1, time.monotonic())
+                            str(meta.get("resourceVersion") or ""), 0, -1, time.monotonic(), headers, body)
         status = self.rule(delivery, body) if self.rule is not None else None
         reply_headers: dict[str, str] = {}
         reply = b""
@@ -807,14 +835,12 @@ class Proxy:
                 self._next += 1
             forward = {k: v for k, v in handler.headers.items()
                        if k.lower() not in ("host", "content-length", "connection", "transfer-encoding")}
-            req = urllib.request.Request(self.upstreams[delivery.upstream], data=body, headers=forward, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=600) as resp:
-                    status, reply, reply_headers = resp.status, resp.read(), dict(resp.headers.items())
-            except urllib.error.HTTPError as err:
-                status, reply, reply_headers = err.code, err.read(), dict(err.headers.items())
-            except OSError:
-                status = 502
+            status, reply, reply_headers = self._forward(self.upstreams[delivery.upstream], body, forward)
+            if self.repeat is not None and self.repeat(delivery):
+                again = Delivery(**{**delivery.__dict__, "at": time.monotonic()})
+                again.status = self._forward(self.upstreams[delivery.upstream], body, forward)[0]
+                with self._lock:
+                    self.log.append(again)
         delivery.status = status
         with self._lock:
             self.log.append(delivery)
@@ -825,6 +851,17 @@ class Proxy:
         handler.send_header("Content-Length", str(len(reply)))
         handler.end_headers()
         handler.wfile.write(reply)
+
+    @staticmethod
+    def _forward(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        req = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=600) as resp:
+                return resp.status, resp.read(), dict(resp.headers.items())
+        except urllib.error.HTTPError as err:
+            return err.code, err.read(), dict(err.headers.items())
+        except OSError:
+            return 502, b"", {}
 
     def deliveries(self, ce_type: str | None = None) -> list[Delivery]:
         with self._lock:
