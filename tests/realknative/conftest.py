@@ -2,8 +2,9 @@
 session) plus Knative Eventing's real data plane and kdesched's six functions as processes
 (:mod:`tests.realknative.dataplane`), started once for the session.
 
-Without the Knative kit (``$KDESCHED_KNATIVE_BIN`` or ``../shared/knative``) or the k8s kit, the tier is
-skipped with one line at the end of the run; under KDESCHED_REQUIRE_REAL_K8S=1 that is a failure.
+Without the Knative kit (``$KDESCHED_KNATIVE_BIN``, or a ``shared/knative`` kit next to the
+checkout) or the k8s kit, the tier is skipped with one line at the end of the run; under
+KDESCHED_REQUIRE_REAL_K8S=1 that is a failure.
 The dispatcher binds the fixed port 8080: one tier instance per machine at a time (it fails naming
 the port otherwise).
 """
