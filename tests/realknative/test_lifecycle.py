@@ -12,6 +12,7 @@ never about timing.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -34,7 +35,7 @@ from tests.realk8s.serve_stories import (
     uids,
     wait_placement,
 )
-from tests.realknative.dataplane import KnativeDataPlane
+from tests.realknative.dataplane import KnativeDataPlane, adapter_settings
 
 ADDED, READY = "dev.kdesched.node.added", "dev.kdesched.node.ready"
 TAINTS, LABELS = "dev.kdesched.node.taints.changed", "dev.kdesched.node.labels.changed"
@@ -137,3 +138,15 @@ def test_not_ready_taints_keep_pods_and_the_uninitialized_node_gets_none(control
     story.change()
     wait_placement(control_plane, real, "shop", story.done)
     assert not [p for p in app_pods(real, "shop") if p["spec"].get("nodeName") == "node-9"]
+
+
+def test_the_adapter_runs_with_what_the_source_manifest_says(knative: KnativeDataPlane) -> None:
+    """K_SOURCE_CONFIG / K_CE_OVERRIDES derived from knative/base/apiserversource.yaml, as the
+    ApiServerSource controller derives them (the kit's README gives the same JSON for this source)."""
+    env = adapter_settings(knative.source)
+    assert json.loads(env["K_SOURCE_CONFIG"]) == {
+        "namespaces": ["kdesched"], "allNamespaces": False, "mode": "Resource", "failFast": False,
+        "resources": [{"gvr": {"Group": "", "Version": "v1", "Resource": "nodes"}}]}
+    assert json.loads(env["K_CE_OVERRIDES"]) == {"extensions": {"kdeschedorigin": "nodes"}}
+    assert (env["NAME"], env["NAMESPACE"]) == ("kdesched-nodes", "kdesched")
+    assert knative.kubeconfigs["kdesched-node-source"].exists()  # its serviceAccountName, not the admin
