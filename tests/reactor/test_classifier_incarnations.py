@@ -135,6 +135,16 @@ def test_old_incarnation_within_the_same_second_is_recognised_by_resource_versio
     assert live is not None and live.uid == "u2"
 
 
+def test_resource_version_outranks_a_skewed_creation_time() -> None:
+    """Two API servers with skewed clocks: the re-created node carries an EARLIER creationTimestamp
+    than the one it replaces. Integer resourceVersions (etcd's one counter) still order them: the
+    live node is a new node, not taken for a late event (which would ignore it for good)."""
+    c = seeded(n(20, "u1", created="2026-01-01T00:00:09Z"))
+    assert emitted(c, [("add", n(25, "u2", created="2026-01-01T00:00:08Z"))]) == [(NODE_ADDED, "n1")]
+    live = c.get("n1")
+    assert live is not None and live.uid == "u2" and c.dead_uids("n1") == ("u1",)
+
+
 def test_undecidable_uid_change_is_still_a_new_node() -> None:
     """Neither creation time nor an integer resourceVersion orders them, and the old uid was never
     seen dead: the change is taken as a re-create (the only safe default; the sweep is the net)."""

@@ -64,6 +64,7 @@ class NodeDigest:
     taints: Taints
     labels: Mapping[str, str]
     created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC, whole seconds): orders incarnations
+    # when resourceVersions are not integers
 
     @property
     def schedulable(self) -> bool:
@@ -164,16 +165,18 @@ def _older_or_same(new: NodeDigest, old: NodeDigest) -> bool:
 def _older_incarnation(a: NodeDigest, b: NodeDigest) -> bool:
     """``a`` is an incarnation created before ``b`` (two different uids of one name).
 
-    By ``creationTimestamp`` when both have one and they differ (whole seconds; a delete and
-    re-create within one second ties); then by resourceVersion when both parse as integers (etcd's
-    revision, global and increasing, and every write of an old incarnation precedes the creation of
-    the new one). Otherwise undecidable: False."""
-    if a.created and b.created and a.created != b.created:
-        return a.created < b.created
+    By resourceVersion when both parse as integers: etcd's revision, one counter for the whole
+    store, and every write of an old incarnation precedes the creation of the next. Otherwise by
+    ``creationTimestamp`` when both have one and they differ (whole seconds, and stamped by the
+    clock of whichever API server created the object, so only a fallback). Otherwise undecidable:
+    False."""
     try:
         return int(a.resource_version) < int(b.resource_version)
     except ValueError:
-        return False
+        pass
+    if a.created and b.created and a.created != b.created:
+        return a.created < b.created
+    return False
 
 
 def changes(old: NodeDigest | None, new: NodeDigest) -> list[SemanticEvent]:
