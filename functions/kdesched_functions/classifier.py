@@ -9,6 +9,11 @@ any further ones (a write that changed both taints and labels) are posted to the
 an empty body. The cache is committed only after the extra events were handed over, so a failed
 hand-over answers 503 and the redelivery emits them again. Never seeded (LIST failed) -> 503.
 Deploy as a singleton (min-scale = max-scale = 1): the cache is per process.
+
+Re-sync: ApiServerSource sends nothing for what changed while it was down (a node deleted then
+stayed in the cache for good). So the first event after ``KDESCHED_CLASSIFIER_RESYNC_SECONDS``
+(default 300; 0 = never) since the last LIST re-LISTs the nodes first: nodes gone leave the cache
+(their uids count as dead), changes made in the gap are posted to the broker like extra events.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask
@@ -37,34 +43,90 @@ from kdesched_functions.common import (
 )
 
 NAME = "classifier"
+RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
+DEFAULT_RESYNC_SECONDS = 300.0
 log = logging.getLogger("kdesched.functions.classifier")
+
+
+def resync_seconds_from(env: Mapping[str, str]) -> float:
+    """``KDESCHED_CLASSIFIER_RESYNC_SECONDS`` (seconds >= 0; 0 = never re-list); ValueError naming it."""
+    raw = env.get(RESYNC_ENV, "")
+    if raw == "":
+        return DEFAULT_RESYNC_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{RESYNC_ENV}: must be a number of seconds >= 0 (0 = never), got {raw!r}")
+    return value
 
 
 class ClassifierFunction:
     """The cache, its seeding, and the handler."""
 
-    def __init__(self, client: Any, broker_url: str = "", post: Callable[..., None] = post_events) -> None:
+    def __init__(self, client: Any, broker_url: str = "", post: Callable[..., None] = post_events, *,
+                 resync_seconds: float = DEFAULT_RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.broker_url = broker_url
         self.post = post
-        self.classifier = Classifier()
+        self.resync_seconds = resync_seconds
+        self.clock = clock
+        self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
         self._seed_lock = threading.Lock()
+        self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
 
     def seed(self) -> bool:
         """One LIST of nodes into the cache; False (logged) if the API server cannot be read."""
         with self._seed_lock:
             if self.classifier.seeded:
                 return True
+            started = self.clock()
             try:
                 nodes = self.client.list_raw("Node").items
                 count = self.classifier.seed(nodes)
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.error("seeding the node cache failed (will retry on the next event): %s", exc)
                 return False
+            self._listed_at = started
             m.CLASSIFIER_NODES.set(count)
             log.info("node cache seeded with %d node(s)", count)
             return True
+
+    def resync_if_due(self) -> None:
+        """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
+        ``resync_seconds`` old: nodes deleted unseen leave it, changes made in the gap are posted
+        to the broker. One delivery re-lists; others go on meanwhile. Failures are logged (the
+        next event after the interval tries again; the periodic sweep covers missed changes)."""
+        if self.resync_seconds <= 0 or not self.classifier.seeded:
+            return
+        if self.clock() - self._listed_at < self.resync_seconds or not self._seed_lock.acquire(blocking=False):
+            return
+        try:
+            started = self.clock()
+            if started - self._listed_at < self.resync_seconds:
+                return
+            self._listed_at = started
+            try:
+                nodes = self.client.list_raw("Node").items
+                events = self.classifier.resync(nodes, listed_at=started)
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
+                log.warning("re-listing nodes failed (tried again in %.0fs): %s", self.resync_seconds, exc)
+                return
+            m.CLASSIFIER_NODES.set(len(self.classifier))
+            log.info("node cache re-synced: %d node(s), %d change(s) made unseen", len(self.classifier), len(events))
+            if events and self.broker_url:
+                try:
+                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
+                                                      for e in events])
+                except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
+                    log.warning("could not post the re-sync's %d event(s) to the broker: %s", len(events), exc)
+            elif events:
+                log.warning("the re-sync found %d change(s) but neither %s is set: not emitted",
+                            len(events), " nor ".join(BROKER_ENV))
+        finally:
+            self._seed_lock.release()
 
     def ready(self) -> tuple[bool, str]:
         if self.classifier.seeded:
@@ -74,6 +136,7 @@ class ClassifierFunction:
     def handle(self, incoming: Incoming) -> Result:
         if not self.classifier.seeded and not self.seed():
             raise HttpError(503, "the node cache is not seeded: LIST nodes failed; retry later")
+        self.resync_if_due()
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
         try:
             name = digest_of(incoming.data).name
@@ -109,7 +172,13 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
         client = KubeClient.from_config(os.environ.get("KUBECONFIG") or None)
     if broker_url is None:
         broker_url = next((os.environ[k] for k in BROKER_ENV if os.environ.get(k)), "")
-    fn = ClassifierFunction(client, broker_url, post)
+    try:
+        resync_seconds = resync_seconds_from(os.environ)
+    except ValueError as exc:
+        from kdesched.kube.errors import ConfigError  # `kdesched function` reports it as bad input, exit 2
+
+        raise ConfigError(str(exc)) from None
+    fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds)
     fn.seed()
     app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
     app.config["KDESCHED_CLASSIFIER"] = fn

@@ -64,6 +64,9 @@ NOT_READY = ANNOTATION_PREFIX + "not-ready"              # "true": Running, but 
 PHASE = ANNOTATION_PREFIX + "phase"                      # "Failed" / "Succeeded" instead of Running
 RESTARTS = ANNOTATION_PREFIX + "restarts"                # restartCount of every container
 TERMINATE_AFTER = ANNOTATION_PREFIX + "terminate-after"  # seconds or "never": how long a deleted pod lingers
+# A label: reset() leaves a namespace (and everything in it) or a cluster-scoped object carrying it
+# alone (the Knative tier's Broker, Triggers, ConfigMaps and RBAC live across its tests).
+KEEP = ANNOTATION_PREFIX + "keep"
 
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 
@@ -577,10 +580,12 @@ class ControlPlane:
     def reset(self, *, timeout: float = 30.0) -> None:
         """Delete every object tests created: namespaces (finalised here, so no namespace controller
         is needed), everything in the system namespaces' test-visible collections, and the
-        cluster-scoped objects that were not there when the API server came up. CRDs stay."""
+        cluster-scoped objects that were not there when the API server came up. CRDs stay, and so
+        does whatever carries the label :data:`KEEP` (a namespace with all it holds)."""
         api = self.api
         assert api is not None, "start() first"
-        namespaces = [o["metadata"]["name"] for o in api.get("/api/v1/namespaces")["items"]]
+        namespaces = [o["metadata"]["name"] for o in api.get("/api/v1/namespaces")["items"]
+                      if KEEP not in (o["metadata"].get("labels") or {})]
         for ns in namespaces:
             if ns in ("kube-system", "kube-public", "kube-node-lease"):
                 continue
@@ -601,7 +606,7 @@ class ControlPlane:
         for gv, plural in RESET_CLUSTER:
             for obj in api.get(_collection(gv, plural))["items"]:
                 name = obj["metadata"]["name"]
-                if name not in self._initial.get(plural, ()):
+                if name not in self._initial.get(plural, ()) and KEEP not in (obj["metadata"].get("labels") or {}):
                     api.delete(_collection(gv, plural) + "/" + quote(name), grace=0)
         # pods held by finalizers, and namespaces nobody finalises without the namespace controller
         deadline = time.monotonic() + timeout
@@ -632,7 +637,8 @@ class ControlPlane:
             api.delete(path, grace=0)
         for ns in api.get("/api/v1/namespaces")["items"]:
             name = ns["metadata"]["name"]
-            if name in self._initial.get("namespaces", ()) or name in SYSTEM_NAMESPACES:
+            if (name in self._initial.get("namespaces", ()) or name in SYSTEM_NAMESPACES
+                    or KEEP in (ns["metadata"].get("labels") or {})):
                 continue
             left.append(f"namespace {name}")
             if ns["metadata"].get("deletionTimestamp") and not self._namespace_busy(api, name):

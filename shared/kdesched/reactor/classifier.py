@@ -8,20 +8,39 @@ and most Node writes are status heartbeats that change nothing a strategy cares 
 module keeps a small per-node digest of what matters (Ready, ``spec.unschedulable``, taints,
 labels, plus ``uid``/``resourceVersion`` for dedupe) and emits exactly one semantic event per real
 change. Redelivered and older events are recognised and emit nothing (at-least-once, unordered
-delivery). Pure: no I/O; the caller seeds it with one LIST of nodes.
+delivery). Pure: no I/O; the caller seeds it with one LIST of nodes and re-syncs it with later ones.
+
+Incarnations: a node deleted and re-created under the same name (a kubelet re-registering, a cloud
+reusing a hostname) is a new object with a new ``uid``, and Knative's dispatcher retries a failed
+delivery for ~15 s while later events overtake it. So every uid seen deleted (or replaced by a
+newer incarnation) is remembered per name as *dead* (bounded per name and in names, pruned by age),
+and checked before a changed uid counts as a new node: an event of a dead incarnation never emits
+``node.added``, never overwrites the cache, and so never turns the live node's next change into
+``node.added`` nor hides its delete. Such events are dropped with a debug log and the metric
+``kdesched_classifier_dropped_total{reason}``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdesched.reactor import metrics as m
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 from kdesched.reactor.lifecycle import unusable_reason
 
+log = logging.getLogger("kdesched.reactor.classifier")
+
+# Dead incarnations kept: names (least recently buried dropped first), uids per name (oldest dropped
+# first), and for how long. Redeliveries stop after the Trigger's retries (~15 s for the classifier,
+# knative/base/triggers.yaml); an hour leaves ample margin for a backed-up broker.
 MAX_TOMBSTONES = 1000
+MAX_DEAD_PER_NAME = 8
+TOMBSTONE_SECONDS = 3600.0
 Taints = tuple[tuple[str, str, str], ...]  # (key, value, effect), sorted
 
 
@@ -44,6 +63,8 @@ class NodeDigest:
     unschedulable: bool
     taints: Taints
     labels: Mapping[str, str]
+    created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC, whole seconds): orders incarnations
+    # when resourceVersions are not integers
 
     @property
     def schedulable(self) -> bool:
@@ -120,6 +141,7 @@ def digest_of(obj: Any) -> NodeDigest:
         unschedulable=bool(spec.get("unschedulable")),
         taints=tuple(sorted(set(taints))),
         labels=_str_map(meta.get("labels"), "data.metadata.labels"),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -138,6 +160,23 @@ def _older_or_same(new: NodeDigest, old: NodeDigest) -> bool:
         return int(new.resource_version) < int(old.resource_version)
     except ValueError:
         return False
+
+
+def _older_incarnation(a: NodeDigest, b: NodeDigest) -> bool:
+    """``a`` is an incarnation created before ``b`` (two different uids of one name).
+
+    By resourceVersion when both parse as integers: etcd's revision, one counter for the whole
+    store, and every write of an old incarnation precedes the creation of the next. Otherwise by
+    ``creationTimestamp`` when both have one and they differ (whole seconds, and stamped by the
+    clock of whichever API server created the object, so only a fallback). Otherwise undecidable:
+    False."""
+    try:
+        return int(a.resource_version) < int(b.resource_version)
+    except ValueError:
+        pass
+    if a.created and b.created and a.created != b.created:
+        return a.created < b.created
+    return False
 
 
 def changes(old: NodeDigest | None, new: NodeDigest) -> list[SemanticEvent]:
@@ -171,13 +210,23 @@ def changes(old: NodeDigest | None, new: NodeDigest) -> list[SemanticEvent]:
 
 
 class Classifier:
-    """The per-node digest cache. Thread-safe: deliveries may arrive in parallel."""
+    """The per-node digest cache. Thread-safe: deliveries may arrive in parallel.
 
-    def __init__(self) -> None:
+    ``clock`` (monotonic seconds) ages the dead incarnations and dates each cache write, so that a
+    :meth:`resync` does not drop a node cached after its LIST began."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 tombstone_seconds: float = TOMBSTONE_SECONDS, max_tombstones: int = MAX_TOMBSTONES,
+                 max_dead_per_name: int = MAX_DEAD_PER_NAME) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
+        self._tombstone_seconds = tombstone_seconds
+        self._max_tombstones = max_tombstones
+        self._max_dead_per_name = max_dead_per_name
         self._nodes: dict[str, NodeDigest] = {}
-        # deleted nodes, so that a late redelivery of an event of a deleted node is not a new node
-        self._tombstones: dict[str, NodeDigest] = {}
+        self._written: dict[str, float] = {}  # name -> clock() of the last cache write
+        # name -> {uid: clock() when seen dead}; both dicts in the order of burial (oldest first)
+        self._dead: dict[str, dict[str, float]] = {}
         self._seeded = False
 
     @property
@@ -196,27 +245,54 @@ class Classifier:
         with self._lock:
             return list(self._nodes.values())
 
+    def dead_uids(self, name: str) -> tuple[str, ...]:
+        """The uids of ``name`` known dead (oldest first), after pruning by age."""
+        with self._lock:
+            self._prune()
+            return tuple(self._dead.get(name, {}))
+
     def seed(self, nodes: Iterable[Mapping[str, Any]]) -> int:
         """Replace the cache with one LIST of nodes. Emits nothing: ApiServerSource does not announce
         existing nodes, and whatever changed while no one watched is the sweep's job."""
         digests = {d.name: d for d in (digest_of(n) for n in nodes)}
         with self._lock:
-            self._nodes = digests
+            now = self._clock()
+            self._nodes = {name: d for name, d in digests.items() if not self._is_dead(d)}
+            self._written = dict.fromkeys(self._nodes, now)
             self._seeded = True
-        return len(digests)
+        return len(self._nodes)
 
-    def resync(self, nodes: Iterable[Mapping[str, Any]]) -> list[SemanticEvent]:
-        """A re-LIST (after a watch expired): diff it against the cache, so that changes made during
-        the gap are not lost, and drop nodes that disappeared."""
+    def resync(self, nodes: Iterable[Mapping[str, Any]], *, listed_at: float | None = None) -> list[SemanticEvent]:
+        """A later LIST of nodes (a watch re-list, or the periodic re-LIST of the classifier
+        function): diff it against the cache, so that changes made during a gap are not lost, and
+        drop the nodes that are gone (their uids become dead: a node deleted while no event could
+        say so does not stay in the cache for good).
+
+        ``listed_at`` (``clock()`` when the LIST was sent): a cache entry written after it is newer
+        than the LIST and is kept; a listed node of another uid does not replace it."""
         digests = [digest_of(n) for n in nodes]
         out: list[SemanticEvent] = []
         with self._lock:
+            self._prune()
             seen = set()
             for d in digests:
                 seen.add(d.name)
+                if self._is_dead(d):
+                    self._drop(d, "resync", "dead-uid")
+                    continue
+                old = self._nodes.get(d.name)
+                if (old is not None and old.uid != d.uid and listed_at is not None
+                        and self._written.get(d.name, float("-inf")) > listed_at):
+                    self._drop(d, "resync", "older-incarnation")
+                    continue
                 out.extend(self._apply(d))
             for name in set(self._nodes) - seen:
-                del self._nodes[name]
+                if listed_at is not None and self._written.get(name, float("-inf")) > listed_at:
+                    continue  # cached after the LIST began: not in it, yet alive
+                gone = self._nodes.pop(name)
+                self._written.pop(name, None)
+                self._bury(name, gone.uid)
+                log.info("node %s (uid %s) is gone: dropped from the cache by a re-list", name, gone.uid)
             self._seeded = True
         return out
 
@@ -237,30 +313,84 @@ class Classifier:
             raise NodeInputError("type", f"unknown change {action!r} (add, update or delete)")
         digest = digest_of(obj)
         with self._lock:
+            self._prune()
+            if self._is_dead(digest):
+                if commit:
+                    self._drop(digest, action, "dead-uid")
+                return []
             if action == "delete":
-                if not commit:
-                    return []
-                old = self._nodes.get(digest.name)
-                # a stale delete (older than what we hold, e.g. of a previous incarnation) is ignored
-                if old is not None and (old.uid == digest.uid or not digest.uid):
-                    del self._nodes[digest.name]
-                    self._tombstones[digest.name] = digest if digest.resource_version else old
-                    while len(self._tombstones) > MAX_TOMBSTONES:
-                        del self._tombstones[next(iter(self._tombstones))]
+                if commit:
+                    self._delete(digest)
                 return []
             # an add for a node already cached (redelivery, relist) is an update
-            return self._apply(digest, commit)
+            return self._apply(digest, commit, action)
 
-    def _apply(self, digest: NodeDigest, commit: bool = True) -> list[SemanticEvent]:
+    # -- under the lock ----------------------------------------------------------------------------
+    def _delete(self, digest: NodeDigest) -> None:
+        name = digest.name
+        old = self._nodes.get(name)
+        if old is not None and (not digest.uid or old.uid == digest.uid or _older_incarnation(old, digest)):
+            # the cached node is deleted; or a later incarnation was, so the cached one is dead too
+            del self._nodes[name]
+            self._written.pop(name, None)
+            self._bury(name, old.uid)
+        elif old is not None and not _older_incarnation(digest, old):
+            log.debug("node %s: delete of uid %s while uid %s is cached, order unknown: keeping the "
+                      "cached node until the next re-list", name, digest.uid, old.uid)
+        # whatever the cache holds, the deleted uid is dead: its late add/update must not revive it
+        self._bury(name, digest.uid)
+
+    def _apply(self, digest: NodeDigest, commit: bool = True, action: str = "resync") -> list[SemanticEvent]:
         old = self._nodes.get(digest.name)
         if old is not None and _older_or_same(digest, old):
-            return []
-        if old is None:
-            dead = self._tombstones.get(digest.name)
-            if dead is not None and _older_or_same(digest, dead):
-                return []  # a late event of the node that was deleted
             if commit:
-                self._tombstones.pop(digest.name, None)
+                same = digest.resource_version == old.resource_version
+                self._drop(digest, action, "redelivered" if same else "older")
+            return []
+        if old is not None and old.uid != digest.uid:
+            # a changed uid: a new incarnation, unless this is an event of an older one
+            if _older_incarnation(digest, old):
+                if commit:
+                    self._drop(digest, action, "older-incarnation")
+                    self._bury(digest.name, digest.uid)
+                return []
+            if commit:
+                self._bury(digest.name, old.uid)  # replaced: the cached incarnation is dead
         if commit:
             self._nodes[digest.name] = digest
+            self._written[digest.name] = self._clock()
         return changes(old, digest)
+
+    def _is_dead(self, digest: NodeDigest) -> bool:
+        return bool(digest.uid) and digest.uid in self._dead.get(digest.name, ())
+
+    def _bury(self, name: str, uid: str) -> None:
+        if not uid:
+            return
+        now = self._clock()
+        dead = self._dead.pop(name, {})  # re-inserted last: names ordered by their latest burial
+        dead.pop(uid, None)
+        dead[uid] = now
+        while len(dead) > self._max_dead_per_name:
+            del dead[next(iter(dead))]
+        self._dead[name] = dead
+        while len(self._dead) > self._max_tombstones:
+            del self._dead[next(iter(self._dead))]
+
+    def _prune(self) -> None:
+        """Forget dead uids older than ``tombstone_seconds`` (names in burial order: stop at the
+        first name buried recently, then trim that name's own old uids lazily in :meth:`_bury`)."""
+        cutoff = self._clock() - self._tombstone_seconds
+        while self._dead:
+            name, dead = next(iter(self._dead.items()))
+            for uid in [u for u, at in dead.items() if at < cutoff]:
+                del dead[uid]
+            if dead:
+                break
+            del self._dead[name]
+
+    @staticmethod
+    def _drop(digest: NodeDigest, action: str, reason: str) -> None:
+        log.debug("node %s: dropped a stale %s event (uid %s, resourceVersion %s): %s", digest.name, action,
+                  digest.uid, digest.resource_version, reason)
+        m.CLASSIFIER_DROPPED.labels(reason).inc()

@@ -24,6 +24,9 @@ LOCK_BUSY = Counter("kdesched_reactor_lock_busy_total", "Requests answered 429 b
 REFUSALS = Counter("kdesched_reactor_gate_refusals_total", "Evictions refused by cool-downs or rate limits.",
                    ["reason"], registry=REGISTRY)
 CLASSIFIER_NODES = Gauge("kdesched_classifier_nodes", "Nodes in the classifier's digest cache.", registry=REGISTRY)
+CLASSIFIER_DROPPED = Counter("kdesched_classifier_dropped_total",
+                             "Node events the classifier dropped as stale (redelivered, older, of a dead or older "
+                             "incarnation), by reason.", ["reason"], registry=REGISTRY)
 LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance holds the leader Lease.",
                registry=REGISTRY)
 
