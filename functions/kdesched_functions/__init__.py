@@ -4,7 +4,7 @@ Every function is declared once, in :data:`FUNCTIONS` below: its name (the Knati
 ``kdesched function NAME``), the CloudEvent types it accepts (what its Triggers filter on), and how
 its Flask app is made. Adding a function is one entry here, a Service and a Trigger in knative/.
 
-The three node-event functions share one factory (:func:`kdesched_functions.common.create_node_app`):
+The three node-event functions share one factory (:func:`kdesched_functions.runtime.create_node_app`):
 
 - rebalance: ``node.added`` / ``node.ready`` -> LowNodeUtilization + RemoveDuplicates (by default).
 
@@ -29,8 +29,15 @@ The three node-event functions share one factory (:func:`kdesched_functions.comm
   node's pods are read), and a changed zone/region/hostname (or any key pods spread over) changes
   topology domains, which TopologySpread must re-balance across the cluster (under the Lease).
 
-This module imports nothing heavy (no Flask, no client) so that the ``kdesched`` command can list
-the functions without paying for them; an app's module is imported only when it is built.
+This module imports nothing heavy (no Flask, no client, no policy: the event types come from the
+leaf module :mod:`kdesched.reactor.eventtypes`) so that the ``kdesched`` command can list the
+functions without paying for them; an app's module is imported only when it is built, and each
+imports only what its function uses (cold start after scale-to-zero, docs/reactor.md):
+
+- ``common``: the HTTP part every function shares (CloudEvent decoding, replies, status codes,
+  the Flask app); no reactor, no API client, no policy;
+- ``runtime``: what the evicting functions add (policy, settings, API client, reactor);
+- ``deadletter`` imports ``common`` only; ``classifier`` adds the API client and the classifier.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kdesched.reactor.events import (
+from kdesched.reactor.eventtypes import (
     APISERVER_EVENTS,
     LABELS_CHANGED,
     NODE_ADDED,
@@ -83,13 +90,13 @@ FUNCTIONS: Mapping[str, Function] = {f.name: f for f in (
              "classifier:create_app", needs_policy=False),
     Function("rebalance", (NODE_ADDED, NODE_READY),
              "a node joined or became usable -> LowNodeUtilization + RemoveDuplicates (balance run, Lease)",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("taints", (TAINTS_CHANGED,),
              "taints changed -> RemovePodsViolatingNodeTaints on that node only",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("affinity", (LABELS_CHANGED,),
              "labels changed -> RemovePodsViolatingNodeAffinity on that node (+ TopologySpread on a topology key)",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("manual", (RUN_REQUESTED, PING),
              "run.requested from a person or CI, and the PingSource sweep",
              "manual:create_app"),

@@ -1,7 +1,13 @@
-"""Plumbing shared by every function: CloudEvent decoding and validation, replies, status codes,
-health and metrics endpoints, JSON logs, and the runtime (policy, settings, API client, reactor).
+"""The HTTP part every function shares: CloudEvent decoding and validation, replies, status codes,
+health and metrics endpoints, and the Flask app. The runtime (policy, settings, API client,
+reactor) is :mod:`kdesched_functions.runtime`, imported only by the functions that evict.
 
-Why: Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
+Why two modules: a function imports only what it uses, because with scale-to-zero every import is
+paid again on the first event after an idle period. This module imports neither the reactor nor
+the policy package nor the kubernetes client, so ``deadletter`` starts with Flask and the
+CloudEvents SDK alone (docs/reactor.md, "Cold start"; a test checks ``sys.modules``).
+
+Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
 way:
 
@@ -33,7 +39,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -49,7 +54,6 @@ from typing import Any, cast
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event, to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 from flask import Flask, Response, request
-from kdesched.engine import PlanError
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.errors import (
     ApiError,
@@ -60,19 +64,9 @@ from kdesched.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
-from kdesched.model.errors import ModelError
-from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import NodeInputError
-from kdesched.reactor.coordination import LockBusy, ShuttingDown
-from kdesched.reactor.events import RUN_COMPLETED
-from kdesched.reactor.requests import RequestError, Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import ReactorSettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
-
-from kdesched_functions import Function
 
 log = logging.getLogger("kdesched.functions")
 
@@ -105,9 +99,6 @@ class Incoming:
     source: str
     data: Any  # parsed JSON (dict, list, ...) or None when there is no data
     extensions: Mapping[str, Any] = field(default_factory=dict)
-
-    def trigger(self, node: str = "") -> Trigger:
-        return Trigger(self.type, self.id, self.source, node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +265,23 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
 # --- status mapping ------------------------------------------------------------------------------
 
 
+def raised_as(exc: BaseException, module: str, name: str) -> bool:
+    """Whether ``exc`` is a ``module.name``, without importing ``module``: the reactor's, engine's and
+    model's exceptions are named here, not imported, so that this module does not load the reactor
+    (and the kubernetes client) into ``deadletter``. An exception of a class whose module was never
+    imported cannot have been raised, so the lookup in ``sys.modules`` is exact."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+BAD_REQUEST_ERRORS = (("kdesched.reactor.requests", "RequestError"), ("kdesched.reactor.classifier", "NodeInputError"))
+"""Exceptions that mean "this event can never succeed as sent" (400, with their ``field``)."""
+LOCK_BUSY = ("kdesched.reactor.coordination", "LockBusy")
+SHUTTING_DOWN = ("kdesched.reactor.coordination", "ShuttingDown")
+RUN_ERRORS = (("kdesched.engine", "PlanError"), ("kdesched.model.errors", "ModelError"))
+"""Exceptions of a run that cannot be carried out (500, with their own message)."""
+
+
 def error_status(exc: BaseException) -> tuple[int, str, str]:
     """(status, message, field) for an exception raised while handling an event."""
     if isinstance(exc, HttpError):
@@ -283,11 +291,11 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
     if isinstance(exc, HTTPException) and exc.code is not None and 400 <= exc.code < 500 \
             and exc.code not in (404, 408, 409, 429):
         return exc.code, str(exc.description or exc.name), ""
-    if isinstance(exc, (RequestError, NodeInputError)):
-        return 400, str(exc), getattr(exc, "field", "")
-    if isinstance(exc, LockBusy):
+    if any(raised_as(exc, *named) for named in BAD_REQUEST_ERRORS):
+        return 400, str(exc), str(getattr(exc, "field", "") or "")
+    if raised_as(exc, *LOCK_BUSY):
         return 429, str(exc), ""
-    if isinstance(exc, ShuttingDown):
+    if raised_as(exc, *SHUTTING_DOWN):
         return 503, str(exc), ""
     if isinstance(exc, Forbidden):
         return 500, f"the API server refused (check RBAC): {exc}", ""
@@ -297,7 +305,7 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
         return 500, f"API error: {exc}", ""
     if isinstance(exc, ConfigError):
         return 500, f"cluster configuration: {exc}", ""
-    if isinstance(exc, (PlanError, ModelError)):
+    if any(raised_as(exc, *named) for named in RUN_ERRORS):
         return 500, str(exc), ""
     if isinstance(exc, RecursionError):  # a safety net: decode() refuses deep JSON before parsing
         return 400, "input nested too deeply", ""
@@ -306,109 +314,6 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
 
 def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
-
-
-# --- logging -------------------------------------------------------------------------------------
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
-        for key in ("function", "ce_type", "ce_id", "node", "status"):
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data)
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    """Logs on stderr; JSON lines when LOG_FORMAT=json (the in-cluster default)."""
-    handler = logging.StreamHandler(sys.stderr)
-    if os.environ.get("LOG_FORMAT", "text").lower() == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
-# --- runtime ---------------------------------------------------------------------------------------
-
-
-CACHE_ENV = "KDESCHED_CACHE"
-"""``1``/``true``: the function keeps a watch cache (kdesched.kube.cache) and plans from it; only
-worth it with ``min-scale: 1`` (docs/reactor.md, "Knative functions: warm cache or LIST per event")."""
-
-
-def cache_enabled(env: Mapping[str, str] | None = None) -> bool:
-    value = (os.environ if env is None else env).get(CACHE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"${CACHE_ENV}: must be 1/true or 0/false, got {value!r}")
-
-
-@dataclass
-class Runtime:
-    """What a function needs, built once at start-up (from the environment, or injected by tests)."""
-
-    policy: Policy
-    settings: ReactorSettings
-    client: Any  # KubeClient
-    reactor: Reactor | None = None
-    cache: Any = None  # kdesched.kube.cache.ClusterCache with $KDESCHED_CACHE=1
-
-    def get_reactor(self) -> Reactor:
-        if self.reactor is None:
-            self.reactor = Reactor(self.policy, self.settings, self.client)
-            if cache_enabled():
-                from kdesched.kube.cache import ClusterCache
-                from kdesched.reactor.events import kinds_needed
-                from kdesched.reactor.runner import CachedLoader
-
-                # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
-                self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()
-                self.reactor.loader = CachedLoader(self.cache)
-        return self.reactor
-
-    def ready(self) -> tuple[bool, str]:
-        """Ready once the policy is loaded (a cache still syncing only means LISTs meanwhile)."""
-        why = f"policy loaded ({self.policy.source or 'default policy'})"
-        return True, why + (f"; {self.cache.describe()}" if self.cache is not None else "")
-
-
-POLICY_ENV = "KDESCHED_POLICY"
-
-
-def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None = None, client: Any = None,
-                 reactor: Reactor | None = None) -> Runtime:
-    """Fill what is not given: policy from $KDESCHED_POLICY (else the default policy), settings from
-    it (+ env), the API client from $KUBECONFIG or in-cluster config."""
-    if reactor is not None:
-        return Runtime(reactor.policy, reactor.settings, reactor.client, reactor)
-    if policy is None:
-        path = os.environ.get(POLICY_ENV)
-        if path:
-            from kdesched.policy.load import load_policy
-            from kdesched.reactor.settings import block_problems
-
-            policy = load_policy(path, check_block=block_problems)  # plugin and kdesched: errors together
-        else:
-            from kdesched.policy.defaults import default_policy
-
-            policy = default_policy()
-    if settings is None:
-        settings = ReactorSettings.from_policy(policy)
-    if client is None:
-        from kdesched.kube.client import KubeClient
-
-        client = KubeClient.from_config(os.environ.get("KUBECONFIG") or None)
-    return Runtime(policy, settings, client)
 
 
 # --- the app ---------------------------------------------------------------------------------------
@@ -424,11 +329,11 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
 
     @app.post("/")
     def receive() -> Response:
-        ce_type = "-"
+        ce_type, ce_id = "-", "-"
         try:
             with inflight:
                 incoming = decode(dict(request.headers), request.get_data(cache=False), accepted)
-                ce_type = incoming.type
+                ce_type, ce_id = incoming.type, incoming.id
                 result = handler(incoming)
                 if isinstance(result, Ack):
                     m.EVENTS.labels(name, ce_type, "202").inc()
@@ -439,10 +344,12 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
         except Exception as exc:
             status, message, fld = error_status(exc)
             m.EVENTS.labels(name, ce_type, str(status)).inc()
-            level = logging.ERROR if status >= 500 and not isinstance(exc, (ShuttingDown, HttpError)) else logging.INFO
-            log.log(level, "%s: %s -> %d: %s", name, ce_type, status, message,
+            expected = isinstance(exc, HttpError) or raised_as(exc, *SHUTTING_DOWN)
+            level = logging.ERROR if status >= 500 and not expected else logging.INFO
+            log.log(level, "%s: %s %s -> %d: %s", name, ce_type, ce_id, status, message,
                     exc_info=status == 500 and not isinstance(exc, HttpError),
-                    extra={"function": name, "ce_type": ce_type, "status": status})
+                    extra={"function": name, "ce_type": ce_type, "ce_id": ce_id, "status": status,
+                           **({"field": fld} if fld else {})})
             payload: dict[str, Any] = {"error": message}
             if fld:
                 payload["field"] = fld
@@ -465,32 +372,6 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
         return Response(generate_latest(REGISTRY), status=200, mimetype=CONTENT_TYPE_LATEST)
 
     return app
-
-
-def node_event_handler(reactor: Reactor) -> Handler:
-    """rebalance, taints, affinity: the reactor runs the event's scope; reply with the report."""
-
-    def handle(incoming: Incoming) -> Result:
-        report = reactor.node_event(incoming.trigger(), parse_node_event(incoming.data))
-        return run_completed(report, report["trigger"]["node"])
-
-    return handle
-
-
-def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> Flask:
-    return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready)
-
-
-def create_node_app(fn: Function, **inject: Any) -> Flask:
-    """rebalance, taints, affinity: one app each, differing only by the event types they accept
-    (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
-    runtime = load_runtime(**inject)
-    return reactor_app(fn, runtime, node_event_handler(runtime.get_reactor()))
-
-
-def run_completed(report: Mapping[str, Any], node: str = "") -> Reply:
-    """The reply of every run: a ``dev.kdesched.run.completed`` event carrying the report."""
-    return Reply(RUN_COMPLETED, dict(report), subject=node)
 
 
 def decode_knative_error(ext: Mapping[str, Any]) -> dict[str, Any]:

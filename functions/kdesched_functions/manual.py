@@ -11,27 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-from kdesched.reactor.events import PING
+from kdesched.reactor.eventtypes import PING
 from kdesched.reactor.requests import parse_run_request, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 
 from kdesched_functions import FUNCTIONS, Function
-from kdesched_functions.common import (
-    Incoming,
-    Result,
-    create_function_app,
-    load_runtime,
-    reactor_app,
-    run_completed,
-)
+from kdesched_functions.common import Handler, Incoming, Result, create_function_app
+from kdesched_functions.runtime import load_runtime, reactor_app, run_completed, trigger_of
 
 NAME = "manual"
 
 
-def manual_handler(reactor: Reactor) -> Any:
+def manual_handler(reactor: Reactor) -> Handler:
     def handle(incoming: Incoming) -> Result:
         parse = parse_sweep_data if incoming.type == PING else parse_run_request
-        return run_completed(reactor.run_requested(incoming.trigger(), parse(incoming.data)))
+        return run_completed(incoming, reactor.run_requested(trigger_of(incoming), parse(incoming.data)))
 
     return handle
 
