@@ -37,7 +37,14 @@ class InputError(Exception):
 # --- logging --------------------------------------------------------------------------------------
 
 
+_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
 class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, msg, and every field a caller passed in
+    ``extra=`` (the reactor's profile/strategy/node/pod/trigger, the functions' function/ce_type/
+    ce_id/status...), whatever its name: a list of known keys here silently dropped the others."""
+
     def format(self, record: logging.LogRecord) -> str:
         import json
 
@@ -45,12 +52,12 @@ class _JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
         }
-        for key in ("profile", "strategy", "node", "pod", "namespace", "trigger"):
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in data:
+                data[key] = value
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data)
+        return json.dumps(data, default=str)
 
 
 def setup_logging(verbosity: int, fmt: str | None = None) -> None:
