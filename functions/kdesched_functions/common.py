@@ -15,9 +15,10 @@ way:
 outcome                                                answer
 =====================================================  =========================================
 a run (or a semantic event) to report                  200 + CloudEvent, same mode as the request
-nothing to reply                                       202, empty body
+nothing to reply                                       202, empty body, no Content-Type
 not a CloudEvent, missing/invalid attribute, wrong     400 + JSON ``{"error", "field"}`` (never
-type, non-JSON data, bad data field, unknown strategy  404/408/409/429: those would be retried)
+type, data or body not UTF-8 JSON, bad data field,     404/408/409/429: those would be retried)
+unknown strategy
 another run holds the lock / Lease                     429 (retried later)
 API server unreachable or failing, shutting down,      503 (retried)
 classifier cache not seeded
@@ -28,7 +29,10 @@ Limits on input that can never succeed (checked before anything is parsed, answe
 Knative does not retry): a request body of at most :data:`MAX_BODY_BYTES` (4 MiB, Flask's
 ``MAX_CONTENT_LENGTH``; a run report of 10,000 evictions is about 2 MiB) and JSON nested at most
 :data:`MAX_JSON_DEPTH` (64) levels deep (a kdesched event needs fewer than 10; Python's JSON
-parser would fail with RecursionError near 1,000).
+parser would fail with RecursionError near 1,000). JSON is UTF-8 (RFC 8259 section 8.1, and the
+CloudEvents JSON format): ``json.loads`` of bytes would also guess UTF-16 and UTF-32, so bodies
+are decoded as strict UTF-8 first, and a byte order mark, NUL bytes or a ``charset`` other than
+UTF-8 are refused.
 
 CloudEvents SDK 2.x (``cloudevents.core``) auto-fills ``id`` and ``specversion`` when they are
 absent, so the required attributes are checked on the wire before the SDK decodes the message.
@@ -37,6 +41,7 @@ absent, so the required attributes are checked on the wire before the SDK decode
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import logging
 import re
@@ -109,6 +114,7 @@ class Reply:
     data: Any
     subject: str = ""
     id: str = ""
+    """Empty: a random id. A reply to an event carries :func:`reply_id` (the same on redelivery)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,36 @@ def _bad(message: str, field: str = "") -> HttpError:
 def _json_content_type(ct: str) -> bool:
     base = ct.split(";", 1)[0].strip().lower()
     return base == "application/json" or base.endswith("+json") or base == "text/json"
+
+
+def _charset(ct: str) -> str:
+    """The ``charset`` parameter of a media type, lower case ("" when there is none)."""
+    for param in ct.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return ""
+
+
+def _check_charset(ct: str, fld: str) -> None:
+    charset = _charset(ct)
+    if charset and charset not in ("utf-8", "utf8"):
+        raise _bad(f"{fld} {ct!r} names charset {charset!r}: CloudEvent JSON must be UTF-8", fld)
+
+
+def utf8_text(raw: bytes, what: str, fld: str) -> str:
+    """``raw`` decoded as strict UTF-8, else 400 naming ``fld``. ``json.loads`` of bytes would guess
+    UTF-16 or UTF-32 and accept them; JSON exchanged between systems is UTF-8 without a byte order
+    mark (RFC 8259 section 8.1), and a NUL byte can appear in no JSON text (the mark of UTF-16/32)."""
+    if raw.startswith(codecs.BOM_UTF8):
+        raise _bad(f"{what} starts with a byte order mark: JSON must be UTF-8 without one", fld)
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in raw:
+        raise _bad(f"{what} is not UTF-8 (a byte order mark or NUL bytes: UTF-16 or UTF-32?): JSON must be UTF-8",
+                   fld)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start}): JSON must be UTF-8", fld) from None
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -165,8 +201,9 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         raise _bad("batched CloudEvents are not supported; send one event per request", "content-type")
     if base_ct == STRUCTURED:
         mode = "structured"
+        _check_charset(ctype, "content-type")
         try:
-            raw = json.loads(body or b"null")
+            raw = json.loads(utf8_text(body, "structured CloudEvent body", "body") or "null")
         except ValueError as exc:
             raise _bad(f"structured CloudEvent body is not valid JSON: {exc}", "body") from None
         if not isinstance(raw, dict):
@@ -198,8 +235,10 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
             raise _bad("data must be JSON, got data_base64", "data")
         data = raw.get("data")
         dct = raw.get("datacontenttype")
+        if dct is not None:
+            _check_charset(str(dct), "datacontenttype")
         if isinstance(data, str) and dct and _json_content_type(str(dct)):
-            data = _parse_json(data.encode())
+            data = _parse_json(data)
         elif isinstance(data, str) and dct and not _json_content_type(str(dct)):
             raise _bad(f"data must be JSON, got datacontenttype {dct!r}", "datacontenttype")
     else:
@@ -208,20 +247,32 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         else:
             if ctype and not _json_content_type(ctype):
                 raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
-            data = _parse_json(body)
+            _check_charset(ctype, "datacontenttype")
+            data = _parse_json(utf8_text(body, "data", "data"))
     ext = {k: v for k, v in event.get_attributes().items()
            if k not in (*REQUIRED, "datacontenttype", "dataschema", "subject", "time")}
     return Incoming(event, mode, str(attrs["type"]), str(attrs["id"]), str(attrs["source"]), data, ext)
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(text: str) -> Any:
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except ValueError as exc:
         raise _bad(f"data is not valid JSON: {exc}", "data") from None
 
 
 # --- encoding ------------------------------------------------------------------------------------
+
+
+_REPLY_IDS = uuid.UUID("5d0f1e52-3c7a-5b8e-9f1a-6b2c4d8e0a17")
+"""The uuid5 namespace of reply ids (a fixed constant: ids must not change between releases)."""
+
+
+def reply_id(incoming: Incoming, reply_type: str) -> str:
+    """The id of the ``reply_type`` reply to ``incoming``, derived from the event's identity (source
+    + id, which CloudEvents define as unique): every delivery of one event gets the same reply id,
+    so a redelivery's reply is a duplicate a consumer (the audit log) can drop, not a second event."""
+    return str(uuid.uuid5(_REPLY_IDS, json.dumps([reply_type, incoming.source, incoming.id])))
 
 
 def make_event(function: str, reply: Reply) -> CloudEvent:
@@ -316,6 +367,15 @@ def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
 
 
+def empty_response(status: int = 202) -> Response:
+    """An answer without a body, and so without a Content-Type (Flask would say ``text/html``): an
+    acknowledgement the broker must not read as a reply (Knative: a 2xx with an empty body is a
+    plain ack; 202 is never a reply)."""
+    resp = Response(b"", status=status)
+    del resp.headers["Content-Type"]
+    return resp
+
+
 # --- the app ---------------------------------------------------------------------------------------
 
 
@@ -337,7 +397,7 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
                 result = handler(incoming)
                 if isinstance(result, Ack):
                     m.EVENTS.labels(name, ce_type, "202").inc()
-                    return Response(b"", status=202)
+                    return empty_response(202)
                 body, headers = encode(make_event(name, result), incoming.mode)
                 m.EVENTS.labels(name, ce_type, "200").inc()
                 return Response(body, status=200, headers=headers)

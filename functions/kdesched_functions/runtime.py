@@ -24,7 +24,7 @@ from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
 
 from kdesched_functions import Function
-from kdesched_functions.common import Handler, Incoming, Reply, Result, create_function_app
+from kdesched_functions.common import Handler, Incoming, Reply, Result, create_function_app, reply_id
 
 CACHE_ENV = "KDESCHED_CACHE"
 """``1``/``true``: the function keeps a watch cache (kdesched.kube.cache) and plans from it; only
@@ -103,8 +103,10 @@ def trigger_of(incoming: Incoming, node: str = "") -> Trigger:
 
 
 def run_completed(incoming: Incoming, report: Mapping[str, Any], node: str = "") -> Reply:
-    """The reply of every run: a ``dev.kdesched.run.completed`` event carrying the report."""
-    return Reply(RUN_COMPLETED, dict(report), subject=node)
+    """The reply of every run: a ``dev.kdesched.run.completed`` event carrying the report, with an
+    id derived from the event that asked for the run (:func:`~kdesched_functions.common.reply_id`):
+    a redelivered event's report is the same audit event, not a second one."""
+    return Reply(RUN_COMPLETED, dict(report), subject=node, id=reply_id(incoming, RUN_COMPLETED))
 
 
 def node_event_handler(reactor: Reactor) -> Handler:
