@@ -20,12 +20,14 @@ every start would compile ~50 modules, ~0.2 s). The API server is the in-repo fa
 the policy is the shipped one (knative/common/policy.yaml via ``$KDESCHED_POLICY``) and logs are
 JSON (``LOG_FORMAT=json``), as in the cluster. Functions are interleaved round by round so that
 load from other work spreads over all of them; the median, min and max of ``--repeat`` runs are
-reported with the machine's conditions (bench/machine.py). ``--baseline DIR`` runs another
-checkout's ``shared/`` and ``functions/`` (PYTHONPATH) for before/after figures:
+reported with the machine's conditions (bench/machine.py). ``--baseline DIR`` also runs another
+checkout's ``shared/`` and ``functions/`` (PYTHONPATH), interleaved start by start with this one,
+for before/after figures taken under the same load:
 
     python bench/bench_function_start.py                               # all six, 7 runs each
     python bench/bench_function_start.py --functions deadletter,taints --repeat 11
-    git archive OLD | tar -x -C /tmp/old && python bench/bench_function_start.py --baseline /tmp/old
+    mkdir /tmp/old && git archive OLD shared functions | tar -x -C /tmp/old
+    python bench/bench_function_start.py --baseline /tmp/old
 
 Not a test: the figures depend on the machine (docs/benchmarks.md has them with their command).
 """
@@ -108,8 +110,16 @@ def request(port: int, method: str, body: bytes = b"", headers: dict[str, str] |
             conn.close()
 
 
-def one_start(name: str, target: str, env: dict[str, str], node: dict[str, Any]) -> float:
-    """Seconds from spawning ``kdesched function NAME`` to the first answer of ``target``."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (/proc/PID/stat, clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_start(name: str, target: str, env: dict[str, str], node: dict[str, Any]) -> tuple[float, float]:
+    """Wall seconds from spawning ``kdesched function NAME`` to the first answer of ``target``, and
+    the CPU seconds the process used by then (less sensitive than wall time to other work on a
+    shared machine; 10 ms resolution)."""
     port = free_port()
     if target == "event":
         etype, data, expected = _event(name, node)
@@ -125,6 +135,7 @@ def one_start(name: str, target: str, env: dict[str, str], node: dict[str, Any])
         else:
             status, expected = request(port, "GET"), 200
         elapsed = time.perf_counter() - t0
+        cpu = cpu_seconds(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -135,7 +146,7 @@ def one_start(name: str, target: str, env: dict[str, str], node: dict[str, Any])
     if status != expected:
         raise RuntimeError(f"{name} {target}: HTTP {status}, expected {expected}; its log:\n"
                            f"{err.decode(errors='replace')[-2000:]}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,11 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--functions", default=",".join(FUNCTIONS), help="comma-separated (default: all six)")
     ap.add_argument("--targets", default="healthz,event", help="healthz, event or both (default)")
     ap.add_argument("--repeat", type=int, default=7, help="runs per function and target (default 7)")
-    ap.add_argument("--baseline", metavar="DIR", help="run this checkout's shared/ and functions/ instead")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also measure this checkout's shared/ and functions/, interleaved with this one")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "function-start.json"))
     args = ap.parse_args(argv)
     names = [n for n in args.functions.split(",") if n]
     targets = [t for t in args.targets.split(",") if t]
+    checkouts = {"this checkout": REPO, **({f"baseline {args.baseline}": Path(args.baseline).resolve()}
+                                           if args.baseline else {})}
     conditions = machine()
     api = FakeApiServer().start()
     try:
@@ -162,45 +176,54 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench",
                                                            "namespace": "kdesched"}}],
                 "users": [{"name": "bench", "user": {"token": "bench"}}]}))
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KDESCHED_POLICY": str(POLICY),
-                   "LOG_FORMAT": "json", "KDESCHED_LEASE_NAMESPACE": "kdesched",
-                   "KDESCHED_BROKER_URL": "http://127.0.0.1:9/unused"}
-            env.pop("KDESCHED_CACHE", None)
-            base = Path(args.baseline).resolve() if args.baseline else REPO
-            sources = [str(base / d) for d in ("shared", "functions")]
-            if args.baseline:
-                env["PYTHONPATH"] = os.pathsep.join(sources)
-            # as in the image: every module compiled once, never written at run time
-            subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], check=True, stdout=subprocess.DEVNULL)
-            env["PYTHONDONTWRITEBYTECODE"] = "1"
-            runs: dict[str, dict[str, list[float]]] = {n: {t: [] for t in targets} for n in names}
-            for name in names:  # one warm-up each: the page cache, .pyc files
-                one_start(name, "healthz", env, node)
-            for _ in range(args.repeat):
+            common_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KDESCHED_POLICY": str(POLICY),
+                          "LOG_FORMAT": "json", "KDESCHED_LEASE_NAMESPACE": "kdesched",
+                          "KDESCHED_BROKER_URL": "http://127.0.0.1:9/unused",
+                          "PYTHONDONTWRITEBYTECODE": "1"}  # as in the image: .pyc read, never written
+            common_env.pop("KDESCHED_CACHE", None)
+            envs: dict[str, dict[str, str]] = {}
+            for label, root in checkouts.items():
+                sources = [str(root / d) for d in ("shared", "functions")]
+                # as pip does when the image is built: every module compiled once
+                subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], check=True,
+                               stdout=subprocess.DEVNULL)
+                envs[label] = {**common_env, **({"PYTHONPATH": os.pathsep.join(sources)} if root != REPO else {})}
+            runs = {c: {n: {t: [] for t in targets} for n in names} for c in checkouts}
+            cpu = {c: {n: {t: [] for t in targets} for n in names} for c in checkouts}
+            for label in checkouts:  # one warm-up each: the page cache
+                for name in names:
+                    one_start(name, "healthz", envs[label], node)
+            for _ in range(args.repeat):  # interleaved: other work on the machine spreads over all
                 for name in names:
                     for target in targets:
-                        runs[name][target].append(one_start(name, target, env, node))
+                        for label in checkouts:
+                            wall, used = one_start(name, target, envs[label], node)
+                            runs[label][name][target].append(wall)
+                            cpu[label][name][target].append(used)
     finally:
         api.stop()
     conditions["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    print(f"kdesched function NAME: process start -> first answer, seconds (median [min-max] of {args.repeat}); "
-          f"{'baseline ' + args.baseline if args.baseline else 'this checkout'}")
+    print(f"kdesched function NAME: process start -> first answer, wall seconds median [min-max] and CPU seconds "
+          f"median, of {args.repeat} runs")
     print(f"machine: {conditions['cpus']} CPUs {conditions['cpu']}, Python {conditions['python']}, commit "
           f"{conditions['commit']}, load average before {conditions['loadavg']} after {conditions['loadavg_after']}")
-    print("| function | " + " | ".join(targets) + " |")
-    print("|---|" + "---|" * len(targets))
-    summary: dict[str, dict[str, float]] = {}
-    for name in names:
-        cells = []
-        for target in targets:
-            xs = runs[name][target]
-            summary.setdefault(name, {})[target] = statistics.median(xs)
-            cells.append(f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for label in checkouts:
+        print(f"\n{label}\n")
+        print("| function | " + " | ".join(f"{t} wall s | {t} CPU s" for t in targets) + " |")
+        print("|---|" + "---|---|" * len(targets))
+        for name in names:
+            cells = []
+            for target in targets:
+                xs = runs[label][name][target]
+                summary.setdefault(label, {}).setdefault(name, {})[target] = statistics.median(xs)
+                cells.append(f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]")
+                cells.append(f"{statistics.median(cpu[label][name][target]):.2f}")
+            print(f"| {name} | " + " | ".join(cells) + " |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": conditions, "baseline": args.baseline, "repeat": args.repeat,
-                               "median": summary, "runs": runs}, indent=2))
+    out.write_text(json.dumps({"machine": conditions, "repeat": args.repeat, "median": summary, "runs": runs,
+                               "cpu": cpu}, indent=2))
     return 0
 
 
