@@ -224,6 +224,12 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         raise _bad(f"unsupported specversion {attrs['specversion']!r}: only 1.0", "specversion")
     if accepted is not None and attrs["type"] not in accepted:
         raise _bad(f"this function does not accept type {attrs['type']!r} (accepts: {', '.join(accepted)})", "type")
+    text: str | None = None  # binary mode: the data, checked as UTF-8 JSON text before the SDK reads it
+    if mode == "binary" and body:
+        if ctype and not _json_content_type(ctype):
+            raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
+        _check_charset(ctype, "datacontenttype")
+        text = utf8_text(body, "data", "data")
     try:
         event = cast(CloudEvent, from_http_event(HTTPMessage(dict(lower), body or b"")))
     except Exception as exc:  # noqa: BLE001 - the SDK's validation errors: bad time, bad extension names...
@@ -242,13 +248,7 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         elif isinstance(data, str) and dct and not _json_content_type(str(dct)):
             raise _bad(f"data must be JSON, got datacontenttype {dct!r}", "datacontenttype")
     else:
-        if not body:
-            data = None
-        else:
-            if ctype and not _json_content_type(ctype):
-                raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
-            _check_charset(ctype, "datacontenttype")
-            data = _parse_json(utf8_text(body, "data", "data"))
+        data = None if text is None else _parse_json(text)
     ext = {k: v for k, v in event.get_attributes().items()
            if k not in (*REQUIRED, "datacontenttype", "dataschema", "subject", "time")}
     return Incoming(event, mode, str(attrs["type"]), str(attrs["id"]), str(attrs["source"]), data, ext)
