@@ -2,7 +2,7 @@
 
 Every function is declared once, in :data:`FUNCTIONS` below: its name (the Knative Service and
 ``kdesched function NAME``), the CloudEvent types it accepts (what its Triggers filter on), and how
-its Flask app is made. Adding a function is one entry here, a Service and a Trigger in knative/.
+its HTTP app is made. Adding a function is one entry here, a Service and a Trigger in knative/.
 
 The three node-event functions share one factory (:func:`kdesched_functions.runtime.create_node_app`):
 
@@ -29,13 +29,13 @@ The three node-event functions share one factory (:func:`kdesched_functions.runt
   node's pods are read), and a changed zone/region/hostname (or any key pods spread over) changes
   topology domains, which TopologySpread must re-balance across the cluster (under the Lease).
 
-This module imports nothing heavy (no Flask, no client, no policy: the event types come from the
+This module imports nothing heavy (no werkzeug, no client, no policy: the event types come from the
 leaf module :mod:`kdesched.reactor.eventtypes`) so that the ``kdesched`` command can list the
 functions without paying for them; an app's module is imported only when it is built, and each
 imports only what its function uses (cold start after scale-to-zero, docs/reactor.md):
 
 - ``common``: the HTTP part every function shares (CloudEvent decoding, replies, status codes,
-  the Flask app); no reactor, no API client, no policy;
+  the WSGI app on werkzeug); no reactor, no API client, no policy;
 - ``runtime``: what the evicting functions add (policy, settings, API client, reactor);
 - ``deadletter`` imports ``common`` only; ``classifier`` adds the API client and the classifier.
 """
@@ -60,7 +60,7 @@ from kdesched.reactor.eventtypes import (
 )
 
 if TYPE_CHECKING:
-    from flask import Flask
+    from kdesched_functions.common import FunctionApp
 
 
 @dataclass(frozen=True)
@@ -73,14 +73,14 @@ class Function:
     summary: str
     """One line for ``kdesched function --help`` and the docs."""
     factory: str
-    """``module:callable`` (inside this package) that builds the Flask app: ``callable(function, **inject)``."""
+    """``module:callable`` (inside this package) that builds the app: ``callable(function, **inject)``."""
     needs_policy: bool = True
     """Whether the app is built with the policy and reactor settings (``policy=``, ``settings=``)."""
 
-    def create_app(self, **inject: Any) -> Flask:
-        """The Flask app (``inject``: policy=, settings=, client=, reactor= ... for tests and serve)."""
+    def create_app(self, **inject: Any) -> FunctionApp:
+        """The app (``inject``: policy=, settings=, client=, reactor= ... for tests and serve)."""
         module, _, attr = self.factory.partition(":")
-        factory: Callable[..., Flask] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        factory: Callable[..., FunctionApp] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         return factory(self, **inject)
 
 

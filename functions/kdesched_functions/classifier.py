@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
 from kdesched.reactor.coordination import NodeLocks
@@ -28,6 +27,7 @@ from kdesched.reactor.settings import BROKER_ENV
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
+    FunctionApp,
     HttpError,
     Incoming,
     Reply,
@@ -101,8 +101,8 @@ class ClassifierFunction:
 
 
 def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
-               **_: Any) -> Flask:
-    """The Flask app; seeds the cache at start (a failure is retried on the next event)."""
+               **_: Any) -> FunctionApp:
+    """The app; seeds the cache at start (a failure is retried on the next event)."""
     if client is None:
         from kdesched.kube.client import KubeClient
 

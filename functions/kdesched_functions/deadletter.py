@@ -17,12 +17,12 @@ import json
 import logging
 from typing import Any
 
-from flask import Flask
 from kdesched.reactor.eventtypes import RUN_COMPLETED
 
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
+    FunctionApp,
     HttpError,
     Incoming,
     Result,
@@ -55,6 +55,6 @@ def handle(incoming: Incoming) -> Result:
     return Ack()
 
 
-def create_app(function: Function, **_: Any) -> Flask:
-    """The Flask app; it needs no policy or API access and accepts every event type."""
+def create_app(function: Function, **_: Any) -> FunctionApp:
+    """The app; it needs no policy or API access and accepts every event type."""
     return create_function_app(function.name, handle, None, ready=lambda: (True, "ready"))

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Flask
 from kdesched.kube.errors import ConfigError
 from kdesched.policy.types import Policy
 from kdesched.reactor.eventtypes import RUN_COMPLETED
@@ -24,7 +23,15 @@ from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
 
 from kdesched_functions import Function
-from kdesched_functions.common import Handler, Incoming, Reply, Result, create_function_app, reply_id
+from kdesched_functions.common import (
+    FunctionApp,
+    Handler,
+    Incoming,
+    Reply,
+    Result,
+    create_function_app,
+    reply_id,
+)
 
 CACHE_ENV = "KDESCHED_CACHE"
 """``1``/``true``: the function keeps a watch cache (kdesched.kube.cache) and plans from it; only
@@ -119,11 +126,11 @@ def node_event_handler(reactor: Reactor) -> Handler:
     return handle
 
 
-def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> Flask:
+def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> FunctionApp:
     return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready)
 
 
-def create_node_app(fn: Function, **inject: Any) -> Flask:
+def create_node_app(fn: Function, **inject: Any) -> FunctionApp:
     """rebalance, taints, affinity: one app each, differing only by the event types they accept
     (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
     runtime = load_runtime(**inject)

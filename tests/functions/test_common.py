@@ -214,3 +214,19 @@ def test_decode_knative_error() -> None:
     data = base64.b64encode(b'{"error":"boom"}').decode()
     assert decode_knative_error({"knativeerrorcode": "500", "knativeerrordata": data, "other": 1}) == {
         "knativeerrorcode": "500", "knativeerrordata": '{"error":"boom"}'}
+
+
+def test_routes_other_than_the_four_answer_json_404_and_405() -> None:
+    def broken() -> tuple[bool, str]:
+        raise RuntimeError("bug in ready")
+
+    client = create_function_app("t", echo, (T,), ready=broken).test_client()
+    resp = client.get("/nope")
+    assert resp.status_code == 404 and resp.get_json()["error"]
+    resp = client.get("/")
+    assert resp.status_code == 405 and resp.headers["Allow"] == "POST" and resp.get_json()["error"]
+    resp = client.post("/healthz")
+    assert resp.status_code == 405 and resp.headers["Allow"] == "GET"
+    assert client.head("/healthz").status_code == 200
+    resp = client.get("/readyz")  # a failing view is a JSON 500, not a traceback page
+    assert resp.status_code == 500 and "bug in ready" in resp.get_json()["error"]
