@@ -2,9 +2,9 @@
 
 Every function is declared once, in :data:`FUNCTIONS` below: its name (the Knative Service and
 ``kdesched function NAME``), the CloudEvent types it accepts (what its Triggers filter on), and how
-its Flask app is made. Adding a function is one entry here, a Service and a Trigger in knative/.
+its HTTP app is made. Adding a function is one entry here, a Service and a Trigger in knative/.
 
-The three node-event functions share one factory (:func:`kdesched_functions.common.create_node_app`):
+The three node-event functions share one factory (:func:`kdesched_functions.runtime.create_node_app`):
 
 - rebalance: ``node.added`` / ``node.ready`` -> LowNodeUtilization + RemoveDuplicates (by default).
 
@@ -29,8 +29,15 @@ The three node-event functions share one factory (:func:`kdesched_functions.comm
   node's pods are read), and a changed zone/region/hostname (or any key pods spread over) changes
   topology domains, which TopologySpread must re-balance across the cluster (under the Lease).
 
-This module imports nothing heavy (no Flask, no client) so that the ``kdesched`` command can list
-the functions without paying for them; an app's module is imported only when it is built.
+This module imports nothing heavy (no werkzeug, no client, no policy: the event types come from the
+leaf module :mod:`kdesched.reactor.eventtypes`) so that the ``kdesched`` command can list the
+functions without paying for them; an app's module is imported only when it is built, and each
+imports only what its function uses (cold start after scale-to-zero, docs/reactor.md):
+
+- ``common``: the HTTP part every function shares (CloudEvent decoding, replies, status codes,
+  the WSGI app on werkzeug); no reactor, no API client, no policy;
+- ``runtime``: what the evicting functions add (policy, settings, API client, reactor);
+- ``deadletter`` imports ``common`` only; ``classifier`` adds the API client and the classifier.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kdesched.reactor.events import (
+from kdesched.reactor.eventtypes import (
     APISERVER_EVENTS,
     LABELS_CHANGED,
     NODE_ADDED,
@@ -53,7 +60,7 @@ from kdesched.reactor.events import (
 )
 
 if TYPE_CHECKING:
-    from flask import Flask
+    from kdesched_functions.common import FunctionApp
 
 
 @dataclass(frozen=True)
@@ -66,14 +73,14 @@ class Function:
     summary: str
     """One line for ``kdesched function --help`` and the docs."""
     factory: str
-    """``module:callable`` (inside this package) that builds the Flask app: ``callable(function, **inject)``."""
+    """``module:callable`` (inside this package) that builds the app: ``callable(function, **inject)``."""
     needs_policy: bool = True
     """Whether the app is built with the policy and reactor settings (``policy=``, ``settings=``)."""
 
-    def create_app(self, **inject: Any) -> Flask:
-        """The Flask app (``inject``: policy=, settings=, client=, reactor= ... for tests and serve)."""
+    def create_app(self, **inject: Any) -> FunctionApp:
+        """The app (``inject``: policy=, settings=, client=, reactor= ... for tests and serve)."""
         module, _, attr = self.factory.partition(":")
-        factory: Callable[..., Flask] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        factory: Callable[..., FunctionApp] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         return factory(self, **inject)
 
 
@@ -83,13 +90,13 @@ FUNCTIONS: Mapping[str, Function] = {f.name: f for f in (
              "classifier:create_app", needs_policy=False),
     Function("rebalance", (NODE_ADDED, NODE_READY),
              "a node joined or became usable -> LowNodeUtilization + RemoveDuplicates (balance run, Lease)",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("taints", (TAINTS_CHANGED,),
              "taints changed -> RemovePodsViolatingNodeTaints on that node only",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("affinity", (LABELS_CHANGED,),
              "labels changed -> RemovePodsViolatingNodeAffinity on that node (+ TopologySpread on a topology key)",
-             "common:create_node_app"),
+             "runtime:create_node_app"),
     Function("manual", (RUN_REQUESTED, PING),
              "run.requested from a person or CI, and the PingSource sweep",
              "manual:create_app"),

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
 from kdesched.reactor.coordination import NodeLocks
@@ -34,6 +33,7 @@ from kdesched.reactor.settings import BROKER_ENV
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
+    FunctionApp,
     HttpError,
     Incoming,
     Reply,
@@ -164,8 +164,8 @@ class ClassifierFunction:
 
 
 def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
-               **_: Any) -> Flask:
-    """The Flask app; seeds the cache at start (a failure is retried on the next event)."""
+               **_: Any) -> FunctionApp:
+    """The app; seeds the cache at start (a failure is retried on the next event)."""
     if client is None:
         from kdesched.kube.client import KubeClient
 

@@ -1,7 +1,16 @@
-"""Plumbing shared by every function: CloudEvent decoding and validation, replies, status codes,
-health and metrics endpoints, JSON logs, and the runtime (policy, settings, API client, reactor).
+"""The HTTP part every function shares: CloudEvent decoding and validation, replies, status codes,
+health and metrics endpoints, and the WSGI app. The runtime (policy, settings, API client,
+reactor) is :mod:`kdesched_functions.runtime`, imported only by the functions that evict.
 
-Why: Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
+Why two modules: a function imports only what it uses, because with scale-to-zero every import is
+paid again on the first event after an idle period. This module imports neither the reactor nor
+the policy package nor the kubernetes client, so ``deadletter`` starts with werkzeug and the
+CloudEvents SDK alone (docs/reactor.md, "Cold start"; a test checks ``sys.modules``). The app is
+plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: werkzeug serves it anyway
+(``werkzeug.serving``), and Flask on top (its routing, jinja2 templates, click CLI) cost ~0.05 s
+of CPU on every start for nothing a function uses.
+
+Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
 way:
 
@@ -9,9 +18,10 @@ way:
 outcome                                                answer
 =====================================================  =========================================
 a run (or a semantic event) to report                  200 + CloudEvent, same mode as the request
-nothing to reply                                       202, empty body
+nothing to reply                                       202, empty body, no Content-Type
 not a CloudEvent, missing/invalid attribute, wrong     400 + JSON ``{"error", "field"}`` (never
-type, non-JSON data, bad data field, unknown strategy  404/408/409/429: those would be retried)
+type, data or body not UTF-8 JSON, bad data field,     404/408/409/429: those would be retried)
+unknown strategy
 another run holds the lock / Lease                     429 (retried later)
 API server unreachable or failing, shutting down,      503 (retried)
 classifier cache not seeded
@@ -19,10 +29,13 @@ anything else (a bug, RBAC forbids, bad kubeconfig)    500 + JSON
 =====================================================  =========================================
 
 Limits on input that can never succeed (checked before anything is parsed, answered 413/400 so
-Knative does not retry): a request body of at most :data:`MAX_BODY_BYTES` (4 MiB, Flask's
-``MAX_CONTENT_LENGTH``; a run report of 10,000 evictions is about 2 MiB) and JSON nested at most
+Knative does not retry): a request body of at most :data:`MAX_BODY_BYTES` (4 MiB, werkzeug's
+``max_content_length``; a run report of 10,000 evictions is about 2 MiB) and JSON nested at most
 :data:`MAX_JSON_DEPTH` (64) levels deep (a kdesched event needs fewer than 10; Python's JSON
-parser would fail with RecursionError near 1,000).
+parser would fail with RecursionError near 1,000). JSON is UTF-8 (RFC 8259 section 8.1, and the
+CloudEvents JSON format): ``json.loads`` of bytes would also guess UTF-16 and UTF-32, so bodies
+are decoded as strict UTF-8 first, and a byte order mark, NUL bytes or a ``charset`` other than
+UTF-8 are refused.
 
 CloudEvents SDK 2.x (``cloudevents.core``) auto-fills ``id`` and ``specversion`` when they are
 absent, so the required attributes are checked on the wire before the SDK decodes the message.
@@ -31,9 +44,9 @@ absent, so the required attributes are checked on the wire before the SDK decode
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -44,12 +57,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event, to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
-from flask import Flask, Response, request
-from kdesched.engine import PlanError
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.errors import (
     ApiError,
@@ -60,19 +71,14 @@ from kdesched.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
-from kdesched.model.errors import ModelError
-from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import NodeInputError
-from kdesched.reactor.coordination import LockBusy, ShuttingDown
-from kdesched.reactor.events import RUN_COMPLETED
-from kdesched.reactor.requests import RequestError, Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import ReactorSettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.wrappers import Request, Response
 
-from kdesched_functions import Function
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+    from werkzeug.test import Client
 
 log = logging.getLogger("kdesched.functions")
 
@@ -106,9 +112,6 @@ class Incoming:
     data: Any  # parsed JSON (dict, list, ...) or None when there is no data
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
-    def trigger(self, node: str = "") -> Trigger:
-        return Trigger(self.type, self.id, self.source, node)
-
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -118,6 +121,7 @@ class Reply:
     data: Any
     subject: str = ""
     id: str = ""
+    """Empty: a random id. A reply to an event carries :func:`reply_id` (the same on redelivery)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,36 @@ def _bad(message: str, field: str = "") -> HttpError:
 def _json_content_type(ct: str) -> bool:
     base = ct.split(";", 1)[0].strip().lower()
     return base == "application/json" or base.endswith("+json") or base == "text/json"
+
+
+def _charset(ct: str) -> str:
+    """The ``charset`` parameter of a media type, lower case ("" when there is none)."""
+    for param in ct.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return ""
+
+
+def _check_charset(ct: str, fld: str) -> None:
+    charset = _charset(ct)
+    if charset and charset not in ("utf-8", "utf8"):
+        raise _bad(f"{fld} {ct!r} names charset {charset!r}: CloudEvent JSON must be UTF-8", fld)
+
+
+def utf8_text(raw: bytes, what: str, fld: str) -> str:
+    """``raw`` decoded as strict UTF-8, else 400 naming ``fld``. ``json.loads`` of bytes would guess
+    UTF-16 or UTF-32 and accept them; JSON exchanged between systems is UTF-8 without a byte order
+    mark (RFC 8259 section 8.1), and a NUL byte can appear in no JSON text (the mark of UTF-16/32)."""
+    if raw.startswith(codecs.BOM_UTF8):
+        raise _bad(f"{what} starts with a byte order mark: JSON must be UTF-8 without one", fld)
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in raw:
+        raise _bad(f"{what} is not UTF-8 (a byte order mark or NUL bytes: UTF-16 or UTF-32?): JSON must be UTF-8",
+                   fld)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start}): JSON must be UTF-8", fld) from None
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -174,8 +208,9 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         raise _bad("batched CloudEvents are not supported; send one event per request", "content-type")
     if base_ct == STRUCTURED:
         mode = "structured"
+        _check_charset(ctype, "content-type")
         try:
-            raw = json.loads(body or b"null")
+            raw = json.loads(utf8_text(body, "structured CloudEvent body", "body") or "null")
         except ValueError as exc:
             raise _bad(f"structured CloudEvent body is not valid JSON: {exc}", "body") from None
         if not isinstance(raw, dict):
@@ -196,6 +231,12 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
         raise _bad(f"unsupported specversion {attrs['specversion']!r}: only 1.0", "specversion")
     if accepted is not None and attrs["type"] not in accepted:
         raise _bad(f"this function does not accept type {attrs['type']!r} (accepts: {', '.join(accepted)})", "type")
+    text: str | None = None  # binary mode: the data, checked as UTF-8 JSON text before the SDK reads it
+    if mode == "binary" and body:
+        if ctype and not _json_content_type(ctype):
+            raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
+        _check_charset(ctype, "datacontenttype")
+        text = utf8_text(body, "data", "data")
     try:
         event = cast(CloudEvent, from_http_event(HTTPMessage(dict(lower), body or b"")))
     except Exception as exc:  # noqa: BLE001 - the SDK's validation errors: bad time, bad extension names...
@@ -207,30 +248,38 @@ def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | No
             raise _bad("data must be JSON, got data_base64", "data")
         data = raw.get("data")
         dct = raw.get("datacontenttype")
+        if dct is not None:
+            _check_charset(str(dct), "datacontenttype")
         if isinstance(data, str) and dct and _json_content_type(str(dct)):
-            data = _parse_json(data.encode())
+            data = _parse_json(data)
         elif isinstance(data, str) and dct and not _json_content_type(str(dct)):
             raise _bad(f"data must be JSON, got datacontenttype {dct!r}", "datacontenttype")
     else:
-        if not body:
-            data = None
-        else:
-            if ctype and not _json_content_type(ctype):
-                raise _bad(f"data must be JSON, got Content-Type {ctype!r}", "datacontenttype")
-            data = _parse_json(body)
+        data = None if text is None else _parse_json(text)
     ext = {k: v for k, v in event.get_attributes().items()
            if k not in (*REQUIRED, "datacontenttype", "dataschema", "subject", "time")}
     return Incoming(event, mode, str(attrs["type"]), str(attrs["id"]), str(attrs["source"]), data, ext)
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(text: str) -> Any:
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except ValueError as exc:
         raise _bad(f"data is not valid JSON: {exc}", "data") from None
 
 
 # --- encoding ------------------------------------------------------------------------------------
+
+
+_REPLY_IDS = uuid.UUID("5d0f1e52-3c7a-5b8e-9f1a-6b2c4d8e0a17")
+"""The uuid5 namespace of reply ids (a fixed constant: ids must not change between releases)."""
+
+
+def reply_id(incoming: Incoming, reply_type: str) -> str:
+    """The id of the ``reply_type`` reply to ``incoming``, derived from the event's identity (source
+    + id, which CloudEvents define as unique): every delivery of one event gets the same reply id,
+    so a redelivery's reply is a duplicate a consumer (the audit log) can drop, not a second event."""
+    return str(uuid.uuid5(_REPLY_IDS, json.dumps([reply_type, incoming.source, incoming.id])))
 
 
 def make_event(function: str, reply: Reply) -> CloudEvent:
@@ -274,20 +323,37 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
 # --- status mapping ------------------------------------------------------------------------------
 
 
+def raised_as(exc: BaseException, module: str, name: str) -> bool:
+    """Whether ``exc`` is a ``module.name``, without importing ``module``: the reactor's, engine's and
+    model's exceptions are named here, not imported, so that this module does not load the reactor
+    (and the kubernetes client) into ``deadletter``. An exception of a class whose module was never
+    imported cannot have been raised, so the lookup in ``sys.modules`` is exact."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+BAD_REQUEST_ERRORS = (("kdesched.reactor.requests", "RequestError"), ("kdesched.reactor.classifier", "NodeInputError"))
+"""Exceptions that mean "this event can never succeed as sent" (400, with their ``field``)."""
+LOCK_BUSY = ("kdesched.reactor.coordination", "LockBusy")
+SHUTTING_DOWN = ("kdesched.reactor.coordination", "ShuttingDown")
+RUN_ERRORS = (("kdesched.engine", "PlanError"), ("kdesched.model.errors", "ModelError"))
+"""Exceptions of a run that cannot be carried out (500, with their own message)."""
+
+
 def error_status(exc: BaseException) -> tuple[int, str, str]:
     """(status, message, field) for an exception raised while handling an event."""
     if isinstance(exc, HttpError):
         return exc.status, exc.message, exc.field
-    if isinstance(exc, RequestEntityTooLarge):  # Flask's MAX_CONTENT_LENGTH, before the body is read
+    if isinstance(exc, RequestEntityTooLarge):  # max_content_length, before the body is read
         return 413, f"request body over the limit of {MAX_BODY_BYTES} bytes", "body"
     if isinstance(exc, HTTPException) and exc.code is not None and 400 <= exc.code < 500 \
             and exc.code not in (404, 408, 409, 429):
         return exc.code, str(exc.description or exc.name), ""
-    if isinstance(exc, (RequestError, NodeInputError)):
-        return 400, str(exc), getattr(exc, "field", "")
-    if isinstance(exc, LockBusy):
+    if any(raised_as(exc, *named) for named in BAD_REQUEST_ERRORS):
+        return 400, str(exc), str(getattr(exc, "field", "") or "")
+    if raised_as(exc, *LOCK_BUSY):
         return 429, str(exc), ""
-    if isinstance(exc, ShuttingDown):
+    if raised_as(exc, *SHUTTING_DOWN):
         return 503, str(exc), ""
     if isinstance(exc, Forbidden):
         return 500, f"the API server refused (check RBAC): {exc}", ""
@@ -297,7 +363,7 @@ def error_status(exc: BaseException) -> tuple[int, str, str]:
         return 500, f"API error: {exc}", ""
     if isinstance(exc, ConfigError):
         return 500, f"cluster configuration: {exc}", ""
-    if isinstance(exc, (PlanError, ModelError)):
+    if any(raised_as(exc, *named) for named in RUN_ERRORS):
         return 500, str(exc), ""
     if isinstance(exc, RecursionError):  # a safety net: decode() refuses deep JSON before parsing
         return 400, "input nested too deeply", ""
@@ -308,141 +374,85 @@ def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
 
 
-# --- logging -------------------------------------------------------------------------------------
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
-        for key in ("function", "ce_type", "ce_id", "node", "status"):
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data)
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    """Logs on stderr; JSON lines when LOG_FORMAT=json (the in-cluster default)."""
-    handler = logging.StreamHandler(sys.stderr)
-    if os.environ.get("LOG_FORMAT", "text").lower() == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
-# --- runtime ---------------------------------------------------------------------------------------
-
-
-CACHE_ENV = "KDESCHED_CACHE"
-"""``1``/``true``: the function keeps a watch cache (kdesched.kube.cache) and plans from it; only
-worth it with ``min-scale: 1`` (docs/reactor.md, "Knative functions: warm cache or LIST per event")."""
-
-
-def cache_enabled(env: Mapping[str, str] | None = None) -> bool:
-    value = (os.environ if env is None else env).get(CACHE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"${CACHE_ENV}: must be 1/true or 0/false, got {value!r}")
-
-
-@dataclass
-class Runtime:
-    """What a function needs, built once at start-up (from the environment, or injected by tests)."""
-
-    policy: Policy
-    settings: ReactorSettings
-    client: Any  # KubeClient
-    reactor: Reactor | None = None
-    cache: Any = None  # kdesched.kube.cache.ClusterCache with $KDESCHED_CACHE=1
-
-    def get_reactor(self) -> Reactor:
-        if self.reactor is None:
-            self.reactor = Reactor(self.policy, self.settings, self.client)
-            if cache_enabled():
-                from kdesched.kube.cache import ClusterCache
-                from kdesched.reactor.events import kinds_needed
-                from kdesched.reactor.loaders import CachedLoader
-
-                # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
-                self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()
-                self.reactor.loader = CachedLoader(self.cache)
-        return self.reactor
-
-    def ready(self) -> tuple[bool, str]:
-        """Ready once the policy is loaded (a cache still syncing only means LISTs meanwhile)."""
-        why = f"policy loaded ({self.policy.source or 'default policy'})"
-        return True, why + (f"; {self.cache.describe()}" if self.cache is not None else "")
-
-
-POLICY_ENV = "KDESCHED_POLICY"
-
-
-def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None = None, client: Any = None,
-                 reactor: Reactor | None = None) -> Runtime:
-    """Fill what is not given: policy from $KDESCHED_POLICY (else the default policy), settings from
-    it (+ env), the API client from $KUBECONFIG or in-cluster config."""
-    if reactor is not None:
-        return Runtime(reactor.policy, reactor.settings, reactor.client, reactor)
-    if policy is None:
-        path = os.environ.get(POLICY_ENV)
-        if path:
-            from kdesched.policy.load import load_policy
-            from kdesched.reactor.settings import block_problems
-
-            policy = load_policy(path, check_block=block_problems)  # plugin and kdesched: errors together
-        else:
-            from kdesched.policy.defaults import default_policy
-
-            policy = default_policy()
-    if settings is None:
-        settings = ReactorSettings.from_policy(policy)
-    if client is None:
-        from kdesched.kube.client import KubeClient
-
-        client = KubeClient.from_config(os.environ.get("KUBECONFIG") or None)
-    return Runtime(policy, settings, client)
+def empty_response(status: int = 202) -> Response:
+    """An answer without a body, and so without a Content-Type (werkzeug would say ``text/plain``): an
+    acknowledgement the broker must not read as a reply (Knative: a 2xx with an empty body is a
+    plain ack; 202 is never a reply)."""
+    resp = Response(b"", status=status)
+    del resp.headers["Content-Type"]
+    return resp
 
 
 # --- the app ---------------------------------------------------------------------------------------
 
 
-def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | None, *,
-                        ready: Callable[[], tuple[bool, str]] | None = None) -> Flask:
-    """A Flask app serving one function at ``POST /`` plus /healthz, /readyz and /metrics."""
-    app = Flask(f"kdesched.functions.{name}")
-    app.config["KDESCHED_FUNCTION"] = name
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # Flask answers 413 before reading more
-    inflight = threading.BoundedSemaphore(1000)
+View = Callable[[Request], Response]
 
-    @app.post("/")
-    def receive() -> Response:
-        ce_type = "-"
+
+class FunctionApp:
+    """One function over HTTP, a WSGI app: ``POST /`` (the CloudEvent) plus ``GET /healthz``,
+    ``/readyz`` and ``/metrics``. ``config`` holds what tests and the factories attach
+    (``KDESCHED_FUNCTION``, the classifier's ``KDESCHED_CLASSIFIER``)."""
+
+    def __init__(self, name: str, handler: Handler, accepted: Sequence[str] | None,
+                 ready: Callable[[], tuple[bool, str]] | None = None) -> None:
+        self.name = name
+        self.handler = handler
+        self.accepted = accepted
+        self.ready = ready
+        self.config: dict[str, Any] = {"KDESCHED_FUNCTION": name}
+        self._inflight = threading.BoundedSemaphore(1000)
+        self._routes: dict[str, dict[str, View]] = {
+            "/": {"POST": self._receive}, "/healthz": {"GET": self._healthz},
+            "/readyz": {"GET": self._readyz}, "/metrics": {"GET": self._metrics}}
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Any:
+        request = Request(environ)
+        request.max_content_length = MAX_BODY_BYTES  # 413 before more of the body is read
+        methods = self._routes.get(request.path)
+        if methods is None:
+            response = _json_response(404, {"error": f"no such path {request.path!r} (POST / takes CloudEvents)"})
+        else:
+            view = methods.get(request.method) or (methods.get("GET") if request.method == "HEAD" else None)
+            if view is None:
+                response = _json_response(405, {"error": f"{request.method} is not allowed on {request.path}"})
+                response.headers["Allow"] = ", ".join(methods)
+            else:
+                try:
+                    response = view(request)
+                except Exception as exc:  # boundary: a bug answers 500, never a traceback page
+                    log.exception("%s: %s %s failed", self.name, request.method, request.path)
+                    response = _json_response(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+        return response(environ, start_response)
+
+    def test_client(self) -> Client:
+        """A werkzeug test client (tests only: ``client.post("/", data=..., headers=...)``)."""
+        from werkzeug.test import Client
+
+        return Client(self)
+
+    def _receive(self, request: Request) -> Response:
+        name, ce_type, ce_id = self.name, "-", "-"
         try:
-            with inflight:
-                incoming = decode(dict(request.headers), request.get_data(cache=False), accepted)
-                ce_type = incoming.type
-                result = handler(incoming)
+            with self._inflight:
+                incoming = decode(dict(request.headers), request.get_data(cache=False), self.accepted)
+                ce_type, ce_id = incoming.type, incoming.id
+                result = self.handler(incoming)
                 if isinstance(result, Ack):
                     m.EVENTS.labels(name, ce_type, "202").inc()
-                    return Response(b"", status=202)
+                    return empty_response(202)
                 body, headers = encode(make_event(name, result), incoming.mode)
                 m.EVENTS.labels(name, ce_type, "200").inc()
                 return Response(body, status=200, headers=headers)
         except Exception as exc:
             status, message, fld = error_status(exc)
             m.EVENTS.labels(name, ce_type, str(status)).inc()
-            level = logging.ERROR if status >= 500 and not isinstance(exc, (ShuttingDown, HttpError)) else logging.INFO
-            log.log(level, "%s: %s -> %d: %s", name, ce_type, status, message,
+            expected = isinstance(exc, HttpError) or raised_as(exc, *SHUTTING_DOWN)
+            level = logging.ERROR if status >= 500 and not expected else logging.INFO
+            log.log(level, "%s: %s %s -> %d: %s", name, ce_type, ce_id, status, message,
                     exc_info=status == 500 and not isinstance(exc, HttpError),
-                    extra={"function": name, "ce_type": ce_type, "status": status})
+                    extra={"function": name, "ce_type": ce_type, "ce_id": ce_id, "status": status,
+                           **({"field": fld} if fld else {})})
             payload: dict[str, Any] = {"error": message}
             if fld:
                 payload["field"] = fld
@@ -451,46 +461,21 @@ def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | N
                 resp.headers["Retry-After"] = "5"
             return resp
 
-    @app.get("/healthz")
-    def healthz() -> Response:
+    def _healthz(self, request: Request) -> Response:
         return _json_response(200, {"status": "ok"})
 
-    @app.get("/readyz")
-    def readyz() -> Response:
-        ok, why = ready() if ready is not None else (True, "ready")
+    def _readyz(self, request: Request) -> Response:
+        ok, why = self.ready() if self.ready is not None else (True, "ready")
         return _json_response(200 if ok else 503, {"status": "ready" if ok else "not ready", "reason": why})
 
-    @app.get("/metrics")
-    def metrics() -> Response:
+    def _metrics(self, request: Request) -> Response:
         return Response(generate_latest(REGISTRY), status=200, mimetype=CONTENT_TYPE_LATEST)
 
-    return app
 
-
-def node_event_handler(reactor: Reactor) -> Handler:
-    """rebalance, taints, affinity: the reactor runs the event's scope; reply with the report."""
-
-    def handle(incoming: Incoming) -> Result:
-        report = reactor.node_event(incoming.trigger(), parse_node_event(incoming.data))
-        return run_completed(report, report["trigger"]["node"])
-
-    return handle
-
-
-def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> Flask:
-    return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready)
-
-
-def create_node_app(fn: Function, **inject: Any) -> Flask:
-    """rebalance, taints, affinity: one app each, differing only by the event types they accept
-    (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
-    runtime = load_runtime(**inject)
-    return reactor_app(fn, runtime, node_event_handler(runtime.get_reactor()))
-
-
-def run_completed(report: Mapping[str, Any], node: str = "") -> Reply:
-    """The reply of every run: a ``dev.kdesched.run.completed`` event carrying the report."""
-    return Reply(RUN_COMPLETED, dict(report), subject=node)
+def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | None, *,
+                        ready: Callable[[], tuple[bool, str]] | None = None) -> FunctionApp:
+    """The app serving one function at ``POST /`` plus /healthz, /readyz and /metrics."""
+    return FunctionApp(name, handler, accepted, ready)
 
 
 def decode_knative_error(ext: Mapping[str, Any]) -> dict[str, Any]:

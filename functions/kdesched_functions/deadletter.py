@@ -5,6 +5,10 @@ the ``knativeerrordest`` / ``knativeerrorcode`` / ``knativeerrordata`` extension
 data is base64 of the failed response body), so an operator can see what failed and why. Run
 reports (``run.completed``) routed here are logged as the audit trail of evictions. Always 202
 with an empty body: nothing is replied, nothing retried.
+
+It imports the HTTP part of the functions (:mod:`kdesched_functions.common`) and nothing else:
+no API client, no reactor, no policy, so it answers its first request soon after its process
+starts (docs/reactor.md, "Cold start"; a test checks its ``sys.modules``).
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ import json
 import logging
 from typing import Any
 
-from flask import Flask
-from kdesched.reactor.events import RUN_COMPLETED
+from kdesched.reactor.eventtypes import RUN_COMPLETED
 
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
+    FunctionApp,
     HttpError,
     Incoming,
     Result,
@@ -51,6 +55,6 @@ def handle(incoming: Incoming) -> Result:
     return Ack()
 
 
-def create_app(function: Function, **_: Any) -> Flask:
-    """The Flask app; it needs no policy or API access and accepts every event type."""
+def create_app(function: Function, **_: Any) -> FunctionApp:
+    """The app; it needs no policy or API access and accepts every event type."""
     return create_function_app(function.name, handle, None, ready=lambda: (True, "ready"))

@@ -10,39 +10,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask
-from kdesched.reactor.events import PING
+from kdesched.reactor.eventtypes import PING
 from kdesched.reactor.requests import parse_run_request, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 
 from kdesched_functions import FUNCTIONS, Function
-from kdesched_functions.common import (
-    Incoming,
-    Result,
-    create_function_app,
-    load_runtime,
-    reactor_app,
-    run_completed,
-)
+from kdesched_functions.common import FunctionApp, Handler, Incoming, Result, create_function_app
+from kdesched_functions.runtime import load_runtime, reactor_app, run_completed, trigger_of
 
 NAME = "manual"
 
 
-def manual_handler(reactor: Reactor) -> Any:
+def manual_handler(reactor: Reactor) -> Handler:
     def handle(incoming: Incoming) -> Result:
         parse = parse_sweep_data if incoming.type == PING else parse_run_request
-        return run_completed(reactor.run_requested(incoming.trigger(), parse(incoming.data)))
+        return run_completed(incoming, reactor.run_requested(trigger_of(incoming), parse(incoming.data)))
 
     return handle
 
 
-def create_app(function: Function, **inject: Any) -> Flask:
-    """The Flask app (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
+def create_app(function: Function, **inject: Any) -> FunctionApp:
+    """The app (``inject``: policy=, settings=, client=, reactor= for tests and serve)."""
     runtime = load_runtime(**inject)
     return reactor_app(function, runtime, manual_handler(runtime.get_reactor()))
 
 
-def create_serve_app(server: Any) -> Flask:
+def create_serve_app(server: Any) -> FunctionApp:
     """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
     the manual function's handling on ``POST /`` over the server's in-process reactor."""
     return create_function_app("serve", manual_handler(server.reactor), FUNCTIONS[NAME].accepts,

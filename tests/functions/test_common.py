@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from kdesched_functions.common import (
     Reply,
     create_function_app,
     decode_knative_error,
+    reply_id,
 )
 
 from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode
@@ -52,6 +54,80 @@ def test_no_data_is_none(mode: str) -> None:
 def test_ack_is_202_with_empty_body(mode: str) -> None:
     resp = post(app_with(lambda i: Ack()), *ce_request(T, {}, mode))
     assert resp.status_code == 202 and resp.get_data() == b""
+    # no body, so no media type (Flask's default would say text/html)
+    assert "Content-Type" not in resp.headers and resp.headers.get("Content-Length") == "0"
+
+
+def test_reply_id_is_derived_from_the_event() -> None:
+    """A redelivery (same source and id) gets the same reply id; another event, another id."""
+    got: list[str] = []
+
+    def reply(incoming: Incoming) -> Reply:
+        return Reply("dev.kdesched.run.completed", {}, id=reply_id(incoming, "dev.kdesched.run.completed"))
+
+    client = app_with(reply)
+    for mode, eid, source in (("binary", "e1", "/s"), ("structured", "e1", "/s"), ("binary", "e2", "/s"),
+                              ("binary", "e1", "/other")):
+        got.append(reply_event(post(client, *ce_request(T, {}, mode, id=eid, source=source))).get_id())
+    assert got[0] == got[1] and len(set(got)) == 3
+    assert str(uuid.UUID(got[0])) == got[0]  # a UUID, as CloudEvents producers usually send
+
+
+def test_replies_without_an_id_get_a_fresh_one() -> None:
+    client = app_with(echo)
+    ids = {reply_event(post(client, *ce_request(T, {}))).get_id() for _ in range(2)}
+    assert len(ids) == 2
+
+
+# --- UTF-8 only (issue 25: a UTF-16 body was answered 200 and started a live run) -------------------
+
+DATA = {"node": "n1", "note": "caf\u00e9"}
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig", "latin-1"])
+def test_binary_data_that_is_not_utf8_is_400_naming_data(encoding: str) -> None:
+    headers, _ = ce_request(T, DATA, "binary")
+    resp = post(app_with(echo), headers, json.dumps(DATA, ensure_ascii=False).encode(encoding))
+    assert resp.status_code == 400 and resp.get_json()["field"] == "data", resp.get_json()
+    assert "UTF-8" in resp.get_json()["error"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-8-sig", "latin-1"])
+def test_structured_envelope_that_is_not_utf8_is_400_naming_the_body(encoding: str) -> None:
+    headers, body = ce_request(T, DATA, "structured")
+    resp = post(app_with(echo), headers, json.dumps(json.loads(body), ensure_ascii=False).encode(encoding))
+    assert resp.status_code == 400 and resp.get_json()["field"] == "body", resp.get_json()
+    assert "UTF-8" in resp.get_json()["error"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_utf8_with_non_ascii_characters_is_accepted(mode: str) -> None:
+    headers, body = ce_request(T, DATA, mode)
+    if mode == "binary":
+        body = json.dumps(DATA, ensure_ascii=False).encode("utf-8")
+    resp = post(app_with(echo), headers, body)
+    assert resp.status_code == 200 and reply_event(resp).get_data()["got"]["note"] == "caf\u00e9"
+
+
+@pytest.mark.parametrize("mode,charset,field", [
+    ("binary", "utf-16", "datacontenttype"), ("binary", "ISO-8859-1", "datacontenttype"),
+    ("structured", "utf-16", "content-type"), ("binary", "UTF-8", ""), ("binary", '"utf-8"', "")])
+def test_a_charset_other_than_utf8_is_refused(mode: str, charset: str, field: str) -> None:
+    headers, body = ce_request(T, {"a": 1}, mode)
+    key = next(k for k in headers if k.lower() == "content-type")
+    headers[key] += f"; charset={charset}"
+    resp = post(app_with(echo), headers, body)
+    if field:
+        assert resp.status_code == 400 and resp.get_json()["field"] == field
+    else:
+        assert resp.status_code == 200
+
+
+def test_structured_datacontenttype_charset_is_checked() -> None:
+    doc = {"id": "1", "source": "/s", "type": T, "specversion": "1.0",
+           "datacontenttype": "application/json; charset=utf-16", "data": {"a": 1}}
+    resp = post(app_with(echo), {"content-type": "application/cloudevents+json"}, json.dumps(doc).encode())
+    assert resp.status_code == 400 and resp.get_json()["field"] == "datacontenttype"
 
 
 NEGATIVE = [
@@ -138,3 +214,19 @@ def test_decode_knative_error() -> None:
     data = base64.b64encode(b'{"error":"boom"}').decode()
     assert decode_knative_error({"knativeerrorcode": "500", "knativeerrordata": data, "other": 1}) == {
         "knativeerrorcode": "500", "knativeerrordata": '{"error":"boom"}'}
+
+
+def test_routes_other_than_the_four_answer_json_404_and_405() -> None:
+    def broken() -> tuple[bool, str]:
+        raise RuntimeError("bug in ready")
+
+    client = create_function_app("t", echo, (T,), ready=broken).test_client()
+    resp = client.get("/nope")
+    assert resp.status_code == 404 and resp.get_json()["error"]
+    resp = client.get("/")
+    assert resp.status_code == 405 and resp.headers["Allow"] == "POST" and resp.get_json()["error"]
+    resp = client.post("/healthz")
+    assert resp.status_code == 405 and resp.headers["Allow"] == "GET"
+    assert client.head("/healthz").status_code == 200
+    resp = client.get("/readyz")  # a failing view is a JSON 500, not a traceback page
+    assert resp.status_code == 500 and "bug in ready" in resp.get_json()["error"]

@@ -15,7 +15,7 @@ from kdesched.reactor import events as ev
 from kdesched.reactor.loaders import CACHE_NOTE
 from kdesched.reactor.settings import parse_settings
 from kdesched_functions import FUNCTIONS
-from kdesched_functions.common import CACHE_ENV, cache_enabled
+from kdesched_functions.runtime import CACHE_ENV, cache_enabled
 
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import ce_request, post, reply_event

@@ -247,3 +247,81 @@ def test_deadletter_logs_decoded_errors_and_acks(caplog: pytest.LogCaptureFixtur
     assert '"knativeerrordata": "boom"' in text and "audit:" in text and '"pod": "p"' in text
     resp = post(c, *ce_request(ev.RUN_COMPLETED, None, drop="id"))
     assert resp.status_code == 400
+
+
+# --- replies: the same id on redelivery, no media type on an ack ---------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_redelivered_event_gets_the_same_run_completed_id(fake_api: FakeApiServer, kube: KubeClient,
+                                                            mode: str) -> None:
+    cluster(fake_api)
+    taints = FUNCTIONS["taints"].create_app(reactor=make_reactor(kube)).test_client()
+    event = ce_request(ev.TAINTS_CHANGED, {"node": "n1"}, mode, id="t-1", source="/broker")
+    first, again = reply_event(post(taints, *event)), reply_event(post(taints, *event))
+    assert first.get_type() == again.get_type() == ev.RUN_COMPLETED
+    assert first.get_id() == again.get_id()  # one audit event, however often it is delivered
+    assert first.get_data()["evictions"] and not again.get_data()["evictions"]  # the pod went the first time
+    other = reply_event(post(taints, *ce_request(ev.TAINTS_CHANGED, {"node": "n1"}, mode, id="t-2", source="/broker")))
+    assert other.get_id() != first.get_id()
+    manual = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
+    request = ce_request(ev.RUN_REQUESTED, {"dryRun": True}, mode, id="r-1", source="/ci")
+    assert reply_event(post(manual, *request)).get_id() == reply_event(post(manual, *request)).get_id()
+
+
+def test_acks_carry_no_content_type(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    cluster(fake_api)
+    deadletter = FUNCTIONS["deadletter"].create_app().test_client()
+    resp = post(deadletter, *ce_request(ev.RUN_COMPLETED, {"evictions": []}))
+    assert resp.status_code == 202 and resp.get_data() == b"" and "Content-Type" not in resp.headers
+    classifier = FUNCTIONS["classifier"].create_app(client=kube, broker_url="").test_client()
+    resp = post(classifier, *ce_request(ev.APISERVER_UPDATE, fake_api.get("Node", "n2"), source=APISERVER_SOURCE))
+    assert resp.status_code == 202 and resp.get_data() == b"" and "Content-Type" not in resp.headers
+
+
+# --- issue 25: refused at the edge, 400 naming the field, nothing run ----------------------------------
+
+
+def evictions(fake: FakeApiServer) -> list[str]:
+    return [r.path for r in fake.requests("POST") if r.path.endswith("/eviction")]
+
+
+def utf16(mode: str, etype: str, data: Any) -> tuple[dict[str, str], bytes]:
+    """A CloudEvent whose JSON is UTF-16: the data (binary mode) or the whole envelope (structured)."""
+    headers, body = ce_request(etype, data, mode)
+    return headers, body.decode("utf-8").encode("utf-16")
+
+
+BAD_EVENTS = [
+    # (function, type, data, field in binary mode, field in structured mode)
+    ("taints", ev.TAINTS_CHANGED, {"node": "n1\n"}, "data.node", "data.node"),
+    ("rebalance", ev.NODE_READY, {"node": "n3\n"}, "data.node", "data.node"),
+    ("manual", ev.RUN_REQUESTED, {"strategies": []}, "data.strategies", "data.strategies"),
+    ("manual", ev.RUN_REQUESTED, {"nodes": []}, "data.nodes", "data.nodes"),
+    ("manual", ev.RUN_REQUESTED, {"nodes": ["n1\n"]}, "data.nodes", "data.nodes"),
+    ("taints", ev.TAINTS_CHANGED, "utf-16", "data", "body"),
+    ("manual", ev.RUN_REQUESTED, "utf-16", "data", "body"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,etype,data,binary_field,structured_field", BAD_EVENTS,
+                         ids=[f"{n}-{f}-{i}" for i, (n, _, _, f, _) in enumerate(BAD_EVENTS)])
+def test_bad_events_are_400_and_evict_nothing(fake_api: FakeApiServer, kube: KubeClient, mode: str, name: str,
+                                              etype: str, data: Any, binary_field: str,
+                                              structured_field: str) -> None:
+    cluster(fake_api)  # n1 is tainted and its pod intolerant: a run that went ahead would evict it
+    client = FUNCTIONS[name].create_app(reactor=make_reactor(kube)).test_client()
+    fake_api.clear_journal()
+    if data == "utf-16":
+        resp = post(client, *utf16(mode, etype, {"node": "n1"} if name == "taints" else {"dryRun": False}))
+    else:
+        resp = post(client, *ce_request(etype, data, mode))
+    assert resp.status_code == 400
+    assert resp.get_json()["field"] == (binary_field if mode == "binary" else structured_field)
+    assert evictions(fake_api) == [] and fake_api.requests() == []  # not even a read
+    assert fake_api.get("Pod", "intolerant", "default") is not None
+    # the same event, well formed, does evict: the refusal above is what kept the pod
+    if name == "taints":
+        assert post(client, *ce_request(etype, {"node": "n1"}, mode)).status_code == 200
+        assert evictions(fake_api) and fake_api.get("Pod", "intolerant", "default") is None

@@ -9,17 +9,17 @@ them, so ``simulate`` starts fast.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kdesched import __version__
-from kdesched.model.gcpause import paused_gc
 
 if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
     from kdesched.policy.types import Policy
@@ -37,7 +37,14 @@ class InputError(Exception):
 # --- logging --------------------------------------------------------------------------------------
 
 
+_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
 class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, msg, and every field a caller passed in
+    ``extra=`` (the reactor's profile/strategy/node/pod/trigger, the functions' function/ce_type/
+    ce_id/status...), whatever its name: a list of known keys here silently dropped the others."""
+
     def format(self, record: logging.LogRecord) -> str:
         import json
 
@@ -45,12 +52,12 @@ class _JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
         }
-        for key in ("profile", "strategy", "node", "pod", "namespace", "trigger"):
-            if hasattr(record, key):
-                data[key] = getattr(record, key)
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in data:
+                data[key] = value
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data)
+        return json.dumps(data, default=str)
 
 
 def setup_logging(verbosity: int, fmt: str | None = None) -> None:
@@ -226,7 +233,21 @@ def _stdin_once(*uses: tuple[str, str | None]) -> None:
                          f"give at least one of them as a file")
 
 
-@paused_gc()  # one command over cycle-free records: no cyclic GC at all (kdesched.model.gcpause)
+def _gc_paused(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``kdesched.model.gcpause.paused_gc`` around a command, imported when the command runs: the
+    model package costs ~30 ms to import, which ``kdesched function deadletter`` never needs."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        from kdesched.model.gcpause import paused_gc
+
+        with paused_gc():
+            return command(args)
+
+    return run
+
+
+@_gc_paused  # one command over cycle-free records: no cyclic GC at all (kdesched.model.gcpause)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from kdesched.cli.output import write_report
     from kdesched.engine import PlanError, execute_plan, plan_run
@@ -540,7 +561,8 @@ kdesched.safety.enabled: true (the shipped default policy does). The report says
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, Any]:
+    """The ``kdesched`` parser, the flags every command takes, and the subparsers to add commands to."""
     parser = argparse.ArgumentParser(prog="kdesched", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kdesched {__version__}")
@@ -552,6 +574,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log format on stderr (default: $LOG_FORMAT or text)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    return parser, common, sub
+
+
+def _function_parser() -> argparse.ArgumentParser:
+    """``kdesched function NAME`` alone: the container command of every Knative function, parsed
+    without building the other commands, whose flags import the API client's configuration
+    (urllib3, yaml: ~60 ms) that ``deadletter`` never needs. A cold start after scale-to-zero pays
+    every import on the first event (docs/reactor.md, "Cold start")."""
+    from kdesched.cli.serve import configure_function_parser
+
+    parser, common, sub = _top_parser()
+    configure_function_parser(sub, common)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, common, sub = _top_parser()
 
     policy_help = ("DeschedulerPolicy file (descheduler/v1alpha2 or v1alpha1, YAML or JSON, '-' for stdin); "
                    "default: RemoveDuplicates, LowNodeUtilization (20%%/50%%), RemovePodsViolatingInterPodAntiAffinity, "
@@ -641,7 +680,8 @@ def exit_now(code: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = _function_parser() if words[:1] == ["function"] else build_parser()
     args = parser.parse_args(argv)
     setup_logging(-1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0), getattr(args, "log_format", None))
     try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.reactor import metrics as m
-from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 from kdesched.reactor.lifecycle import unusable_reason
 
 log = logging.getLogger("kdesched.reactor.classifier")

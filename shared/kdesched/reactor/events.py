@@ -29,22 +29,22 @@ from kdesched.policy.plugins import PLUGINS, parse_plugin_args
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy, Profile
+from kdesched.reactor.eventtypes import (  # noqa: F401 - re-exported: the names live in that leaf module
+    APISERVER_ADD,
+    APISERVER_DELETE,
+    APISERVER_EVENTS,
+    APISERVER_UPDATE,
+    LABELS_CHANGED,
+    NODE_ADDED,
+    NODE_EVENTS,
+    NODE_READY,
+    PING,
+    PREFIX,
+    RUN_COMPLETED,
+    RUN_REQUESTED,
+    TAINTS_CHANGED,
+)
 from kdesched.reactor.lifecycle import unusable_reason
-
-PREFIX = "dev.kdesched."
-NODE_ADDED = "dev.kdesched.node.added"
-NODE_READY = "dev.kdesched.node.ready"
-TAINTS_CHANGED = "dev.kdesched.node.taints.changed"
-LABELS_CHANGED = "dev.kdesched.node.labels.changed"
-RUN_REQUESTED = "dev.kdesched.run.requested"
-RUN_COMPLETED = "dev.kdesched.run.completed"
-PING = "dev.knative.sources.ping"
-APISERVER_ADD = "dev.knative.apiserver.resource.add"
-APISERVER_UPDATE = "dev.knative.apiserver.resource.update"
-APISERVER_DELETE = "dev.knative.apiserver.resource.delete"
-
-NODE_EVENTS = (NODE_ADDED, NODE_READY, TAINTS_CHANGED, LABELS_CHANGED)
-APISERVER_EVENTS = (APISERVER_ADD, APISERVER_UPDATE, APISERVER_DELETE)
 
 DEFAULT_EVENT_STRATEGIES: Mapping[str, tuple[str, ...]] = {
     NODE_ADDED: ("LowNodeUtilization", "RemoveDuplicates"),
