@@ -14,6 +14,12 @@ Re-sync: ApiServerSource sends nothing for what changed while it was down (a nod
 stayed in the cache for good). So the first event after ``KDESCHED_CLASSIFIER_RESYNC_SECONDS``
 (default 300; 0 = never) since the last LIST re-LISTs the nodes first: nodes gone leave the cache
 (their uids count as dead), changes made in the gap are posted to the broker like extra events.
+
+Start-up reconcile: a restarted classifier (a rollout, a crash) also missed what changed while it was
+down. It keeps a compact node record (:mod:`kdesched.reactor.reconcile`) on the Lease
+``kdesched-classifier`` in its namespace (at most every 10 s, when it changed), and after seeding
+posts the difference between the nodes and that record to the broker as the events a watch would
+have sent. RBAC: get/update on that one Lease, create on Leases in the namespace (knative/base/rbac-functions.yaml).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from typing import Any
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
 from kdesched.reactor.coordination import NodeLocks
-from kdesched.reactor.settings import BROKER_ENV
+from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
 from kdesched_functions import Function
 from kdesched_functions.common import (
@@ -43,6 +50,8 @@ from kdesched_functions.common import (
 )
 
 NAME = "classifier"
+RECORD_LEASE = "kdesched-classifier"  # the Lease whose annotation holds the classifier's node record
+RECORD_SECONDS = 10.0  # how often the record follows the cache (when it changed)
 RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 300.0
 log = logging.getLogger("kdesched.functions.classifier")
@@ -66,12 +75,18 @@ class ClassifierFunction:
     """The cache, its seeding, and the handler."""
 
     def __init__(self, client: Any, broker_url: str = "", post: Callable[..., None] = post_events, *,
-                 resync_seconds: float = DEFAULT_RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 resync_seconds: float = DEFAULT_RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 record_namespace: str | None = None) -> None:
         self.client = client
         self.broker_url = broker_url
         self.post = post
         self.resync_seconds = resync_seconds
         self.clock = clock
+        # the start-up reconcile (kdesched.reactor.reconcile): what changed while no classifier ran,
+        # against the node record this function keeps on the Lease kdesched-classifier
+        self.record = None if record_namespace is None else NodeRecordStore(client, record_namespace, RECORD_LEASE, "")
+        self._recorded: dict[str, NodeMark] | None = None
+        self._recorded_at = float("-inf")
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
         self._seed_lock = threading.Lock()
@@ -92,7 +107,59 @@ class ClassifierFunction:
             self._listed_at = started
             m.CLASSIFIER_NODES.set(count)
             log.info("node cache seeded with %d node(s)", count)
+            self.reconcile()
             return True
+
+    def reconcile(self) -> None:
+        """After the seed: post the changes made since the node record was last written (a node
+        tainted while no classifier ran, say) to the broker, then keep the record. A failure is
+        logged and the record left as it was, so the next start tries again; the sweep remains."""
+        if self.record is None:
+            return
+        try:
+            recorded = self.record.read()
+        except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
+            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
+            return
+        if recorded is None:
+            log.info("no node record yet (first start): no start-up reconcile")
+        else:
+            events = differences(recorded, self.classifier.digests())
+            log.info("start-up reconcile: %d node change(s) since the last record", len(events))
+            if events:
+                if not self.broker_url:
+                    log.warning("the start-up reconcile found %d change(s) but neither %s is set: not emitted",
+                                len(events), " nor ".join(BROKER_ENV))
+                    return
+                try:
+                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
+                                                      for e in events])
+                except Exception as exc:  # noqa: BLE001 - the record stays: the next start tries again
+                    log.warning("could not post the start-up reconcile's %d event(s): %s", len(events), exc)
+                    return
+                m.RECONCILED.inc(len(events))
+        self.write_record(force=True)
+
+    def write_record(self, *, force: bool = False) -> None:
+        """Keep the node record current: at most every RECORD_SECONDS (or now with ``force``), and
+        only when something changed."""
+        if self.record is None or not self.classifier.seeded:
+            return
+        now = self.clock()
+        if not force and now - self._recorded_at < RECORD_SECONDS:
+            return
+        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
+        if marks == self._recorded:
+            return
+        self._recorded_at = now
+        try:
+            why = self.record.write(marks, holder_only=False)
+        except Exception as exc:  # noqa: BLE001 - the next event tries again
+            why = str(exc)
+        if why:
+            log.warning("node record not written: %s", why)
+        else:
+            self._recorded = marks
 
     def resync_if_due(self) -> None:
         """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
@@ -116,6 +183,7 @@ class ClassifierFunction:
                 return
             m.CLASSIFIER_NODES.set(len(self.classifier))
             log.info("node cache re-synced: %d node(s), %d change(s) made unseen", len(self.classifier), len(events))
+            self._recorded_at = float("-inf")  # the record follows at the next event
             if events and self.broker_url:
                 try:
                     self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
@@ -155,6 +223,7 @@ class ClassifierFunction:
                     raise HttpError(503, f"could not post events to the broker: {exc}") from None
             self.classifier.observe(action, incoming.data)  # commit
             m.CLASSIFIER_NODES.set(len(self.classifier))
+        self.write_record()
         if not replies:
             return Ack()
         m.EMITTED.labels(replies[0].type).inc()
@@ -178,7 +247,8 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
         from kdesched.kube.errors import ConfigError  # `kdesched function` reports it as bad input, exit 2
 
         raise ConfigError(str(exc)) from None
-    fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds)
+    record_namespace = os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
+    fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
     fn.seed()
     app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
     app.config["KDESCHED_CLASSIFIER"] = fn

@@ -35,6 +35,11 @@ LEASE: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "update", "kdesched-leader"),
     ("coordination.k8s.io", "leases", "create", None),  # create cannot be limited by name
 })
+CLASSIFIER_RECORD: frozenset[Grant] = frozenset({
+    ("coordination.k8s.io", "leases", "get", "kdesched-classifier"),  # the classifier's node record
+    ("coordination.k8s.io", "leases", "update", "kdesched-classifier"),
+    ("coordination.k8s.io", "leases", "create", None),  # create cannot be limited by name
+})
 NODE_READER: frozenset[Grant] = frozenset({
     ("", "nodes", "get", None), ("", "nodes", "list", None), ("", "nodes", "watch", None),
 })
@@ -43,11 +48,12 @@ EXPECTED: dict[tuple[str, str], frozenset[Grant]] = {
     ("ClusterRole", "kdesched-evictor"): EVICTOR,
     ("Role", "kdesched-lease"): LEASE,
     ("ClusterRole", "kdesched-node-reader"): NODE_READER,
+    ("Role", "kdesched-classifier-record"): CLASSIFIER_RECORD,
 }
 # ServiceAccount -> the roles bound to it
 EXPECTED_BINDINGS: dict[str, set[tuple[str, str]]] = {
     "kdesched": {("ClusterRole", "kdesched-evictor"), ("Role", "kdesched-lease")},
-    "kdesched-classifier": {("ClusterRole", "kdesched-node-reader")},
+    "kdesched-classifier": {("ClusterRole", "kdesched-node-reader"), ("Role", "kdesched-classifier-record")},
     "kdesched-node-source": {("ClusterRole", "kdesched-node-reader")},
     "kdesched-deadletter": set(),
 }
@@ -169,7 +175,7 @@ def test_evicting_functions_and_standalone_share_the_same_identity() -> None:
     common = KNATIVE / "common" / "rbac-evictor.yaml"
     for name in ("knative", "standalone"):
         roles = [d for d in install(name) if d.kind in ("ClusterRole", "Role") and d.name.startswith("kdesched-")
-                 and d.name != "kdesched-node-reader"]
+                 and d.name not in ("kdesched-node-reader", "kdesched-classifier-record")]
         assert {d.path for d in roles} == {common}
 
 

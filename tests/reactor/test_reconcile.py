@@ -128,3 +128,37 @@ def test_without_a_record_nothing_is_reconciled(fake_api: FakeApiServer, kube: K
     finally:
         srv.shutdown()
         thread.join(timeout=20)
+
+
+class Posted:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+        self.events += [(r.type, r.subject) for r in replies]
+
+
+def test_a_restarted_classifier_function_posts_what_changed_while_it_was_down(fake_api: FakeApiServer,
+                                                                              kube: KubeClient) -> None:
+    """The Knative side of the start-up reconcile: the classifier function keeps its node record on
+    the Lease kdesched-classifier and, once a new process has seeded, posts the difference."""
+    from kdesched_functions.classifier import ClassifierFunction
+
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+    fake_api.add(node("n1"), node("n2"))
+    posted = Posted()
+    first = ClassifierFunction(kube, "http://broker", posted, record_namespace="kdesched")
+    assert first.seed() and posted.events == []  # a first start: no record yet, nothing to send
+    lease = fake_api.get("Lease", "kdesched-classifier", "kdesched")
+    assert lease is not None and "kdesched.dev/node-record" in lease["metadata"]["annotations"]
+    n1 = fake_api.get("Node", "n1")
+    assert n1 is not None
+    n1["spec"]["taints"] = [TAINT]  # while no classifier runs
+    fake_api.update(n1)
+    fake_api.add(node("n3"))
+    second = ClassifierFunction(kube, "http://broker", posted, record_namespace="kdesched")
+    assert second.seed()
+    assert posted.events == [(ev.TAINTS_CHANGED, "n1"), (ev.NODE_ADDED, "n3")]
+    # the record follows: a third start finds nothing new
+    third = ClassifierFunction(kube, "http://broker", Posted(), record_namespace="kdesched")
+    assert third.seed() and third.post.events == []  # type: ignore[attr-defined]

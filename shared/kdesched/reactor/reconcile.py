@@ -33,7 +33,7 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.kube.lease import get_lease
 from kdesched.reactor.classifier import NodeDigest, SemanticEvent, changes
-from kdesched.reactor.events import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
 
 log = logging.getLogger("kdesched.reactor.reconcile")
 
@@ -115,16 +115,25 @@ class NodeRecordStore:
         lease = get_lease(self.client, self.namespace, self.name)
         return decode((((lease or {}).get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION))
 
-    def write(self, marks: Mapping[str, NodeMark]) -> str:
-        """Write the record while this identity holds the Lease. Returns "" or why it was not written
-        (too large, not the holder, lost the race twice: the next tick tries again)."""
+    def write(self, marks: Mapping[str, NodeMark], *, holder_only: bool = True) -> str:
+        """Write the record (``holder_only``: only while this identity holds the Lease, as ``serve``'s
+        leader; else as the one classifier function, creating the Lease if needed). Returns "" or why
+        it was not written (too large, not the holder, lost the race twice: the next tick tries again)."""
         text = encode(marks)
         if len(text) > MAX_RECORD_BYTES:
             return (f"the node record of {len(marks)} nodes is {len(text)} bytes, over {MAX_RECORD_BYTES}: not kept "
                     "(the start-up reconcile is off; the sweep remains)")
         for _ in range(2):
             lease = get_lease(self.client, self.namespace, self.name)
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            if lease is None and not holder_only:
+                try:
+                    self.client.create_raw("Lease", {"metadata": {"name": self.name, "namespace": self.namespace,
+                                                                  "annotations": {RECORD_ANNOTATION: text}},
+                                                     "spec": {}})
+                    return ""
+                except Conflict:
+                    continue
+            if lease is None or (holder_only and (lease.get("spec") or {}).get("holderIdentity") != self.identity):
                 return "not the leader Lease's holder"
             meta = dict(lease.get("metadata") or {})
             meta["annotations"] = {**(meta.get("annotations") or {}), RECORD_ANNOTATION: text}
