@@ -21,6 +21,7 @@ that dies, or a Lease write that fails, after evicting loses nothing that a rede
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from datetime import UTC, datetime
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
-from kdesched.kube.errors import ApiError, is_transient
+from kdesched.kube.errors import ApiError
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
@@ -43,6 +44,7 @@ from kdesched.reactor.limits import GateLog, RateLimiter, make_gate
 log = logging.getLogger("kdesched.reactor.admit")
 
 MAX_ATTEMPTS = 12  # conditional writes lost in a row before the run gives up (429: try again later)
+REFUSED = frozenset({400, 401, 403, 404, 422})  # the API server will not take the write: no retry
 EVICTED = frozenset({"evicted", "already-gone"})
 # refusals that last only while something else settles (a replacement getting Ready, another run's
 # eviction): a node-scoped run refused so repeats like a paced one (kdesched.reactor.continuation)
@@ -177,13 +179,14 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
 
 
 def _write(store: LedgerStore, read: LedgerRead, new: Ledger, run: str) -> bool:
-    """The conditional write. A transient failure (a 5xx, a dropped connection whose request may have
-    been carried out) is settled by reading the record back: it holds this run's admissions (the
-    write went through, its answer was lost) or it does not (lost: plan again). Other errors raise."""
+    """The conditional write. A failure that may or may not have been carried out (a 5xx, a dropped
+    connection) is settled by reading the record back: it holds this run's admissions (the write
+    went through, its answer was lost) or it does not (lost: plan again). Retrying is safe because
+    the write is conditional on the resourceVersion read. Only a refusal (403, 404, 422) raises."""
     try:
         return store.write(read, new)
     except ApiError as exc:
-        if not is_transient(exc, read=False):
+        if exc.status in REFUSED:
             raise
         log.info("ledger write: %s; reading it back", exc)
         return bool(new.moves) and store.read().ledger.written_by(run)
@@ -198,15 +201,28 @@ def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[Evi
     failed = [o.eviction.pod for o in outcomes if o.eviction.pod.uid in admitted and o.result not in EVICTED]
     if not failed:
         return ""
-    for _ in range(MAX_ATTEMPTS):
+    last: Exception | None = None
+    for attempt in range(MAX_ATTEMPTS):
         try:
             read = store.read()
             if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before)):
                 return ""
+        except ApiError as exc:
+            # conditional on the resourceVersion read and idempotent (taking back twice is taking back
+            # once): any failure but a refusal is retried, or the pods would stay "in flight" for
+            # every other run until the replacement timeout
+            if exc.status in REFUSED:
+                last = exc
+                break
+            last = exc
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
         except Exception as exc:  # noqa: BLE001 - boundary: the report says it, the run succeeds
-            return (f"disruption ledger: could not take back {len(failed)} admission(s) that were not evicted ({exc}); "
-                    "they count as in flight until their workload is back at its Ready count or the replacement "
-                    "timeout passes")
+            last = exc
+            break
+    if last is not None:
+        return (f"disruption ledger: could not take back {len(failed)} admission(s) that were not evicted ({last}); "
+                "they count as in flight until their workload is back at its Ready count or the replacement "
+                "timeout passes")
     return (f"disruption ledger: could not take back {len(failed)} admission(s) that were not evicted (the record kept "
             "changing); they count as in flight until settled or timed out")
 

@@ -368,7 +368,11 @@ class Reactor:
                 self.active_runs -= 1
 
     def _after_run(self, scope_key: str, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
-        held = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("paced", "blocked", "throttled")}
+        # looked at again: held back for a later wave, refused by a PDB or throttled, or failed (the
+        # API server said no this time: a fault is retried by the repeat, a lasting refusal ends at the
+        # replacement timeout like a paced move)
+        held = {workload_key(o.eviction.pod) for o in report.outcomes
+                if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         until = decided.gate.cooldown_until if cooldown_repeat else None
