@@ -58,10 +58,11 @@ if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes clien
 
 log = logging.getLogger("kdesched.evictor")
 
-RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned")
+RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned", "deferred")
 # the cause of each result (docs/cli.md): evicted accepted | confirmed; already-gone not-found | replaced;
 # blocked disruption-budget; throttled throttled; failed server-error | connection | rejected | not-found |
-# conflict | gone | unexpected; paced allowance; abandoned stopped; dry-run none
+# conflict | gone | unexpected; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
+# kdesched.reactor.controls); dry-run none
 CONFIRMED = "confirmed"
 ACCEPTED = "accepted"
 REPLACED = "replaced"

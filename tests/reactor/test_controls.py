@@ -1,0 +1,200 @@
+"""The operator's controls in the reactor, against the fake API server: the cluster-health brake,
+disruption windows and budgets at admission (reactor/controls.py, reactor/admit.py), with the
+reactor's wall clock under the test's control.
+
+On the real control plane: tests/realk8s/test_controls.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kdesched.evictor.ledger import Ledger
+from kdesched.kube.client import KubeClient
+from kdesched.reactor import events as ev
+from kdesched.reactor.continuation import node_scope
+from kdesched.reactor.controls import HEALTH_BRAKE
+from kdesched.reactor.ledger_store import LEDGER_ANNOTATION
+from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor
+from kdesched.reactor.settings import parse_settings
+
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.reactor.policies import default_like_policy
+
+TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+READY = [{"type": "Ready", "status": "True"}]
+TAINTS = "RemovePodsViolatingNodeTaints"
+STARTED: list[Reactor] = []
+THU_10 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(autouse=True)
+def _stop_reactors() -> Iterator[None]:
+    yield
+    while STARTED:
+        r = STARTED.pop()
+        r.stop.set()
+        r.continuations.cancel_all()
+
+
+def reactor(kube: KubeClient, clock: Clock, **block: Any) -> Reactor:
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2, **block}
+    policy = default_like_policy(kdesched=block)
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test", wall_clock=clock)
+    STARTED.append(r)
+    return r
+
+
+def web(name: str, node: str, namespace: str = "default", app: str = "web") -> dict[str, Any]:
+    return pod_obj(name, node, namespace=namespace, owner_name=f"{app}-7d9f8",
+                   labels={"app": app, "pod-template-hash": "7d9f8"}, conditions=READY)
+
+
+def pool(fake: FakeApiServer, nodes: int, spares: int = 2, down: int = 0) -> None:
+    fake.add(*[node_obj(f"p{i}", taints=[TAINT]) for i in range(nodes)], *[node_obj(f"s{i}") for i in range(spares)],
+             *[node_obj(f"d{i}", ready=False) for i in range(down)])
+    fake.add(*[web(f"web-7d9f8-{i}", f"p{i}") for i in range(nodes)])
+
+
+def evicted(fake: FakeApiServer) -> list[str]:
+    return [r.path.split("/")[-2] for r in fake.requests("POST") if r.path.endswith("/eviction")]
+
+
+def ledger_of(fake: FakeApiServer) -> Ledger:
+    lease = fake.get("Lease", "kdesched", "kdesched") or {}
+    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
+    assert problem == ""
+    return ledger
+
+
+def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
+    return r.node_event(Trigger(ev.TAINTS_CHANGED, f"e-{node}-{i}"), parse_node_event({"node": node}))
+
+
+def results(out: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["pod"], e["result"]) for e in out["evictions"]]
+
+
+# -- the health brake ------------------------------------------------------------------------------------
+def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_api: FakeApiServer,
+                                                                          kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)  # 3 of 10 nodes NotReady: 30% > 20%
+    clock = Clock(THU_10)
+    r = reactor(kube, clock, healthBrake={"settleSeconds": 60})
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    row = out["evictions"][0]
+    assert row["cause"] == "health-brake" and "3 of 10 nodes (30%)" in row["message"]
+    assert any("held by the health brake: this run is repeated in 60s" in n for n in out["notes"])
+    assert node_scope("p0", (TAINTS,)) in r.continuations.scheduled()
+    assert ledger_of(fake_api).unhealthy_at == pytest.approx(THU_10, abs=0.01)
+    assert ledger_of(fake_api).moves == {}  # nothing admitted, nothing held
+    assert HEALTH_BRAKE.labels("share")._value.get() == 1  # type: ignore[attr-defined]
+    assert "health brake" in r.controls.status() and "not a failure" in r.controls.status()
+
+    for i in range(3):  # the nodes come back
+        fake_api.update(node_obj(f"d{i}"))
+    clock.t += 30  # healthy, but within the settle time: still deferred, repeated when it ends
+    out = taint_event(r, "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "last seen unhealthy 30s ago" in out["evictions"][0][
+        "message"]
+    assert any("repeated in 30s" in n for n in out["notes"]) and evicted(fake_api) == []
+    assert HEALTH_BRAKE.labels("settling")._value.get() == 1  # type: ignore[attr-defined]
+
+    clock.t += 31  # settled: the move happens
+    out = taint_event(r, "p0", 2)
+    assert results(out) == [("web-7d9f8-0", "evicted")] and evicted(fake_api) == ["web-7d9f8-0"]
+    assert r.controls.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
+
+
+def test_another_process_honours_the_settle_time_through_the_ledger(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)
+    clock = Clock(THU_10)
+    taint_event(reactor(kube, clock), "p0")  # process A sees the outage
+    for i in range(3):
+        fake_api.update(node_obj(f"d{i}"))
+    clock.t += 10
+    other = reactor(KubeClient.for_host(fake_api.url), clock)  # process B never saw it
+    out = taint_event(other, "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "settleSeconds" in out["evictions"][0]["message"]
+
+
+def test_a_zone_down_brakes_and_disabling_the_brake_lets_evictions_through(fake_api: FakeApiServer,
+                                                                           kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=8)
+    zone = {"topology.kubernetes.io/zone": "z9"}
+    fake_api.add(node_obj("z", labels=zone, ready=False))  # 1 of 11: below 20%, but its whole zone
+    clock = Clock(THU_10)
+    out = taint_event(reactor(kube, clock), "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "zone(s) z9" in out["evictions"][0]["message"]
+    out = taint_event(reactor(kube, clock, healthBrake={"enabled": False}), "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "evicted")]
+
+
+def test_the_sweep_is_braked_too(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 2, spares=6, down=3)
+    r = reactor(kube, Clock(THU_10))
+    from kdesched.reactor.requests import RunRequest
+
+    out = r.run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
+    assert {e["result"] for e in out["evictions"]} == {"deferred"} and evicted(fake_api) == []
+
+
+# -- disruption windows ----------------------------------------------------------------------------------
+def test_a_closed_window_defers_writes_nothing_and_repeats_at_the_opening(fake_api: FakeApiServer,
+                                                                        kube: KubeClient) -> None:
+    pool(fake_api, 3)
+    clock = Clock(THU_10)
+    r = reactor(kube, clock, disruptionWindows=[{"name": "business-hours", "schedule": "0 9 * * 1-5",
+                                                 "duration": "8h", "action": "forbid"}])
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    msg = out["evictions"][0]["message"]
+    assert out["evictions"][0]["cause"] == "window" and '"business-hours"' in msg and "until 2026-11-26 17:00" in msg
+    assert fake_api.get("Lease", "kdesched", "kdesched") is None or ledger_of(fake_api).moves == {}
+    due = r.continuations.scheduled()[node_scope("p0", (TAINTS,))]
+    assert due == pytest.approx(7 * 3600 + 0.5, abs=2)  # re-decided at 17:00
+    clock.t = datetime(2026, 11, 26, 17, 0, 1, tzinfo=UTC).timestamp()
+    out = taint_event(r, "p0", 1)  # what the repeat does at the opening: decide again
+    assert results(out) == [("web-7d9f8-0", "evicted")]
+
+
+def test_a_window_for_other_strategies_or_triggers_does_not_apply(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1)
+    r = reactor(kube, Clock(THU_10), disruptionWindows=[
+        {"schedule": "* * * * *", "duration": "1h", "strategies": ["LowNodeUtilization"]},
+        {"schedule": "* * * * *", "duration": "1h", "triggers": ["sweep"]}])
+    assert results(taint_event(r, "p0")) == [("web-7d9f8-0", "evicted")]
+
+
+# -- disruption budgets ------------------------------------------------------------------------------------
+def test_a_namespace_budget_caps_pods_in_flight_across_workloads(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"tier": "web"}}})
+    fake_api.add(node_obj("p0", taints=[TAINT]), *[node_obj(f"s{i}") for i in range(3)])
+    # 10 pods in namespace shop, 5 workloads of 2; the taint on p0 hits one pod of each workload
+    fake_api.add(*[web(f"app{w}-7d9f8-a", "p0", "shop", f"app{w}") for w in range(5)],
+                 *[web(f"app{w}-7d9f8-b", "s0", "shop", f"app{w}") for w in range(5)])
+    r = reactor(kube, Clock(THU_10), disruptionBudgets=[
+        {"name": "shop", "maxUnavailable": "20%", "namespaceSelector": {"matchLabels": {"tier": "web"}}}])
+    out = taint_event(r, "p0")
+    assert len(evicted(fake_api)) == 2
+    blocked = [b for b in out["blocked"] if b["reason"].startswith("budget:")]
+    assert len(blocked) == 3 and 'disruption budget "shop" (maxUnavailable 20%, namespace shop) allows 2 of 10' in \
+        blocked[0]["reason"]
+    inflight = sum(len(mv.inflight) for mv in ledger_of(fake_api).moves.values())
+    assert inflight == 2
+    assert any("repeated in" in n for n in out["notes"])  # looked at again shortly
+    out = taint_event(r, "p0", 1)  # nothing replaced yet: still 2 in flight, no more evictions
+    assert len(evicted(fake_api)) == 2
