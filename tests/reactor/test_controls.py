@@ -198,3 +198,60 @@ def test_a_namespace_budget_caps_pods_in_flight_across_workloads(fake_api: FakeA
     assert any("repeated in" in n for n in out["notes"])  # looked at again shortly
     out = taint_event(r, "p0", 1)  # nothing replaced yet: still 2 in flight, no more evictions
     assert len(evicted(fake_api)) == 2
+
+
+# -- "why not" Events ------------------------------------------------------------------------------------
+def why_not(fake: FakeApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in fake.list("Event") if e["reason"] == reason]
+
+
+def test_held_back_evictions_post_one_event_per_object_and_reason_a_minute(fake_api: FakeApiServer,
+                                                                           kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)
+    r = reactor(kube, Clock(THU_10))
+    out = taint_event(r, "p0")
+    (event,) = why_not(fake_api, "HealthBrake")
+    assert event["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "p0"}
+    assert event["metadata"]["namespace"] == "default"
+    assert out["evictions"][0]["message"].removeprefix("deferred: ") in event["note"]  # the report's reason
+    assert "1 eviction(s) held back (default/web-7d9f8-0)" in event["note"]
+    for i in range(1, 4):  # a storm of events on the node: no storm of Events
+        taint_event(r, "p0", i)
+    assert len(why_not(fake_api, "HealthBrake")) == 1
+
+
+def test_a_balance_run_posts_on_the_workloads_owner(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 2, spares=6, down=3)
+    from kdesched.reactor.requests import RunRequest
+
+    reactor(kube, Clock(THU_10)).run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
+    events = why_not(fake_api, "HealthBrake")
+    assert [(e["regarding"]["kind"], e["regarding"]["name"]) for e in events] == [("Deployment", "web")]
+    assert events[0]["regarding"]["apiVersion"] == "apps/v1" and "2 eviction(s) held back" in events[0]["note"]
+
+
+def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
+    from kdesched.engine import RunPlan, RunReport
+    from kdesched.evictor.planner import Refusal
+    from kdesched.model.records import Pod
+    from kdesched.reactor.whynot import WhyNotEvents
+
+    posted: list[dict[str, Any]] = []
+    clock = Clock(0.0)
+    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock)
+    pods = [Pod.from_api(web(f"web-7d9f8-{i}", "p0")) for i in range(7)]
+    reasons = ["cool-down: workload Deployment/default/web lost a pod 3s ago", "nowhere to go: no other Ready node",
+               "budget: disruption budget (maxUnavailable 1, cluster-wide) allows 1", "rate limit: global"]
+    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0]) for p in pods[:6]) + tuple(
+        Refusal(pods[6], TAINTS, "default", r) for r in reasons[1:])
+    plan = RunPlan((), refusals, (), (), (), (), {}, datetime.now(UTC))
+    report = RunReport(plan, (), False)
+    assert events.run_done(report, "p0") == 3  # cool-down (6 pods in one Event), nowhere to go, budget
+    assert sorted(p["reason"] for p in posted) == ["CoolDown", "DisruptionBudget", "NowhereToGo"]
+    cool = next(p for p in posted if p["reason"] == "CoolDown")
+    assert "6 eviction(s) held back" in cool["note"] and "and 1 more" in cool["note"] and reasons[0] in cool["note"]
+    clock.t = 59.0
+    assert events.run_done(report, "p0") == 0
+    assert events.run_done(report, "p1") == 3  # another object
+    clock.t = 61.0
+    assert events.run_done(report, "p0") == 3

@@ -74,6 +74,7 @@ from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, defa
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.whynot import WhyNotEvents
 
 log = logging.getLogger("kdesched.reactor")
 
@@ -114,6 +115,7 @@ class Reactor:
         # the operator's controls at admission: health brake, disruption windows and budgets
         self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
                                  NamespaceLabels(lambda ns: client.get_raw("Namespace", ns)), clock=wall_clock)
+        self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # leading edge: the first balance event runs after a short gather, a burst's follow-up no
@@ -363,6 +365,8 @@ class Reactor:
                 notes.append(note)
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
+            if not dry_run:
+                self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
                 repeat = self._after_run(scope.key, report, decided, cooldown_repeat)
@@ -383,6 +387,17 @@ class Reactor:
             until, why = decided.retry_at, "the health brake" if decided.brake.holds else "a disruption window or budget"
         cooldown_in = None if until is None else until - self.wall_clock()
         return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
+
+    def _post_why_not(self, scope_key: str, report: RunReport) -> None:
+        """The "why not" Events of the run (reactor.whynot): on the node for a node event's run."""
+        try:
+            node = parse_scope(scope_key).node or None
+        except ValueError:
+            node = None
+        try:
+            self.why_not.run_done(report, node)
+        except Exception:  # an Event must never fail a run whose evictions happened
+            log.exception("could not post the run's \"why not\" Events")
 
     def _post_timed_out(self, decided: Decided) -> None:
         """An Event on each held pod the ledger gave up at the replacement timeout (the move ends paced)."""
