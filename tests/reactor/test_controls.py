@@ -255,3 +255,24 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
     assert events.run_done(report, "p1") == 3  # another object
     clock.t = 61.0
     assert events.run_done(report, "p0") == 3
+
+
+def test_namespace_labels_come_from_one_list_kept_a_minute() -> None:
+    from kdesched.reactor.controls import NamespaceLabels
+
+    calls: list[int] = []
+    clock = Clock(0.0)
+
+    def list_all() -> list[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("403 forbidden")
+        return [{"metadata": {"name": "shop", "labels": {"tier": "web"}}}, {"metadata": {"name": "bare"}}]
+
+    labels = NamespaceLabels(list_all, clock=clock)
+    assert labels("shop") == {"tier": "web"} and labels("bare") == {} and labels("gone") == {}
+    assert len(calls) == 1
+    clock.t = 61.0
+    assert labels("shop") == {"tier": "web"} and len(calls) == 2
+    clock.t = 122.0
+    assert labels("shop") is None  # unreadable: the budget applies (the cautious answer)

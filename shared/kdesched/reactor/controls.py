@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from prometheus_client import Gauge
 
@@ -101,7 +102,8 @@ class Controls:
             return self._remember(now, Brake(False))
         verdict = judge(snapshot.nodes.values(), s) if complete else None
         if verdict is not None and verdict.unhealthy:
-            due = ledger.unhealthy_at is None or now - ledger.unhealthy_at >= UNHEALTHY_WRITE_SECONDS
+            due = ledger.unhealthy_at is None or now - ledger.unhealthy_at >= min(UNHEALTHY_WRITE_SECONDS,
+                                                                                  s.settle_seconds / 4)
             return self._remember(now, Brake(True, verdict.reason, verdict.message, now + max(s.settle_seconds, 1.0),
                                              verdict, record_unhealthy=due))
         ends = settling(ledger.unhealthy_at, now, s)
@@ -219,38 +221,32 @@ def with_deferred(report: RunReport, controlled: Controlled) -> RunReport:
 
 class NamespaceLabels:
     """Namespace labels for per-namespace budgets when the run's snapshot has no Namespaces (the
-    policy reads none): one GET per namespace, kept ``ttl`` seconds. An error answers None (the
-    budget then applies: the cautious answer)."""
+    policy reads none): one LIST of the Namespaces (the RBAC kdesched ships grants list, not get),
+    kept ``ttl`` seconds. An error answers None (the budget then applies: the cautious answer)."""
 
-    MAX = 10000
-
-    def __init__(self, get_raw: Callable[[str], Mapping[str, object] | None], ttl: float = 60.0,
+    def __init__(self, list_all: Callable[[], Iterable[Mapping[str, Any]]], ttl: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.get_raw = get_raw
+        self.list_all = list_all
         self.ttl = ttl
         self.clock = clock
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, Mapping[str, str] | None]] = {}
+        self._at: float | None = None
+        self._labels: dict[str, dict[str, str]] = {}
 
     def __call__(self, namespace: str) -> Mapping[str, str] | None:
         now = self.clock()
         with self._lock:
-            hit = self._cache.get(namespace)
-            if hit is not None and now - hit[0] < self.ttl:
-                return hit[1]
-        try:
-            raw = self.get_raw(namespace)
-            meta = raw.get("metadata") if raw is not None else None
-            labels = meta.get("labels") if isinstance(meta, Mapping) else None
-            value: Mapping[str, str] | None = (
-                {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {})
-            if raw is None:
-                value = {}
-        except Exception as exc:  # noqa: BLE001 - the budget applies (cautious); logged
-            log.info("could not read namespace %s for a disruption budget: %s", namespace, exc)
-            return None
-        with self._lock:
-            if len(self._cache) >= self.MAX:
-                self._cache.clear()
-            self._cache[namespace] = (now, value)
-        return value
+            if self._at is not None and now - self._at < self.ttl:
+                return self._labels.get(namespace, {})
+            try:
+                labels: dict[str, dict[str, str]] = {}
+                for raw in self.list_all():
+                    meta = raw.get("metadata") or {}
+                    got = meta.get("labels") if isinstance(meta, Mapping) else None
+                    labels[str(meta.get("name", ""))] = (
+                        {str(k): str(v) for k, v in got.items()} if isinstance(got, Mapping) else {})
+            except Exception as exc:  # noqa: BLE001 - the budget applies (cautious); logged
+                log.info("could not list namespaces for a disruption budget: %s", exc)
+                return None
+            self._at, self._labels = now, labels
+            return labels.get(namespace, {})

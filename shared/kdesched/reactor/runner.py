@@ -114,7 +114,7 @@ class Reactor:
                                    settings.history_max_entries)
         # the operator's controls at admission: health brake, disruption windows and budgets
         self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
-                                 NamespaceLabels(lambda ns: client.get_raw("Namespace", ns)), clock=wall_clock)
+                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
         self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
