@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -120,7 +120,7 @@ class Unavailable:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> Unavailable:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
