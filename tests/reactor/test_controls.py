@@ -276,3 +276,19 @@ def test_namespace_labels_come_from_one_list_kept_a_minute() -> None:
     assert labels("shop") == {"tier": "web"} and len(calls) == 2
     clock.t = 122.0
     assert labels("shop") is None  # unreadable: the budget applies (the cautious answer)
+
+
+def test_a_paced_moves_repeats_post_eviction_paced_once_a_minute_per_pod(fake_api: FakeApiServer,
+                                                                         kube: KubeClient) -> None:
+    """The six-node maintenance taint: five pods held, and the held runs repeated; without the
+    limit each repeat posted EvictionPaced on each held pod again."""
+    pool(fake_api, 6)
+    r = reactor(kube, Clock(THU_10))
+    for i in range(3):
+        for n in range(6):
+            taint_event(r, f"p{n}", i)
+    paced = [e for e in fake_api.list("Event") if e["reason"] == "EvictionPaced"]
+    names = [e["regarding"]["name"] for e in paced]
+    assert len(names) == len(set(names)) == 5  # one per held pod, however many runs held it
+    nodes = [e["regarding"]["name"] for e in why_not(fake_api, "Paced")]
+    assert len(nodes) == len(set(nodes)) == 5  # and one "why not" Event per node
