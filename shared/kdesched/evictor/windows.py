@@ -204,30 +204,49 @@ class Window:
             self.triggers is None or trigger in self.triggers)
 
     def _wall(self, now: float) -> datetime:
-        return datetime.fromtimestamp(now, self.zone).replace(tzinfo=None)
+        return datetime.fromtimestamp(now, self.zone).replace(tzinfo=None, fold=0)  # a repeated hour: the first
 
     def _epoch(self, wall: datetime) -> float:
         return wall.replace(tzinfo=self.zone).timestamp()
 
+    def _latest_start(self, at: float) -> float | None:
+        """The latest occurrence start at or before ``at`` (epoch seconds). Wall-clock times are
+        ambiguous when the clock goes back (DST): 02:15 comes twice, the second time after 02:30,
+        so the search also starts an hour later and keeps only starts that are really past."""
+        best: float | None = None
+        for shift in (0.0, 3600.0):
+            wall = self.cron.prev_match(self._wall(at + shift))
+            for _ in range(120):
+                if wall is None or self._epoch(wall) <= at:
+                    break
+                wall = self.cron.prev_match(wall - timedelta(minutes=1))
+            if wall is not None and self._epoch(wall) <= at and (best is None or self._epoch(wall) > best):
+                best = self._epoch(wall)
+        return best
+
     def active_until(self, now: float) -> float | None:
         """When the active occurrence ends (epoch seconds; occurrences that overlap or touch chain
         into one), or None when the window is not active at ``now``."""
-        start = self.cron.prev_match(self._wall(now))
-        if start is None or self._epoch(start) + self.duration_seconds <= now:
+        start = self._latest_start(now)
+        if start is None or start + self.duration_seconds <= now:
             return None
-        end = self._epoch(start) + self.duration_seconds
+        end = start + self.duration_seconds
         horizon = now + LOOKAHEAD_SECONDS
         while end < horizon:  # a later occurrence that starts before this one ends extends it
-            later = self.cron.prev_match(self._wall(end))
-            if later is None or self._epoch(later) + self.duration_seconds <= end:
+            later = self._latest_start(end)
+            if later is None or later + self.duration_seconds <= end:
                 return end
-            end = self._epoch(later) + self.duration_seconds
+            end = later + self.duration_seconds
         return end
 
     def next_start(self, now: float) -> float | None:
         """The next occurrence's start after ``now`` (epoch seconds)."""
-        start = self.cron.next_match(self._wall(now) + timedelta(microseconds=1))
-        return None if start is None else self._epoch(start)
+        wall = self.cron.next_match(self._wall(now) + timedelta(microseconds=1))
+        for _ in range(120):  # a wall-clock time that comes again after the clock went back
+            if wall is None or self._epoch(wall) > now:
+                break
+            wall = self.cron.next_match(wall + timedelta(minutes=1))
+        return None if wall is None else self._epoch(wall)
 
     def describe(self) -> str:
         label = f'"{self.name}"' if self.name else f"({self.cron.text})"
