@@ -292,3 +292,22 @@ def test_a_paced_moves_repeats_post_eviction_paced_once_a_minute_per_pod(fake_ap
     assert len(names) == len(set(names)) == 5  # one per held pod, however many runs held it
     nodes = [e["regarding"]["name"] for e in why_not(fake_api, "Paced")]
     assert len(nodes) == len(set(nodes)) == 5  # and one "why not" Event per node
+
+
+def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
+    from kdesched.model.records import Node
+    from kdesched.model.snapshot import Snapshot
+    from kdesched.reactor.controls import Controls
+
+    clock = Clock(1000.0)
+    controls = Controls(clock=clock)
+    nodes = [Node.from_api(node_obj(f"n{i}", ready=i > 2)) for i in range(10)]
+    brake = controls.brake(Snapshot.build(nodes, []), True, Ledger(), clock.t)
+    assert brake.holds and brake.record_unhealthy and brake.until == 1060.0
+    assert controls.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in \
+        controls.status()
+    clock.t = 1061.0
+    assert "as of 61s ago; it may have lifted since" in controls.status()
+    healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
+    assert not controls.brake(Snapshot.build(healthy, []), True, Ledger().with_unhealthy(900.0), clock.t).holds
+    assert controls.status() == ""

@@ -129,7 +129,10 @@ class Controls:
         if last is None or not last[1].holds:
             return ""
         at, brake = last
-        return f"{brake.message} (as of {max(0, int(self.clock() - at))}s ago; not a failure: kdesched is ready)"
+        now = self.clock()
+        stale = "; it may have lifted since: the next run decides" if brake.until is not None and now >= brake.until \
+            else ""
+        return f"{brake.message} (as of {max(0, int(now - at))}s ago{stale}; not a failure: kdesched is ready)"
 
     # -- windows and budgets ----------------------------------------------------------------------
     def apply(self, plan: RunPlan, brake: Brake, ledger: Ledger, snapshot: Snapshot, trigger: str,
