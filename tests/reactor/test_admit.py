@@ -150,7 +150,11 @@ def test_an_eviction_that_did_not_happen_is_taken_back(fake_api: FakeApiServer, 
     out = taint_event(r, "p0")
     assert [e["result"] for e in out["evictions"]] == ["failed"]
     ledger = ledger_of(fake_api)
-    assert ledger.move(KEY) is None and KEY not in ledger.workloads and "p0" not in ledger.nodes
+    move = ledger.move(KEY)
+    # not in flight any more, its cool-downs taken back, and held: the move goes on with it
+    assert move is not None and move.inflight == () and [h.pod for h in move.held] == ["default/web-7d9f8-0"]
+    assert KEY not in ledger.workloads and "p0" not in ledger.nodes
+    assert any("repeated" in n for n in out["notes"])
 
 
 def test_the_admission_is_written_before_the_eviction(fake_api: FakeApiServer, kube: KubeClient) -> None:

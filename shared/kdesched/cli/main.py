@@ -351,6 +351,10 @@ def cmd_run(args: argparse.Namespace) -> int:
              len(snapshot.pods), len(snapshot.nodes), read.requests, read.bytes_read)
     if client.read_retries:
         log.info("%d read(s) were retried after transient failures", client.read_retries)
+    refused = _health_refusal(loaded, snapshot, ignore=args.ignore_cluster_health)
+    if refused:
+        log.error("%s", refused)
+        return _read_failed(args, loaded, safety, started, refused)
     freeze_heap()
     policy = parity_policy(policy)
     try:
@@ -374,6 +378,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
     failed = any(o.result in ("failed", "throttled") for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def _health_refusal(loaded: LoadedPolicy, snapshot: Any, *, ignore: bool) -> str:
+    """Why ``run`` refuses to evict in this cluster ("" = it goes ahead): the cluster-health brake of
+    the event path (kdesched.evictor.health), judged on the run's snapshot. A dry run, or
+    ``--ignore-cluster-health``, goes ahead with a warning in the log."""
+    from kdesched.evictor.health import judge
+
+    verdict = judge(snapshot.nodes.values(), loaded.settings.health_brake)
+    if not verdict.unhealthy:
+        return ""
+    if ignore or loaded.dry_run:
+        log.warning("%s; going ahead (%s)", verdict.message,
+                    "--ignore-cluster-health" if ignore else "a dry run evicts nothing")
+        return ""
+    return (f"{verdict.message.split('; no eviction is admitted')[0]}: kdesched run refuses to evict while the "
+            "cluster is this unhealthy (nothing was decided or evicted); pass --ignore-cluster-health to run anyway")
 
 
 def _read_failed(args: argparse.Namespace, loaded: LoadedPolicy, safety: Any, started: float, error: str) -> int:
@@ -637,6 +658,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="read the cluster from etcd page by page (500 objects per LIST, a quorum read) instead of "
                           "from the API server's watch cache (resourceVersion=0, one response per kind, as upstream's "
                           "informers read; possibly a moment stale, evictions still carry the pod's uid)")
+    run.add_argument("--ignore-cluster-health", action="store_true",
+                     help="evict even while the cluster-health brake would hold (more than "
+                          "kdesched.healthBrake.maxUnhealthyShare of the nodes, default 20%%, or a whole zone NotReady "
+                          "or unreachable); without it run refuses then and exits 1 (docs/safety.md)")
     run.set_defaults(func=cmd_run)
 
     try:

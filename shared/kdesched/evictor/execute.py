@@ -58,10 +58,11 @@ if TYPE_CHECKING:  # only a type here: simulate never loads the kubernetes clien
 
 log = logging.getLogger("kdesched.evictor")
 
-RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned")
+RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned", "deferred")
 # the cause of each result (docs/cli.md): evicted accepted | confirmed; already-gone not-found | replaced;
 # blocked disruption-budget; throttled throttled; failed server-error | connection | rejected | not-found |
-# conflict | gone | unexpected; paced allowance; abandoned stopped; dry-run none
+# conflict | gone | unexpected; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
+# kdesched.reactor.controls); dry-run none
 CONFIRMED = "confirmed"
 ACCEPTED = "accepted"
 REPLACED = "replaced"
@@ -73,6 +74,37 @@ REQUESTED_BY_ANNOTATION = "kdesched.dev/requested-by"
 REQUESTED_BY = "kdesched"
 FAILURE_EVENT_REASON = "EvictionFailed"
 PACED_EVENT_REASON = "EvictionPaced"
+PACED_EVENT_INTERVAL_SECONDS = 60.0
+
+
+class OncePerInterval:
+    """Per process, thread-safe: is an Event about ``key`` due (none posted in the last
+    ``interval`` seconds)? A paced move's repeats re-decide every few seconds, and each would post
+    ``EvictionPaced`` on every held pod again: a storm of node events must not become a storm of
+    Events (at most one per pod and reason per minute per process; kdesched.reactor.whynot does
+    the same for the node and owner Events)."""
+
+    MAX_KEYS = 10000
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+
+    def due(self, key: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval:
+                return False
+            if len(self._last) >= self.MAX_KEYS:
+                self._last = {k: t for k, t in self._last.items() if now - t < self.interval}
+            self._last[key] = now
+            return True
+
+
+PACED_EVENTS = OncePerInterval(PACED_EVENT_INTERVAL_SECONDS)
 
 Sleep = Callable[[float], None]
 KeepGoing = Callable[[], "str | None"]
@@ -400,6 +432,8 @@ class LiveExecutor:
             try:
                 for o in out:
                     pod = o.eviction.pod
+                    if not PACED_EVENTS.due(pod.uid or pod.key):
+                        continue  # posted for this pod less than a minute ago (a repeat of the move)
                     sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
                                 reason=PACED_EVENT_REASON,
                                 note=f"pod eviction from {o.eviction.node} node by kdesched paced: {o.message}")

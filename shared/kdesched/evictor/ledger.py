@@ -25,7 +25,10 @@ Per workload, a :class:`Move`:
   flapping case), is.
 
 And the cool-downs (workload -> last eviction, node -> last eviction), which were the "eviction
-history" before. Everything here is pure: no I/O, a clock passed in.
+history" before, and ``unhealthy_at``: the last time a run saw the cluster unhealthy enough for the
+health brake (:mod:`kdesched.evictor.health`), so that every process waits the same settle time
+before evicting again. A record without it (written before it existed) parses as "never".
+Everything here is pure: no I/O, a clock passed in.
 """
 
 from __future__ import annotations
@@ -144,6 +147,7 @@ class Ledger:
     moves: Mapping[str, Move] = field(default_factory=dict)
     workloads: Mapping[str, float] = field(default_factory=dict)  # workload key -> last eviction (cool-down)
     nodes: Mapping[str, float] = field(default_factory=dict)  # node -> last eviction (cool-down)
+    unhealthy_at: float | None = None  # the health brake: last time a run saw the cluster unhealthy
 
     # -- reading -----------------------------------------------------------------------------------
     def move(self, key: str) -> Move | None:
@@ -276,14 +280,22 @@ class Ledger:
                 if a.pod.node_name:
                     nodes[a.pod.node_name] = now
             moves[key] = mv
-        return Ledger(moves, workloads, nodes)
+        return replace(self, moves=moves, workloads=workloads, nodes=nodes)
+
+    def with_unhealthy(self, at: float) -> Ledger:
+        """The ledger with the health brake's "last seen unhealthy" moved to ``at`` (never back)."""
+        if self.unhealthy_at is not None and self.unhealthy_at >= at:
+            return self
+        return replace(self, unhealthy_at=at)
 
     def record_outcomes(self, failed: Iterable[Pod], admitted_at: float,
-                        previous: Ledger | None = None) -> Ledger:
+                        previous: Ledger | None = None, scopes: Mapping[str, str] | None = None) -> Ledger:
         """After a run's evictions: pods whose eviction did not happen (refused, failed, abandoned)
         leave the in-flight set, and the cool-downs their admission started are taken back (to what
         ``previous``, the ledger before the admission, had) unless another pod of the same workload
-        or node was evicted meanwhile."""
+        or node was evicted meanwhile. A pod whose run scope is in ``scopes`` (uid -> scope) goes
+        back to the move's held pods: the move goes on with it (its repeat is not held back by the
+        cool-downs of the move's own other evictions, found at 30% API faults)."""
         failed = list(failed)
         if not failed:
             return self
@@ -293,7 +305,11 @@ class Ledger:
             key = workload_key(pod)
             mv = moves.get(key)
             if mv is not None:
-                mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != pod.uid))
+                held = mv.held
+                scope = (scopes or {}).get(pod.uid)
+                if scope and not any(h.uid == pod.uid for h in held) and len(held) < MAX_HELD_PER_MOVE:
+                    held += (Held(pod.uid, f"{pod.namespace}/{pod.name}", pod.node_name, scope, admitted_at),)
+                mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != pod.uid), held=held)
                 if mv.active:
                     moves[key] = mv
                 else:
@@ -305,7 +321,7 @@ class Ledger:
                     f.node == pod.node_name and _same(f.at, admitted_at)
                     for m in moves.values() for f in m.inflight):
                 _restore(nodes, pod.node_name, previous.nodes if previous else {})
-        return Ledger(moves, workloads, nodes)
+        return replace(self, moves=moves, workloads=workloads, nodes=nodes)
 
     def prune(self, now: float, keep_seconds: float, max_entries: int) -> Ledger:
         """Drop cool-downs past ``keep_seconds``, then the oldest beyond ``max_entries`` per table
@@ -316,16 +332,18 @@ class Ledger:
             if len(kept) > max_entries:
                 kept = dict(sorted(kept.items(), key=lambda kv: kv[1])[len(kept) - max_entries:])
             tables.append(kept)
-        return Ledger(dict(self.moves), tables[0], tables[1])
+        return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1])
 
     def __bool__(self) -> bool:
-        return bool(self.moves or self.workloads or self.nodes)
+        return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None)
 
     # -- the record --------------------------------------------------------------------------------
     def to_annotation(self) -> str:
         return json.dumps({"v": LEDGER_VERSION, "m": {k: m.to_json() for k, m in sorted(self.moves.items())},
                            "o": {k: round(t, 3) for k, t in sorted(self.workloads.items())},
-                           "n": {k: round(t, 3) for k, t in sorted(self.nodes.items())}}, separators=(",", ":"))
+                           "n": {k: round(t, 3) for k, t in sorted(self.nodes.items())},
+                           **({} if self.unhealthy_at is None else {"u": round(self.unhealthy_at, 3)})},
+                          separators=(",", ":"))
 
     @classmethod
     def from_annotation(cls, text: str | None) -> tuple[Ledger, str]:
@@ -343,7 +361,11 @@ class Ledger:
             return cls(), f"the disruption ledger has version {version!r}, not {LEDGER_VERSION}; starting from an empty one"
         try:
             moves = {str(k): _move(v) for k, v in (raw.get("m") or {}).items()}
-            return cls(moves, _times(raw.get("o")), _times(raw.get("n"))), ""
+            unhealthy = raw.get("u")  # absent in a record written before the health brake
+            if unhealthy is not None and (not isinstance(unhealthy, (int, float)) or isinstance(unhealthy, bool)):
+                raise ValueError(f"u (last unhealthy) must be a number, got {unhealthy!r}")
+            return cls(moves, _times(raw.get("o")), _times(raw.get("n")),
+                       None if unhealthy is None else float(unhealthy)), ""
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             return cls(), f"the disruption ledger is malformed ({type(exc).__name__}: {exc}); starting from an empty one"
 

@@ -592,6 +592,9 @@ class KubeClient:
         lost is not posted twice (the retry gets 409 AlreadyExists instead)."""
         when = now or datetime.now(UTC)
         regarding: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name}
+        known = RESOURCES.get(kind)
+        if known is not None and not known.namespaced:
+            del regarding["namespace"]  # a Node's Event lives in the namespace given; the Node has none
         if uid:
             regarding["uid"] = uid
         event = {

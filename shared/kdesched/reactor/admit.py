@@ -7,7 +7,10 @@ place that happens, for every kind of run (node-scoped, balance, manual, sweep, 
 1. read the ledger (:mod:`kdesched.reactor.ledger_store`) and settle it against the run's snapshot
    (moves whose replacements are Ready end; held pods past the replacement timeout are given up);
 2. plan with it: the pacer counts in-flight pods as down and their destinations as taken, the gate
-   applies the cool-downs (a move continuing is not held back by its own earlier waves);
+   applies the cool-downs (a move continuing is not held back by its own earlier waves); then the
+   operator's controls (:mod:`kdesched.reactor.controls`): the cluster-health brake and closed
+   disruption windows defer evictions (reported ``deferred``, nothing written for them), the
+   disruption budgets refuse those that would take too many pods down at once;
 3. write the ledger with this run's admitted (in flight) and held evictions, on the condition that
    nobody wrote it since step 1. If someone did, go back to 1 with the same snapshot: the plan is
    made again against what the other run admitted, so no two runs ever admit on the same state.
@@ -37,6 +40,7 @@ from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
+from kdesched.reactor.controls import Brake, Controlled, Controls
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
 from kdesched.reactor.limits import GateLog, RateLimiter, make_gate
@@ -91,6 +95,14 @@ class Decided:
     attempts: int
     admissions: tuple[Admission, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    controlled: Controlled | None = None  # what the controls deferred (the plan above is what they let through)
+    brake: Brake = field(default_factory=lambda: Brake(False))
+
+    @property
+    def retry_at(self) -> float | None:
+        """When the run should re-decide because the controls held evictions back (a window opens,
+        the health brake may lift, a budget may have room), epoch seconds; None: no reason."""
+        return self.controlled.retry_at if self.controlled is not None else None
 
     @property
     def admitted_uids(self) -> frozenset[str]:
@@ -137,8 +149,11 @@ def admissions_of(plan: RunPlan, scope: str) -> tuple[Admission, ...]:
 
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
            dry_run: bool, now: float, limiter: RateLimiter, cooldowns: Cooldowns, stop_when_spent: bool,
-           checkpoint: Callable[[], None] = lambda: None, clock: Callable[[], float] | None = None) -> Decided:
-    """Plan the run against the ledger and admit it (see the module docstring). Raises
+           checkpoint: Callable[[], None] = lambda: None, controls: Controls | None = None,
+           trigger: str = "", clock: Callable[[], float] | None = None) -> Decided:
+    """Plan the run against the ledger and admit it (see the module docstring). ``trigger`` is the
+    run's label (taints, affinity, rebalance, sweep, manual, continuation) that disruption windows
+    may filter on. Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
@@ -150,6 +165,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         settled = read.ledger.settle(pods_of, now, safety.replacement_timeout_seconds)
         ledger = settled.ledger
         m.LEDGER_MOVES.set(len(ledger.moves))
+        brake = controls.brake(snapshot, scope.complete, ledger, now) if controls is not None else Brake(False)
         # a dry run (or a repeat after a lost write) must not spend the real buckets: plan on a copy;
         # the admitted evictions take their tokens once the write has succeeded
         gate, gate_log = make_gate(ledger, limiter.clone(), now=now, workload_seconds=cooldowns.workload_seconds,
@@ -157,13 +173,18 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                                    stop_when_spent=stop_when_spent)
         plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
                         nodes=scope.nodes, gate=gate, safety=safety, ledger=ledger)
+        controlled = (controls.apply(plan, brake, ledger, snapshot, trigger, now) if controls is not None
+                      else Controlled(plan))
+        plan = controlled.plan
         admissions = admissions_of(plan, scope.key)
-        notes = ([read.problem] if read.problem else []) + _settle_notes(settled)
-        if dry_run or (not admissions and not settled.changed):
-            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes))
+        notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
+        if dry_run or (not admissions and not settled.changed and not brake.record_unhealthy):
+            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake)
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
         stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
         new = ledger.admit(admissions, stamp, run).prune(stamp, cooldowns.keep_seconds, cooldowns.max_entries)
+        if brake.record_unhealthy:
+            new = new.with_unhealthy(now)
         if _write(store, read, new, run):
             for a in admissions:
                 if not a.held:
@@ -171,7 +192,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if attempts > 1:
                 notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                              "meanwhile; this plan was made again against them)")
-            return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes))
+            return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes), controlled,
+                           brake)
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
@@ -205,7 +227,8 @@ def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[Evi
     for attempt in range(MAX_ATTEMPTS):
         try:
             read = store.read()
-            if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before)):
+            scopes = {a.pod.uid: a.scope for a in decided.admissions if not a.held}
+            if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before, scopes)):
                 return ""
         except ApiError as exc:
             # conditional on the resourceVersion read and idempotent (taking back twice is taking back

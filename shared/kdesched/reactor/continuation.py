@@ -112,10 +112,11 @@ class Continuations:
             return None if chain is None else chain.delay
 
     def after_run(self, scope: str, *, held: Collection[str], evicted: Collection[str],
-                  cooldown_in: float | None = None) -> str:
+                  cooldown_in: float | None = None, why: str = "a cool-down") -> str:
         """Called after every run of ``scope``: ``held`` / ``evicted`` are the workload keys it held
         pods of / evicted pods of, ``cooldown_in`` the seconds until the cool-down that held a pod
-        back ends (None: none did). Returns a note for the report ("" when nothing is repeated)."""
+        back ends (None: none did; ``why`` names what held it: a cool-down, or the controls'
+        deferral of :mod:`kdesched.reactor.controls`, which uses the same one-shot repeat). Returns a note for the report ("" when nothing is repeated)."""
         if evicted:
             self.wake(evicted, but=scope)
         now = self.clock()
@@ -132,7 +133,7 @@ class Continuations:
                 chain = self._chains[scope] = _Chain(delay, now)
                 self._schedule(scope, chain, delay)
                 m.CONTINUATIONS.labels("scheduled").inc()
-                return f"held by a cool-down: this run is repeated in {delay:.0f}s, when it ends"
+                return f"held by {why}: this run is repeated in {delay:.0f}s, when it ends"
             if self.stop.is_set():
                 return ""
             fresh = chain is None

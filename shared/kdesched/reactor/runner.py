@@ -44,6 +44,7 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes, waiting_workloads
 from kdesched.reactor.classifier import digest_of
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.controls import Controls, NamespaceLabels, with_deferred
 from kdesched.reactor.coordination import (
     Coalescer,
     KeyedCoalescers,
@@ -73,6 +74,7 @@ from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, defa
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.whynot import WhyNotEvents
 
 log = logging.getLogger("kdesched.reactor")
 
@@ -110,6 +112,10 @@ class Reactor:
         self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
                                    max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
                                    settings.history_max_entries)
+        # the operator's controls at admission: health brake, disruption windows and budgets
+        self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
+                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
+        self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # leading edge: the first balance event runs after a short gather, a burst's follow-up no
@@ -335,7 +341,8 @@ class Reactor:
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
                              limiter=self.limiter, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint, clock=self.wall_clock)
+                             checkpoint=checkpoint, controls=self.controls, trigger=label,
+                             clock=self.wall_clock)
             for why in decided.gate.refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
@@ -351,12 +358,16 @@ class Reactor:
                                   grace_period_seconds=policy.grace_period_seconds,
                                   failure_events=policy.eviction_failure_event_notification, started=started,
                                   keep_going=keep_going)
+            if decided.controlled is not None:
+                report = with_deferred(report, decided.controlled)  # the evictions the controls deferred
             notes = list(decided.notes)
             note = record_outcomes(self.store, decided, report.outcomes)
             if note:
                 notes.append(note)
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
+            if not dry_run:
+                self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
                 repeat = self._after_run(scope.key, report, decided, cooldown_repeat)
@@ -376,8 +387,23 @@ class Reactor:
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         until = decided.gate.cooldown_until if cooldown_repeat else None
+        why = "a cool-down"
+        if decided.retry_at is not None and (until is None or decided.retry_at < until):
+            # the controls deferred evictions: re-decide when they may pass (reactor.controls)
+            until, why = decided.retry_at, "the health brake" if decided.brake.holds else "a disruption window or budget"
         cooldown_in = None if until is None else until - self.wall_clock()
-        return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in)
+        return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
+
+    def _post_why_not(self, scope_key: str, report: RunReport) -> None:
+        """The "why not" Events of the run (reactor.whynot): on the node for a node event's run."""
+        try:
+            node = parse_scope(scope_key).node or None
+        except ValueError:
+            node = None
+        try:
+            self.why_not.run_done(report, node)
+        except Exception:  # an Event must never fail a run whose evictions happened
+            log.exception("could not post the run's \"why not\" Events")
 
     def _post_timed_out(self, decided: Decided) -> None:
         """An Event on each held pod the ledger gave up at the replacement timeout (the move ends paced)."""

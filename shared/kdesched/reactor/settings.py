@@ -27,6 +27,9 @@ topologyKeys                    []         extra node label keys that count as t
 sweepIntervalSeconds            900        ``kdesched serve`` periodic full run (0 disables)
 historyMaxEntries               1000       bound of the eviction history kept in the Lease
 safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
+healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
+disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
+disruptionBudgets               []         kdesched.evictor.budgets: at most N or N% unavailable through kdesched
 events                          see events.DEFAULT_EVENT_STRATEGIES
 ==============================  =========  ==================================================
 """
@@ -40,6 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdesched.evictor.budgets import Budget
+from kdesched.evictor.health import HealthBrakeSettings
+from kdesched.evictor.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
+from kdesched.model.errors import ModelError
+from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.safety import SafetySettings, parse_safety
 from kdesched.policy.types import Policy
@@ -97,6 +105,9 @@ class ReactorSettings:
     dry_run_why: str = ""  # what made it a dry run (the policy, the environment, --dry-run); "" when live
     broker_url: str = ""
     safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
+    health_brake: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
+    windows: tuple[Window, ...] = ()
+    budgets: tuple[Budget, ...] = ()
 
     @property
     def lease_renew_deadline(self) -> float:
@@ -192,7 +203,7 @@ class _Reader:
 
 KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
               "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
-              "historyMaxEntries", "dryRun", "safety")
+              "historyMaxEntries", "dryRun", "safety", "healthBrake", "disruptionWindows", "disruptionBudgets")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -242,6 +253,9 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
             topo = tuple(raw_topo)
 
     events, overridden = validate_event_map(block.get("events"), policy, errors)
+    brake = parse_health_brake(r, block.get("healthBrake"))
+    windows = parse_windows(block.get("disruptionWindows"), errors)
+    budgets = parse_budgets(block.get("disruptionBudgets"), errors)
 
     # environment: names of the Lease, dry-run switch, broker address
     lease_name = env.get(LEASE_NAME_ENV) or "kdesched"
@@ -268,8 +282,141 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         lease_duration_seconds=lease_duration, lease_renew_deadline_seconds=renew_deadline, lease_name=lease_name, lease_namespace=lease_ns,
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety,
+        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake,
+        windows=windows, budgets=budgets,
     )
+
+
+def parse_health_brake(r: _Reader, raw: Any) -> HealthBrakeSettings:
+    where = "kdesched.healthBrake"
+    block = r.mapping(raw, where, ("enabled", "maxUnhealthyShare", "zones", "settleSeconds"))
+    d = HealthBrakeSettings()
+    share = d.max_unhealthy_share
+    if block.get("maxUnhealthyShare") is not None:
+        value = block["maxUnhealthyShare"]
+        if not _is_number(value) or not 0 <= value < 1:
+            r.errors.append(f"{where}.maxUnhealthyShare: must be a number >= 0 and < 1 (a share of the nodes, "
+                            f"0.2 = 20%), got {_show(value)}")
+        else:
+            share = float(value)
+    return HealthBrakeSettings(r.boolean(block, "enabled", where, d.enabled), share,
+                               r.boolean(block, "zones", where, d.zones),
+                               r.number(block, "settleSeconds", where, d.settle_seconds))
+
+
+def _names(raw: Any, where: str, known: tuple[str, ...] | None, errors: list[str]) -> frozenset[str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(x, str) and x for x in raw):
+        errors.append(f"{where}: must be a non-empty list of names, got {_show(raw)}")
+        return None
+    if known is not None:
+        for x in raw:
+            if x not in known:
+                errors.append(f"{where}: unknown name {_show(x)} (known: {', '.join(known)})")
+    return frozenset(raw)
+
+
+def _plugin_names() -> tuple[str, ...]:
+    from kdesched.policy.plugins import PLUGINS
+
+    return tuple(sorted(n for n in PLUGINS if n != "DefaultEvictor"))
+
+
+def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
+    """``kdesched.disruptionWindows``: a list of {name?, schedule, duration, action, timeZone?,
+    strategies?, triggers?} (kdesched.evictor.windows)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        errors.append(f"kdesched.disruptionWindows: must be a list, got {_show(raw)}")
+        return ()
+    out: list[Window] = []
+    for i, item in enumerate(raw):
+        where = f"kdesched.disruptionWindows[{i}]"
+        known = ("name", "schedule", "duration", "action", "timeZone", "strategies", "triggers")
+        if not isinstance(item, Mapping):
+            errors.append(f"{where}: must be a mapping with {', '.join(known)}, got {_show(item)}")
+            continue
+        _Reader(errors).mapping(item, where, known)
+        n = len(errors)
+        name = item.get("name", "")
+        if not isinstance(name, str):
+            errors.append(f"{where}.name: must be a string, got {_show(name)}")
+        cron: Cron | None = None
+        duration = 0.0
+        zone: Any = None
+        for key in ("schedule", "duration"):
+            if key not in item:
+                errors.append(f"{where}.{key}: required")
+        try:
+            if "schedule" in item:
+                cron = Cron.parse(item["schedule"])
+        except CronError as exc:
+            errors.append(f"{where}.schedule: {exc}")
+        try:
+            if "duration" in item:
+                duration = parse_duration(item["duration"])
+        except CronError as exc:
+            errors.append(f"{where}.duration: {exc}")
+        try:
+            zone = parse_zone(item.get("timeZone"))
+        except CronError as exc:
+            errors.append(f"{where}.timeZone: {exc}")
+        action = item.get("action", "forbid")
+        if action not in ("allow", "forbid"):
+            errors.append(f"{where}.action: must be allow or forbid, got {_show(action)}")
+        strategies = _names(item.get("strategies"), f"{where}.strategies", _plugin_names(), errors)
+        triggers = _names(item.get("triggers"), f"{where}.triggers", TRIGGERS, errors)
+        if len(errors) == n and cron is not None:
+            out.append(Window(str(name), cron, duration, str(action), zone, str(item.get("timeZone") or "UTC"),
+                              strategies, triggers))
+    return tuple(out)
+
+
+def parse_budgets(raw: Any, errors: list[str]) -> tuple[Budget, ...]:
+    """``kdesched.disruptionBudgets``: a list of {name?, maxUnavailable, namespaceSelector? |
+    strategies?} (kdesched.evictor.budgets)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        errors.append(f"kdesched.disruptionBudgets: must be a list, got {_show(raw)}")
+        return ()
+    out: list[Budget] = []
+    for i, item in enumerate(raw):
+        where = f"kdesched.disruptionBudgets[{i}]"
+        known = ("name", "maxUnavailable", "namespaceSelector", "strategies")
+        if not isinstance(item, Mapping):
+            errors.append(f"{where}: must be a mapping with {', '.join(known)}, got {_show(item)}")
+            continue
+        _Reader(errors).mapping(item, where, known)
+        n = len(errors)
+        name = item.get("name", "")
+        if not isinstance(name, str):
+            errors.append(f"{where}.name: must be a string, got {_show(name)}")
+        count: int | None = None
+        percent: float | None = None
+        value = item.get("maxUnavailable")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            count = value
+        elif isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?%", value) and float(value[:-1]) <= 100:
+            percent = float(value[:-1])
+        else:
+            errors.append(f"{where}.maxUnavailable: must be an integer >= 0 or a percentage such as \"20%\", "
+                          f"got {_show(value)}")
+        selector: LabelSelector | None = None
+        if "namespaceSelector" in item:
+            try:
+                selector = LabelSelector.from_api(item["namespaceSelector"] or {}, f"{where}.namespaceSelector")
+            except ModelError as exc:
+                errors.append(str(exc) if where in str(exc) else f"{where}.namespaceSelector: {exc}")
+        strategies = _names(item.get("strategies"), f"{where}.strategies", _plugin_names(), errors)
+        if selector is not None and strategies is not None:
+            errors.append(f"{where}: set namespaceSelector (a budget per namespace) or strategies (a budget per "
+                          "strategy), not both")
+        if len(errors) == n:
+            out.append(Budget(str(name), count, percent, selector, strategies))
+    return tuple(out)
 
 
 def _assume_configured() -> Policy:

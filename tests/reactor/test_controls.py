@@ -1,0 +1,313 @@
+"""The operator's controls in the reactor, against the fake API server: the cluster-health brake,
+disruption windows and budgets at admission (reactor/controls.py, reactor/admit.py), with the
+reactor's wall clock under the test's control.
+
+On the real control plane: tests/realk8s/test_controls.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kdesched.evictor.ledger import Ledger
+from kdesched.kube.client import KubeClient
+from kdesched.reactor import events as ev
+from kdesched.reactor.continuation import node_scope
+from kdesched.reactor.controls import HEALTH_BRAKE
+from kdesched.reactor.ledger_store import LEDGER_ANNOTATION
+from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.runner import Reactor
+from kdesched.reactor.settings import parse_settings
+
+from tests.builders import node_obj, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.reactor.policies import default_like_policy
+
+TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+READY = [{"type": "Ready", "status": "True"}]
+TAINTS = "RemovePodsViolatingNodeTaints"
+STARTED: list[Reactor] = []
+THU_10 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(autouse=True)
+def _stop_reactors() -> Iterator[None]:
+    yield
+    while STARTED:
+        r = STARTED.pop()
+        r.stop.set()
+        r.continuations.cancel_all()
+
+
+def reactor(kube: KubeClient, clock: Clock, **block: Any) -> Reactor:
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2, **block}
+    policy = default_like_policy(kdesched=block)
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test", wall_clock=clock)
+    STARTED.append(r)
+    return r
+
+
+def web(name: str, node: str, namespace: str = "default", app: str = "web") -> dict[str, Any]:
+    return pod_obj(name, node, namespace=namespace, owner_name=f"{app}-7d9f8",
+                   labels={"app": app, "pod-template-hash": "7d9f8"}, conditions=READY)
+
+
+def pool(fake: FakeApiServer, nodes: int, spares: int = 2, down: int = 0) -> None:
+    fake.add(*[node_obj(f"p{i}", taints=[TAINT]) for i in range(nodes)], *[node_obj(f"s{i}") for i in range(spares)],
+             *[node_obj(f"d{i}", ready=False) for i in range(down)])
+    fake.add(*[web(f"web-7d9f8-{i}", f"p{i}") for i in range(nodes)])
+
+
+def evicted(fake: FakeApiServer) -> list[str]:
+    return [r.path.split("/")[-2] for r in fake.requests("POST") if r.path.endswith("/eviction")]
+
+
+def ledger_of(fake: FakeApiServer) -> Ledger:
+    lease = fake.get("Lease", "kdesched", "kdesched") or {}
+    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
+    assert problem == ""
+    return ledger
+
+
+def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
+    return r.node_event(Trigger(ev.TAINTS_CHANGED, f"e-{node}-{i}"), parse_node_event({"node": node}))
+
+
+def results(out: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["pod"], e["result"]) for e in out["evictions"]]
+
+
+# -- the health brake ------------------------------------------------------------------------------------
+def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_api: FakeApiServer,
+                                                                          kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)  # 3 of 10 nodes NotReady: 30% > 20%
+    clock = Clock(THU_10)
+    r = reactor(kube, clock, healthBrake={"settleSeconds": 60})
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    row = out["evictions"][0]
+    assert row["cause"] == "health-brake" and "3 of 10 nodes (30%)" in row["message"]
+    assert any("held by the health brake: this run is repeated in 60s" in n for n in out["notes"])
+    assert node_scope("p0", (TAINTS,)) in r.continuations.scheduled()
+    assert ledger_of(fake_api).unhealthy_at == pytest.approx(THU_10, abs=0.01)
+    assert ledger_of(fake_api).moves == {}  # nothing admitted, nothing held
+    assert HEALTH_BRAKE.labels("share")._value.get() == 1  # type: ignore[attr-defined]
+    assert "health brake" in r.controls.status() and "not a failure" in r.controls.status()
+
+    for i in range(3):  # the nodes come back
+        fake_api.update(node_obj(f"d{i}"))
+    clock.t += 30  # healthy, but within the settle time: still deferred, repeated when it ends
+    out = taint_event(r, "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "last seen unhealthy 30s ago" in out["evictions"][0][
+        "message"]
+    assert any("repeated in 30s" in n for n in out["notes"]) and evicted(fake_api) == []
+    assert HEALTH_BRAKE.labels("settling")._value.get() == 1  # type: ignore[attr-defined]
+
+    clock.t += 31  # settled: the move happens
+    out = taint_event(r, "p0", 2)
+    assert results(out) == [("web-7d9f8-0", "evicted")] and evicted(fake_api) == ["web-7d9f8-0"]
+    assert r.controls.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
+
+
+def test_another_process_honours_the_settle_time_through_the_ledger(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)
+    clock = Clock(THU_10)
+    taint_event(reactor(kube, clock), "p0")  # process A sees the outage
+    for i in range(3):
+        fake_api.update(node_obj(f"d{i}"))
+    clock.t += 10
+    other = reactor(KubeClient.for_host(fake_api.url), clock)  # process B never saw it
+    out = taint_event(other, "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "settleSeconds" in out["evictions"][0]["message"]
+
+
+def test_a_zone_down_brakes_and_disabling_the_brake_lets_evictions_through(fake_api: FakeApiServer,
+                                                                           kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=8)
+    zone = {"topology.kubernetes.io/zone": "z9"}
+    fake_api.add(node_obj("z", labels=zone, ready=False))  # 1 of 11: below 20%, but its whole zone
+    clock = Clock(THU_10)
+    out = taint_event(reactor(kube, clock), "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and "zone(s) z9" in out["evictions"][0]["message"]
+    out = taint_event(reactor(kube, clock, healthBrake={"enabled": False}), "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "evicted")]
+
+
+def test_the_sweep_is_braked_too(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 2, spares=6, down=3)
+    r = reactor(kube, Clock(THU_10))
+    from kdesched.reactor.requests import RunRequest
+
+    out = r.run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
+    assert {e["result"] for e in out["evictions"]} == {"deferred"} and evicted(fake_api) == []
+
+
+# -- disruption windows ----------------------------------------------------------------------------------
+def test_a_closed_window_defers_writes_nothing_and_repeats_at_the_opening(fake_api: FakeApiServer,
+                                                                        kube: KubeClient) -> None:
+    pool(fake_api, 3)
+    clock = Clock(THU_10)
+    r = reactor(kube, clock, disruptionWindows=[{"name": "business-hours", "schedule": "0 9 * * 1-5",
+                                                 "duration": "8h", "action": "forbid"}])
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    msg = out["evictions"][0]["message"]
+    assert out["evictions"][0]["cause"] == "window" and '"business-hours"' in msg and "until 2026-11-26 17:00" in msg
+    assert fake_api.get("Lease", "kdesched", "kdesched") is None or ledger_of(fake_api).moves == {}
+    due = r.continuations.scheduled()[node_scope("p0", (TAINTS,))]
+    assert due == pytest.approx(7 * 3600 + 0.5, abs=2)  # re-decided at 17:00
+    clock.t = datetime(2026, 11, 26, 17, 0, 1, tzinfo=UTC).timestamp()
+    out = taint_event(r, "p0", 1)  # what the repeat does at the opening: decide again
+    assert results(out) == [("web-7d9f8-0", "evicted")]
+
+
+def test_a_window_for_other_strategies_or_triggers_does_not_apply(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 1)
+    r = reactor(kube, Clock(THU_10), disruptionWindows=[
+        {"schedule": "* * * * *", "duration": "1h", "strategies": ["LowNodeUtilization"]},
+        {"schedule": "* * * * *", "duration": "1h", "triggers": ["sweep"]}])
+    assert results(taint_event(r, "p0")) == [("web-7d9f8-0", "evicted")]
+
+
+# -- disruption budgets ------------------------------------------------------------------------------------
+def test_a_namespace_budget_caps_pods_in_flight_across_workloads(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"tier": "web"}}})
+    fake_api.add(node_obj("p0", taints=[TAINT]), *[node_obj(f"s{i}") for i in range(3)])
+    # 10 pods in namespace shop, 5 workloads of 2; the taint on p0 hits one pod of each workload
+    fake_api.add(*[web(f"app{w}-7d9f8-a", "p0", "shop", f"app{w}") for w in range(5)],
+                 *[web(f"app{w}-7d9f8-b", "s0", "shop", f"app{w}") for w in range(5)])
+    r = reactor(kube, Clock(THU_10), disruptionBudgets=[
+        {"name": "shop", "maxUnavailable": "20%", "namespaceSelector": {"matchLabels": {"tier": "web"}}}])
+    out = taint_event(r, "p0")
+    assert len(evicted(fake_api)) == 2
+    blocked = [b for b in out["blocked"] if b["reason"].startswith("budget:")]
+    assert len(blocked) == 3 and 'disruption budget "shop" (maxUnavailable 20%, namespace shop) allows 2 of 10' in \
+        blocked[0]["reason"]
+    inflight = sum(len(mv.inflight) for mv in ledger_of(fake_api).moves.values())
+    assert inflight == 2
+    assert any("repeated in" in n for n in out["notes"])  # looked at again shortly
+    out = taint_event(r, "p0", 1)  # nothing replaced yet: still 2 in flight, no more evictions
+    assert len(evicted(fake_api)) == 2
+
+
+# -- "why not" Events ------------------------------------------------------------------------------------
+def why_not(fake: FakeApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in fake.list("Event") if e["reason"] == reason]
+
+
+def test_held_back_evictions_post_one_event_per_object_and_reason_a_minute(fake_api: FakeApiServer,
+                                                                           kube: KubeClient) -> None:
+    pool(fake_api, 1, spares=6, down=3)
+    r = reactor(kube, Clock(THU_10))
+    out = taint_event(r, "p0")
+    (event,) = why_not(fake_api, "HealthBrake")
+    assert event["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "p0"}
+    assert event["metadata"]["namespace"] == "default"
+    assert out["evictions"][0]["message"].removeprefix("deferred: ") in event["note"]  # the report's reason
+    assert "1 eviction(s) held back (default/web-7d9f8-0)" in event["note"]
+    for i in range(1, 4):  # a storm of events on the node: no storm of Events
+        taint_event(r, "p0", i)
+    assert len(why_not(fake_api, "HealthBrake")) == 1
+
+
+def test_a_balance_run_posts_on_the_workloads_owner(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    pool(fake_api, 2, spares=6, down=3)
+    from kdesched.reactor.requests import RunRequest
+
+    reactor(kube, Clock(THU_10)).run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
+    events = why_not(fake_api, "HealthBrake")
+    assert [(e["regarding"]["kind"], e["regarding"]["name"]) for e in events] == [("Deployment", "web")]
+    assert events[0]["regarding"]["apiVersion"] == "apps/v1" and "2 eviction(s) held back" in events[0]["note"]
+
+
+def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
+    from kdesched.engine import RunPlan, RunReport
+    from kdesched.evictor.planner import Refusal
+    from kdesched.model.records import Pod
+    from kdesched.reactor.whynot import WhyNotEvents
+
+    posted: list[dict[str, Any]] = []
+    clock = Clock(0.0)
+    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock)
+    pods = [Pod.from_api(web(f"web-7d9f8-{i}", "p0")) for i in range(7)]
+    reasons = ["cool-down: workload Deployment/default/web lost a pod 3s ago", "nowhere to go: no other Ready node",
+               "budget: disruption budget (maxUnavailable 1, cluster-wide) allows 1", "rate limit: global"]
+    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0]) for p in pods[:6]) + tuple(
+        Refusal(pods[6], TAINTS, "default", r) for r in reasons[1:])
+    plan = RunPlan((), refusals, (), (), (), (), {}, datetime.now(UTC))
+    report = RunReport(plan, (), False)
+    assert events.run_done(report, "p0") == 3  # cool-down (6 pods in one Event), nowhere to go, budget
+    assert sorted(p["reason"] for p in posted) == ["CoolDown", "DisruptionBudget", "NowhereToGo"]
+    cool = next(p for p in posted if p["reason"] == "CoolDown")
+    assert "6 eviction(s) held back" in cool["note"] and "and 1 more" in cool["note"] and reasons[0] in cool["note"]
+    clock.t = 59.0
+    assert events.run_done(report, "p0") == 0
+    assert events.run_done(report, "p1") == 3  # another object
+    clock.t = 61.0
+    assert events.run_done(report, "p0") == 3
+
+
+def test_namespace_labels_come_from_one_list_kept_a_minute() -> None:
+    from kdesched.reactor.controls import NamespaceLabels
+
+    calls: list[int] = []
+    clock = Clock(0.0)
+
+    def list_all() -> list[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("403 forbidden")
+        return [{"metadata": {"name": "shop", "labels": {"tier": "web"}}}, {"metadata": {"name": "bare"}}]
+
+    labels = NamespaceLabels(list_all, clock=clock)
+    assert labels("shop") == {"tier": "web"} and labels("bare") == {} and labels("gone") == {}
+    assert len(calls) == 1
+    clock.t = 61.0
+    assert labels("shop") == {"tier": "web"} and len(calls) == 2
+    clock.t = 122.0
+    assert labels("shop") is None  # unreadable: the budget applies (the cautious answer)
+
+
+def test_a_paced_moves_repeats_post_eviction_paced_once_a_minute_per_pod(fake_api: FakeApiServer,
+                                                                         kube: KubeClient) -> None:
+    """The six-node maintenance taint: five pods held, and the held runs repeated; without the
+    limit each repeat posted EvictionPaced on each held pod again."""
+    pool(fake_api, 6)
+    r = reactor(kube, Clock(THU_10))
+    for i in range(3):
+        for n in range(6):
+            taint_event(r, f"p{n}", i)
+    paced = [e for e in fake_api.list("Event") if e["reason"] == "EvictionPaced"]
+    names = [e["regarding"]["name"] for e in paced]
+    assert len(names) == len(set(names)) == 5  # one per held pod, however many runs held it
+    nodes = [e["regarding"]["name"] for e in why_not(fake_api, "Paced")]
+    assert len(nodes) == len(set(nodes)) == 5  # and one "why not" Event per node
+
+
+def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
+    from kdesched.model.records import Node
+    from kdesched.model.snapshot import Snapshot
+    from kdesched.reactor.controls import Controls
+
+    clock = Clock(1000.0)
+    controls = Controls(clock=clock)
+    nodes = [Node.from_api(node_obj(f"n{i}", ready=i > 2)) for i in range(10)]
+    brake = controls.brake(Snapshot.build(nodes, []), True, Ledger(), clock.t)
+    assert brake.holds and brake.record_unhealthy and brake.until == 1060.0
+    assert controls.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in \
+        controls.status()
+    clock.t = 1061.0
+    assert "as of 61s ago; it may have lifted since" in controls.status()
+    healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
+    assert not controls.brake(Snapshot.build(healthy, []), True, Ledger().with_unhealthy(900.0), clock.t).holds
+    assert controls.status() == ""
