@@ -38,6 +38,22 @@ SNAPSHOT_TIME = "kdesched.dev/snapshot-time"
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def refuse_duplicate_keys(loader: Any, node: yaml.MappingNode, deep: bool, show: Any) -> None:
+    """Raise a ConstructorError at the first key ``node`` (a flattened mapping) holds twice, or an
+    unhashable key: the one rule of the snapshot and the policy loaders (``show`` renders the key)."""
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable key", key_node.start_mark) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)}", key_node.start_mark)
+        seen.add(key)
+
+
 class _Loader(_BaseLoader):
     """The safe loader (libyaml's when present) refusing a mapping with a key twice: readers
     disagree on which value wins (the API server's strict decoding refuses it, as the policy
@@ -47,18 +63,7 @@ class _Loader(_BaseLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             self.flatten_mapping(node)
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    duplicate = key in seen
-                except TypeError:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, "found an unhashable key", key_node.start_mark) from None
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
+            refuse_duplicate_keys(self, node, deep, repr)
         result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
         return result
 

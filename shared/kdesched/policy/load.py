@@ -42,7 +42,13 @@ from urllib.parse import urlsplit
 import yaml
 
 from kdesched.model.errors import ModelError
-from kdesched.model.files import MAX_POLICY_BYTES, InputRefused, read_file_bytes, read_stdin
+from kdesched.model.files import (
+    MAX_POLICY_BYTES,
+    InputRefused,
+    read_file_bytes,
+    read_stdin,
+    refuse_duplicate_keys,
+)
 from kdesched.model.selectors import parse_selector
 from kdesched.policy import v1alpha1
 from kdesched.policy.args import INT32_MAX, SYSTEM_CRITICAL_PRIORITY, UINT_MAX, Fields, show
@@ -93,18 +99,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "found an unhashable key", key_node.start_mark) from None
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {show(key)}", key_node.start_mark)
-        seen.add(key)
+    refuse_duplicate_keys(loader, node, deep, show)
     return loader.construct_mapping(node, deep=deep)
 
 
