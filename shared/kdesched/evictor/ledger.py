@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kdesched.evictor.pacing import Workload, pod_ready, workload_of
+from kdesched.evictor.workloads import Workload, pod_ready, workload_of
 from kdesched.model.records import Pod
 
 LEDGER_VERSION = 2

@@ -20,12 +20,13 @@ replacement pods that are not Ready yet as unavailable and holds further evictio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kdesched.evictor.workloads import Workload, _new_workload, pod_ready, workload_of
 from kdesched.model.derived import WorkloadKey, workload_key
-from kdesched.model.records import Node, Pod, positional_constructor
+from kdesched.model.records import Node, Pod
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState
 from kdesched.strategies.nodefit import dynamic_fit_failure, static_fit_failure
@@ -38,42 +39,6 @@ MAX_UNAVAILABLE_ANNOTATION = "kdesched.dev/max-unavailable"
 
 MAX_REASONS_SHOWN = 3
 RESORT_EVERY = 512  # admissions between re-sorting the destinations by free CPU (an estimate either way)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Workload:
-    """The unit of the allowance: a controller, named the way an operator knows it."""
-
-    kind: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
-def workload_of(pod: Pod) -> Workload | None:
-    """The workload a pod belongs to; None for a bare pod (never grouped with anything).
-
-    A ReplicaSet named ``NAME-HASH`` whose pod carries ``pod-template-hash: HASH`` is Deployment
-    ``NAME``'s (the Deployment controller's naming rule), so the allowance spans a rollout's old
-    and new ReplicaSets. Other owners are grouped by themselves."""
-    key = workload_key(pod)
-    return None if key is None else _new_workload(*key)
-
-
-_new_workload: Callable[[str, str, str], Workload] = positional_constructor(Workload)  # 150,000 calls per run
-
-
-def pod_ready(pod: Pod) -> bool:
-    """Running, not terminating, and its Ready condition True (a Running pod whose object carries no
-    Ready condition at all, as in hand-written snapshots, counts as Ready)."""
-    if pod.terminating or pod.phase != "Running":
-        return False
-    for c in pod.conditions:
-        if c.type == "Ready":
-            return c.status == "True"
-    return True
 
 
 @dataclass(frozen=True, slots=True)
