@@ -190,6 +190,7 @@ class ReactorServer:
         self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                            self.identity)
         self._recorded: dict[str, NodeMark] | None = None
+        self._record_thread: threading.Thread | None = None
         self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                      self.identity, settings.lease_duration_seconds)
         self.checked = threading.Event()  # preflight passed
@@ -373,7 +374,9 @@ class ReactorServer:
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
         if self.leader_election:  # what changed while no one watched; then keep the record for the next one
-            threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record", daemon=True).start()
+            self._record_thread = threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record",
+                                                   daemon=True)
+            self._record_thread.start()
         if not self.leader_election:
             self.stop.wait()
             return
@@ -459,6 +462,8 @@ class ReactorServer:
         while not self.watcher.listed.wait(0.1):
             if self.stop.is_set():
                 return
+        if self.stop.is_set():
+            return
         try:
             recorded = self.node_record.read()
         except Exception as exc:  # noqa: BLE001 - the sweep remains the safety net
@@ -496,6 +501,8 @@ class ReactorServer:
         released, all before the kubelet's SIGKILL (module docstring)."""
         self.stop.set()
         self.reactor.continuations.cancel_all()
+        if self._record_thread is not None:  # it logs: let it end before the process (or a test) does
+            self._record_thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + self.drain_seconds
         while self.reactor.active_runs and time.monotonic() < deadline:
