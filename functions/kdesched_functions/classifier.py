@@ -87,13 +87,16 @@ class ClassifierFunction:
         self.record = None if record_namespace is None else NodeRecordStore(client, record_namespace, RECORD_LEASE, "")
         self._recorded: dict[str, NodeMark] | None = None
         self._recorded_at = float("-inf")
+        self._reconciled = threading.Event()  # the record is read: from now on it may be rewritten
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
 
-    def seed(self) -> bool:
-        """One LIST of nodes into the cache; False (logged) if the API server cannot be read."""
+    def seed(self, *, background: bool = False) -> bool:
+        """One LIST of nodes into the cache; False (logged) if the API server cannot be read. Then the
+        start-up reconcile: in a thread with ``background`` (a deployed function: posting to the
+        broker waits for the subscribers, which must not delay the function's first answer)."""
         with self._seed_lock:
             if self.classifier.seeded:
                 return True
@@ -107,8 +110,11 @@ class ClassifierFunction:
             self._listed_at = started
             m.CLASSIFIER_NODES.set(count)
             log.info("node cache seeded with %d node(s)", count)
+        if background:
+            threading.Thread(target=self.reconcile, name="kdesched-reconcile", daemon=True).start()
+        else:
             self.reconcile()
-            return True
+        return True
 
     def reconcile(self) -> None:
         """After the seed: post the changes made since the node record was last written (a node
@@ -120,7 +126,9 @@ class ClassifierFunction:
             recorded = self.record.read()
         except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
             log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
+            self._reconciled.set()
             return
+        self._reconciled.set()
         if recorded is None:
             log.info("no node record yet (first start): no start-up reconcile")
         else:
@@ -143,8 +151,8 @@ class ClassifierFunction:
     def write_record(self, *, force: bool = False) -> None:
         """Keep the node record current: at most every RECORD_SECONDS (or now with ``force``), and
         only when something changed."""
-        if self.record is None or not self.classifier.seeded:
-            return
+        if self.record is None or not self.classifier.seeded or not self._reconciled.is_set():
+            return  # (not before the reconcile has read the previous record: it would lose the gap)
         now = self.clock()
         if not force and now - self._recorded_at < RECORD_SECONDS:
             return
@@ -202,7 +210,7 @@ class ClassifierFunction:
         return False, "node cache not seeded yet (LIST nodes failed)"
 
     def handle(self, incoming: Incoming) -> Result:
-        if not self.classifier.seeded and not self.seed():
+        if not self.classifier.seeded and not self.seed(background=True):
             raise HttpError(503, "the node cache is not seeded: LIST nodes failed; retry later")
         self.resync_if_due()
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
@@ -249,7 +257,7 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
         raise ConfigError(str(exc)) from None
     record_namespace = os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
     fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
-    fn.seed()
+    fn.seed(background=True)
     app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
     app.config["KDESCHED_CLASSIFIER"] = fn
     return app

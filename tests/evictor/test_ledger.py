@@ -202,3 +202,24 @@ def test_capacity_reserved_by_another_run_is_not_given_twice() -> None:
 def test_workload_key_of_bare_and_owned_pods() -> None:
     assert workload_key(wpod("web-a", "n1")) == KEY
     assert workload_key(pod("lonely", "n1", owner_kind=None)) == "Pod/default/lonely"
+
+
+def test_an_admission_never_carried_out_goes_back_to_held_after_the_eviction_budget() -> None:
+    """Its run died between admitting and evicting (a leader killed mid-run): while it is recent the
+    pod counts as that run's eviction; once older than any eviction's retries with the pod still
+    there, the move takes it back as held (and goes on with it, cool-down or not)."""
+    from kdesched.evictor.ledger import STALE_ADMISSION_SECONDS
+
+    a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
+    ledger = admitted(Ledger(), a)
+    assert ledger.in_flight(a.uid, T0 + 10) and not ledger.in_flight(a.uid, T0 + STALE_ADMISSION_SECONDS)
+    fresh = ledger.settle({KEY: [a, b]}, T0 + 10, 120)
+    assert not fresh.abandoned and fresh.ledger.move(KEY).inflight  # type: ignore[union-attr]
+    late = ledger.settle({KEY: [a, b]}, T0 + STALE_ADMISSION_SECONDS + 1, 120)
+    move = late.ledger.move(KEY)
+    assert [f.pod for _, f in late.abandoned] == ["default/web-a"]
+    assert move is not None and move.inflight == () and [h.uid for h in move.held] == [a.uid]
+    assert late.ledger.cooldown_refusal(a, TAINTS, T0 + 80, 300, 300) is None  # continuing its move
+    # an evicted pod (terminating) is not abandoned
+    gone = ledger.settle({KEY: [wpod("web-a", "n1", deleting=True), b]}, T0 + STALE_ADMISSION_SECONDS + 1, 120)
+    assert not gone.abandoned

@@ -194,6 +194,10 @@ def test_functions_use_exactly_their_rbac(control_plane: ControlPlane, cluster: 
     node = cluster.api.patch("/api/v1/nodes/n2", {"spec": {"taints": [TAINT]}})  # what the source would send
     resp = post(classifier, *ce_request(ev.APISERVER_UPDATE, node, source="https://10.96.0.1:443"))
     assert resp.status_code == 200 and reply_event(resp).get_type() == ev.TAINTS_CHANGED
+    # a restarted classifier reads the node record the first one kept on its Lease (get) and writes
+    # its own (update), after posting what changed since (the start-up reconcile)
+    restarted = app("classifier", broker_url="http://broker.local", post=lambda *a: posted.append(a))
+    assert restarted.get("/readyz").status_code == 200
 
     def run(name: str, etype: str, data: Any) -> dict[str, Any]:
         resp = post(app(name), *ce_request(etype, data, id=f"{name}-1"))

@@ -174,9 +174,11 @@ def test_two_replicas_one_leader_and_a_leader_killed_mid_run(control_plane: Cont
     set_taints(real, "gpu-1", [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
     control_plane.wait_for(lambda: len(before - uids(real, "shop")) >= 1, 60, interval=0.01, what="a first eviction")
     a.stop(signal.SIGKILL)
-    # b takes over (the leader Lease expires) and its sweep finishes the job
+    # b takes over (the leader Lease expires) and its sweep finishes the job: the pods a admitted and
+    # never evicted count as a's eviction until the admission is older than any eviction's retries
+    # (evictor.ledger.STALE_ADMISSION_SECONDS, 75 s), then go back to the move's held pods
     wait_leading(control_plane, real, b, timeout=90)
-    wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 8}, timeout=90, what="shop on node-1")
+    wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 8}, timeout=150, what="shop on node-1")
     assert len(app_pods(real, "shop")) == 8
     # the old leader restarts: it stays standby
     a2 = start(serves, tmp_path, control_plane.admin_kubeconfig, "a-restarted")

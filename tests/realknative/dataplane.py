@@ -627,9 +627,21 @@ class KnativeDataPlane:
         yield
         classifier = self.functions["classifier"]
         classifier.stop()
+        # deployed afterwards: no node record of an earlier classifier (else its start-up reconcile
+        # would rightly send what this setup changed unseen; tests/reactor/test_reconcile.py shows it)
+        self.forget_classifier_record()
         classifier.start()
         self.start_adapter()
         self.probe()
+
+    def forget_classifier_record(self) -> None:
+        api = self.cp.api
+        assert api is not None
+        try:
+            api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched-classifier")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
 
     def probe(self, timeout: float = 60.0) -> None:
         """Nodes that are never usable (cordoned, tainted) are created and deleted until the

@@ -43,6 +43,9 @@ from kdesched.model.records import Pod
 
 LEDGER_VERSION = 2
 MAX_HELD_PER_MOVE = 200  # held pods remembered per workload (a larger move re-plans the rest anyway)
+# an admission whose pod is still there (not terminating) this long after is taken for abandoned: longer
+# than one eviction's retries (evictor.execute.RetrySettings.max_total_seconds, 60 s) plus a margin
+STALE_ADMISSION_SECONDS = 75.0
 
 
 def workload_key(pod: Pod) -> str:
@@ -67,9 +70,11 @@ class InFlight:
     destination: str = ""  # the node its replacement most likely lands on ("" = none reserved)
     requests: Mapping[str, int] = field(default_factory=dict)  # reserved there, plus one pod slot
     run: str = ""  # the admitting run (a write whose answer was lost is recognised by it)
+    scope: str = ""  # the run scope that admitted it (the move goes on from there if it was abandoned)
 
     def to_json(self) -> list[Any]:
-        return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests), self.run]
+        return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests), self.run,
+                self.scope]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +126,11 @@ class Settled:
     done: tuple[str, ...] = ()  # workload keys whose in-flight pods are all replaced
     timed_out: tuple[tuple[str, Held], ...] = ()  # (workload key, held pod) dropped at the timeout
     expired: tuple[tuple[str, InFlight], ...] = ()  # in-flight pods not replaced within the timeout
+    abandoned: tuple[tuple[str, InFlight], ...] = ()  # admitted, never evicted: back to held
 
     @property
     def changed(self) -> bool:
-        return bool(self.done or self.timed_out or self.expired)
+        return bool(self.done or self.timed_out or self.expired or self.abandoned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +180,12 @@ class Ledger:
                 r["pods"] += 1
         return out
 
-    def in_flight(self, uid: str) -> bool:
-        """Is this pod admitted for eviction by some run already (its eviction is another run's)?"""
-        return bool(uid) and any(f.uid == uid for mv in self.moves.values() for f in mv.inflight)
+    def in_flight(self, uid: str, now: float) -> bool:
+        """Is this pod admitted for eviction by some run already, recently enough that the run may
+        still be evicting it (its eviction is that run's)? An older admission of a pod still there
+        was abandoned (its process died between admitting and evicting): see :meth:`settle`."""
+        return bool(uid) and any(f.uid == uid and now - f.at < STALE_ADMISSION_SECONDS
+                                 for mv in self.moves.values() for f in mv.inflight)
 
     def continuing(self, pod: Pod, key: str, strategy: str) -> bool:
         """Does evicting ``pod`` for ``strategy`` continue its workload's move in progress? Only a
@@ -225,10 +234,22 @@ class Ledger:
         done: list[str] = []
         timed_out: list[tuple[str, Held]] = []
         expired: list[tuple[str, InFlight]] = []
+        abandoned: list[tuple[str, InFlight]] = []
         for key, mv in self.moves.items():
             inflight, held, progress = mv.inflight, mv.held, mv.progress
             if inflight and pods_of is not None:
-                gone = mv.inflight_uids()
+                # an admission older than any eviction's retries whose pod is still there, not
+                # terminating: its run died between admitting and evicting. The pod goes back to
+                # the move's held pods, so the move goes on (and is not stopped by its cool-down)
+                alive = {p.uid for p in pods_of.get(key, ()) if not p.terminating and not p.terminal}
+                stale = tuple(f for f in inflight if now - f.at >= STALE_ADMISSION_SECONDS and f.uid in alive)
+                if stale:
+                    inflight = tuple(f for f in inflight if f not in stale)
+                    held += tuple(Held(f.uid, f.pod, f.node, f.scope, now, f.run) for f in stale
+                                  if f.scope and all(h.uid != f.uid for h in held))
+                    abandoned += [(key, f) for f in stale]
+            if inflight and pods_of is not None:
+                gone = frozenset(f.uid for f in inflight)
                 ready = sum(1 for p in pods_of.get(key, ()) if p.uid not in gone and pod_ready(p))
                 if ready >= mv.ready:
                     done.append(key)
@@ -246,7 +267,7 @@ class Ledger:
             if inflight or held:
                 moves[key] = replace(mv, inflight=inflight, held=held, progress=progress)
         ledger = replace(self, moves=moves)
-        return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired))
+        return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired), tuple(abandoned))
 
     def written_by(self, run: str) -> bool:
         """Does the record hold an admission of ``run`` (its write went through, even if its answer
@@ -273,7 +294,7 @@ class Ledger:
                 mv = replace(mv, held=held)
             else:
                 requests = dict(a.pod.requests) if a.destination else {}
-                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests, run)
+                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests, run, a.scope)
                 mv = replace(mv, held=held, inflight=(*(f for f in mv.inflight if f.uid != a.pod.uid), entry),
                              progress=now)
                 workloads[key] = now
@@ -390,7 +411,8 @@ def _times(raw: Any) -> dict[str, float]:
 
 def _move(raw: Mapping[str, Any]) -> Move:
     inflight = tuple(InFlight(str(f[0]), str(f[1]), str(f[2]), float(f[3]), str(f[4]),
-                              {str(k): int(v) for k, v in dict(f[5]).items()}, str(f[6]) if len(f) > 6 else "")
+                              {str(k): int(v) for k, v in dict(f[5]).items()}, str(f[6]) if len(f) > 6 else "",
+                              str(f[7]) if len(f) > 7 else "")
                      for f in raw.get("f") or ())
     held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4]), str(h[5]) if len(h) > 5 else "")
                  for h in raw.get("h") or ())

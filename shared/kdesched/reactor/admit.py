@@ -257,6 +257,9 @@ def _settle_notes(settled: Settled) -> list[str]:
         more = f" and {len(settled.timed_out) - 5} more" if len(settled.timed_out) > 5 else ""
         notes.append(f"paced: gave up {len(settled.timed_out)} held eviction(s) ({pods}{more}): their workload was not "
                      "back at its Ready count within replacementTimeoutSeconds; the next event or sweep re-decides")
+    if settled.abandoned:
+        notes.append(f"disruption ledger: {len(settled.abandoned)} admission(s) never carried out (their run stopped "
+                     "between admitting and evicting) go back to their move's held pods")
     if settled.expired:
         notes.append(f"disruption ledger: {len(settled.expired)} eviction(s) in flight past replacementTimeoutSeconds "
                      "no longer hold their workload's allowance (a replacement that is still not Ready still counts)")

@@ -179,7 +179,7 @@ def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, worklo
             if spent is not None:
                 log.refusals.append(spent)
                 raise EvictionBudgetSpent(spent)
-        if ledger.in_flight(pod.uid):
+        if ledger.in_flight(pod.uid, now):
             # another run admitted it (a second delivery of the same event, another replica of the
             # function): its eviction is that run's; evicting it again would count it twice
             log.refusals.append(IN_FLIGHT_ELSEWHERE)
