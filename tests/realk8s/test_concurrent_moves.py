@@ -188,3 +188,4 @@ def test_a_taint_made_while_serve_restarts_is_acted_on_at_start(control_plane: C
     took = time.monotonic() - ready
     assert "start-up reconcile: 1 node change(s)" in b.log(), b.log()[-3000:]
     assert took < 30, f"acted on {took:.1f}s after serve was ready"
+    print(f"a taint made while serve was down: replacement Ready {took:.2f}s after the new leader was ready")
