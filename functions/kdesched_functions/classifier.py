@@ -243,6 +243,7 @@ class ClassifierFunction:
 def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
                **_: Any) -> FunctionApp:
     """The app; seeds the cache at start (a failure is retried on the next event)."""
+    deployed = client is None  # a client a test injects keeps no node record (no start-up reconcile)
     if client is None:
         from kdesched.kube.client import KubeClient
 
@@ -255,7 +256,8 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
         from kdesched.kube.errors import ConfigError  # `kdesched function` reports it as bad input, exit 2
 
         raise ConfigError(str(exc)) from None
-    record_namespace = os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
+    record_namespace = (os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
+                        if deployed else None)
     fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
     fn.seed(background=True)
     app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
