@@ -599,6 +599,12 @@ class KnativeDataPlane:
                                            "INGRESS_PORT_HTTPS": str(free_port())})
         self._spawn("mtping", ["--disable-ha"], {**self._common_env("mtping"), "NAMESPACE": SYSTEM_NS,
                                                  "KUBERNETES_MIN_VERSION": "v1.23.0"})
+        # the adapter's probes server binds the same fixed port, at once, where the dispatcher binds it
+        # only once its informers synced: start the adapter after the dispatcher holds the port (else
+        # the dispatcher fails to bind, and the ingress gets the adapter's 404s: seen when the tier
+        # ran after the rest of the real control-plane tier)
+        self.cp.wait_for(lambda: not port_free(DISPATCHER_PORT), 60, interval=0.05,
+                         what=f"the in-memory channel dispatcher to listen on port {DISPATCHER_PORT}")
         self.start_adapter()
 
     def start_adapter(self) -> Proc:
