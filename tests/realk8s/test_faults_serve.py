@@ -33,10 +33,9 @@ from tests.realk8s.serve_stories import (
     ReadySampler,
     Serve,
     leader,
-    place_one_per_node,
+    maintenance,
     policy_text,
     set_taints,
-    set_unschedulable,
     uids,
     wait_placement,
     write_file,
@@ -67,15 +66,7 @@ def serves() -> Iterator[list[Serve]]:
 def test_serve_moves_a_maintenance_taint_at_30_percent_faults(control_plane: ControlPlane, real: Cluster,
                                                               kubelet: Kubelet, serves: list[Serve],
                                                               tmp_path: Path, seed: int) -> None:
-    pool = [f"pool-{i}" for i in range(POOL)]
-    spares = ["spare-0", "spare-1"]
-    for n in pool:
-        real.node(n)
-    for n in spares:
-        real.node(n, unschedulable=True)
-    place_one_per_node(control_plane, real, "web", pool)
-    for n in spares:
-        set_unschedulable(real, n, False)
+    pool, spares = maintenance(control_plane, real, pool=POOL)  # one web replica per pool node, 2 spares
     before = uids(real, "web")
     kubelet.ready_delay = 1.0
     # Leases of 15 s (renew deadline 10 s): a leader keeps its Lease through a run of faulty renewals
@@ -148,15 +139,7 @@ def test_two_taints_functions_at_30_percent_faults(control_plane: ControlPlane, 
 
     from tests.realk8s.serve_stories import REPO, free_port
 
-    pool = [f"pool-{i}" for i in range(POOL)]
-    spares = ["spare-0", "spare-1"]
-    for n in pool:
-        real.node(n)
-    for n in spares:
-        real.node(n, unschedulable=True)
-    place_one_per_node(control_plane, real, "web", pool)
-    for n in spares:
-        set_unschedulable(real, n, False)
+    pool, spares = maintenance(control_plane, real, pool=POOL)  # one web replica per pool node, 2 spares
     before = uids(real, "web")
     kubelet.ready_delay = 1.0
     policy = write_file(tmp_path, "policy.yaml", policy_text(leaseDurationSeconds=15))
