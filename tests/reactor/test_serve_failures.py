@@ -167,12 +167,20 @@ def test_sigterm_with_a_run_stuck_evicting_exits_0_after_the_drain(fake_api: Fak
                              "--drain-seconds", "0.5"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: holder(fake_api) == "sub" and fake_api.requests("GET", "/api/v1/nodes"), timeout=30)
+        # Wait for the node *watch*: the first node request is a one-item permission probe, and a taint
+        # applied before the seeding LIST would be seen as the starting state, not as a change.
+        wait_for(lambda: holder(fake_api) == "sub" and any(
+            r.query.get("watch") == "true" for r in fake_api.requests("GET", "/api/v1/nodes")), timeout=30)
         node = fake_api.get("Node", "n1")
         assert node is not None
         node["spec"]["taints"] = [TAINT]
         fake_api.update(node)
-        wait_for(lambda: fake_api.evictions_in_flight == 1, timeout=30)
+        try:
+            wait_for(lambda: fake_api.evictions_in_flight == 1, timeout=30)
+        except AssertionError:
+            proc.kill()
+            raise AssertionError("no eviction reached the API server; serve said:\n"
+                                 + (proc.stderr.read().decode() if proc.stderr else "")) from None
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
     finally:
