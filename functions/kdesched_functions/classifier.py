@@ -15,6 +15,15 @@ stayed in the cache for good). So the first event after ``KDESCHED_CLASSIFIER_RE
 (default 300; 0 = never) since the last LIST re-LISTs the nodes first: nodes gone leave the cache
 (their uids count as dead), changes made in the gap are posted to the broker like extra events.
 
+Redelivery: the cache is committed when the reply is returned, but the reply can still be lost on
+its way to the broker (the filter then fails the delivery and the dispatcher sends the same event
+again). The re-sent event changes nothing in the cache, so without a memory it would be answered
+202 and the semantic event would be lost. The function remembers its answer to the last
+:data:`ANSWERED_MAX` events (by CloudEvent source + id, which CloudEvents define as unique) and
+answers a redelivery with the same reply, same id; the extra events were already handed to the
+broker before the commit and are not posted twice. A different event with the same node state (a
+heartbeat) is still answered 202.
+
 Start-up reconcile: a restarted classifier (a rollout, a crash) also missed what changed while it was
 down. It keeps a compact node record (:mod:`kdesched.reactor.reconcile`) on the Lease
 ``kdesched-classifier`` in its namespace (at most every 10 s, when it changed), and after seeding
@@ -28,6 +37,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,6 +62,7 @@ from kdesched_functions.common import (
 NAME = "classifier"
 RECORD_LEASE = "kdesched-classifier"  # the Lease whose annotation holds the classifier's node record
 RECORD_SECONDS = 10.0  # how often the record follows the cache (when it changed)
+ANSWERED_MAX = 4096  # answers remembered for redeliveries (a few minutes of node events in a busy cluster)
 RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 300.0
 log = logging.getLogger("kdesched.functions.classifier")
@@ -90,6 +101,9 @@ class ClassifierFunction:
         self._reconciled = threading.Event()  # the record is read: from now on it may be rewritten
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
+        # (source, id) of an event whose change was committed -> the reply it got (None: 202)
+        self._answered: OrderedDict[tuple[str, str], Reply | None] = OrderedDict()
+        self._answered_lock = threading.Lock()
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
 
@@ -204,6 +218,12 @@ class ClassifierFunction:
         finally:
             self._seed_lock.release()
 
+    def _remember(self, key: tuple[str, str], reply: Reply | None) -> None:
+        with self._answered_lock:
+            self._answered[key] = reply
+            while len(self._answered) > ANSWERED_MAX:
+                self._answered.popitem(last=False)
+
     def ready(self) -> tuple[bool, str]:
         if self.classifier.seeded:
             return True, f"node cache seeded ({len(self.classifier)} nodes)"
@@ -218,7 +238,15 @@ class ClassifierFunction:
             name = digest_of(incoming.data).name
         except NodeInputError as exc:
             raise HttpError(400, str(exc), exc.field) from None
+        key = (incoming.source, incoming.id)
         with self.locks.get(name):
+            with self._answered_lock:
+                if key in self._answered:
+                    again = self._answered[key]
+                    log.info("node %s: event %s delivered again: same answer (%s)", name, incoming.id,
+                             again.type if again else "nothing to emit",
+                             extra={"function": NAME, "node": name, "ce_id": incoming.id})
+                    return again if again is not None else Ack()
             events = self.classifier.observe(action, incoming.data, commit=False)
             replies = [Reply(e.type, dict(e.data), subject=e.node, id=e.id) for e in events]
             if len(replies) > 1:
@@ -231,6 +259,7 @@ class ClassifierFunction:
                     raise HttpError(503, f"could not post events to the broker: {exc}") from None
             self.classifier.observe(action, incoming.data)  # commit
             m.CLASSIFIER_NODES.set(len(self.classifier))
+            self._remember(key, replies[0] if replies else None)
         self.write_record()
         if not replies:
             return Ack()

@@ -78,8 +78,14 @@ def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: 
     assert reply.get_type() == ev.TAINTS_CHANGED and reply.get_source() == "/kdesched/classifier"
     assert reply.get_data()["node"] == "n2" and reply.get_subject() == "n2"
     assert posted.calls == [("http://broker.local/ns/b", [ev.LABELS_CHANGED])]
-    # redelivery of the same change: nothing
-    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2", source=APISERVER_SOURCE))
+    # a redelivery of the same event (its reply was lost on the way to the broker): the same reply, same
+    # id, and the extra event is not posted twice
+    again = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2", source=APISERVER_SOURCE))
+    assert again.status_code == 200 and reply_event(again).get_type() == ev.TAINTS_CHANGED
+    assert reply_event(again).get_id() == reply.get_id()
+    assert posted.calls == [("http://broker.local/ns/b", [ev.LABELS_CHANGED])]
+    # another event carrying the same node state (a heartbeat): nothing
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2-heartbeat", source=APISERVER_SOURCE))
     assert resp.status_code == 202
     # delete drops the digest, a re-add with a new uid is a new node
     assert post(c, *ce_request(ev.APISERVER_DELETE, changed, mode, id="e3")).status_code == 202
