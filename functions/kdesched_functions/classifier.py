@@ -20,9 +20,10 @@ its way to the broker (the filter then fails the delivery and the dispatcher sen
 again). The re-sent event changes nothing in the cache, so without a memory it would be answered
 202 and the semantic event would be lost. The function remembers its answer to the last
 :data:`ANSWERED_MAX` events (by CloudEvent source + id, which CloudEvents define as unique) and
-answers a redelivery with the same reply, same id; the extra events were already handed to the
-broker before the commit and are not posted twice. A different event with the same node state (a
-heartbeat) is still answered 202.
+answers a redelivery with the same reply, same id, as long as that node incarnation is cached (a
+late event of a node deleted since goes through the tombstones: nothing). The extra events were
+already handed to the broker before the commit and are not posted twice. A different event with
+the same node state (a heartbeat) is still answered 202.
 
 Start-up reconcile: a restarted classifier (a rollout, a crash) also missed what changed while it was
 down. It keeps a compact node record (:mod:`kdesched.reactor.reconcile`) on the Lease
@@ -101,8 +102,8 @@ class ClassifierFunction:
         self._reconciled = threading.Event()  # the record is read: from now on it may be rewritten
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
-        # (source, id) of an event whose change was committed -> the reply it got (None: 202)
-        self._answered: OrderedDict[tuple[str, str], Reply | None] = OrderedDict()
+        # (source, id) of an event whose change was committed -> the reply it got
+        self._answered: OrderedDict[tuple[str, str], Reply] = OrderedDict()
         self._answered_lock = threading.Lock()
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
@@ -218,7 +219,7 @@ class ClassifierFunction:
         finally:
             self._seed_lock.release()
 
-    def _remember(self, key: tuple[str, str], reply: Reply | None) -> None:
+    def _remember(self, key: tuple[str, str], reply: Reply) -> None:
         with self._answered_lock:
             self._answered[key] = reply
             while len(self._answered) > ANSWERED_MAX:
@@ -235,18 +236,21 @@ class ClassifierFunction:
         self.resync_if_due()
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
         try:
-            name = digest_of(incoming.data).name
+            digest = digest_of(incoming.data)
         except NodeInputError as exc:
             raise HttpError(400, str(exc), exc.field) from None
+        name = digest.name
         key = (incoming.source, incoming.id)
         with self.locks.get(name):
             with self._answered_lock:
-                if key in self._answered:
-                    again = self._answered[key]
-                    log.info("node %s: event %s delivered again: same answer (%s)", name, incoming.id,
-                             again.type if again else "nothing to emit",
-                             extra={"function": NAME, "node": name, "ce_id": incoming.id})
-                    return again if again is not None else Ack()
+                again = self._answered.get(key)
+            cached = self.classifier.get(name)
+            if again is not None and cached is not None and cached.uid == digest.uid:
+                # only while that incarnation lives: a node deleted since must not come back as
+                # node.added (a late event of a dead node goes through the tombstones below)
+                log.info("event %s delivered again (node %s): the same reply, %s", incoming.id, name, again.type,
+                         extra={"function": NAME, "node": name, "ce_id": incoming.id, "ce_type": again.type})
+                return again
             events = self.classifier.observe(action, incoming.data, commit=False)
             replies = [Reply(e.type, dict(e.data), subject=e.node, id=e.id) for e in events]
             if len(replies) > 1:
@@ -259,7 +263,8 @@ class ClassifierFunction:
                     raise HttpError(503, f"could not post events to the broker: {exc}") from None
             self.classifier.observe(action, incoming.data)  # commit
             m.CLASSIFIER_NODES.set(len(self.classifier))
-            self._remember(key, replies[0] if replies else None)
+            if replies:
+                self._remember(key, replies[0])
         self.write_record()
         if not replies:
             return Ack()

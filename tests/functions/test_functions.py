@@ -94,6 +94,23 @@ def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: 
     assert resp.status_code == 200 and reply_event(resp).get_type() == ev.NODE_ADDED
 
 
+def test_classifier_does_not_replay_a_reply_for_a_node_deleted_since(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The answer to a node's add is remembered for redeliveries only while that incarnation lives:
+    the add delivered again after the node was deleted emits nothing (it would bring back a dead node)."""
+    cluster(fake_api)
+    c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="").test_client()
+    new = node_obj("n4")
+    new["metadata"]["uid"] = "uid-n4"
+    resp = post(c, *ce_request(ev.APISERVER_ADD, new, id="add-n4", source=APISERVER_SOURCE))
+    assert resp.status_code == 200 and reply_event(resp).get_type() == ev.NODE_ADDED
+    again = post(c, *ce_request(ev.APISERVER_ADD, new, id="add-n4", source=APISERVER_SOURCE))
+    assert again.status_code == 200 and reply_event(again).get_id() == reply_event(resp).get_id()
+    assert post(c, *ce_request(ev.APISERVER_DELETE, new, id="del-n4", source=APISERVER_SOURCE)).status_code == 202
+    late = post(c, *ce_request(ev.APISERVER_ADD, new, id="add-n4", source=APISERVER_SOURCE))
+    assert late.status_code == 202 and late.get_data() == b""
+    assert c.get("/readyz").get_json()["reason"] == "node cache seeded (3 nodes)"
+
+
 def test_classifier_broker_failure_is_503_and_not_committed(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
     c = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker", post=Posted(fail=True)).test_client()

@@ -791,6 +791,7 @@ class Delivery:
     at: float
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     body: bytes = field(default=b"", repr=False)
+    lost: int = 0  # the upstream's status when the proxy lost its answer (``lose``), else 0
 
 
 class Proxy:
@@ -802,13 +803,15 @@ class Proxy:
     and for a network or pod failing some deliveries, without touching the code under test."""
 
     def __init__(self, upstreams: list[str], rule: Callable[[Delivery, bytes], int | None] | None = None,
-                 repeat: Callable[[Delivery], bool] | None = None) -> None:
+                 repeat: Callable[[Delivery], bool] | None = None,
+                 lose: Callable[[Delivery], bool] | None = None) -> None:
         import http.server
         import threading
 
         self.upstreams = upstreams
         self.rule = rule
         self.repeat = repeat  # deliver twice (a redelivery after a lost answer); answer the first
+        self.lose = lose  # deliver, then lose the answer: the caller gets 503 (and will redeliver)
         self.log: list[Delivery] = []
         self._next = 0
         self._lock = threading.Lock()
@@ -859,6 +862,9 @@ class Proxy:
                 again.status = self._forward(self.upstreams[delivery.upstream], body, forward)[0]
                 with self._lock:
                     self.log.append(again)
+            if self.lose is not None and self.lose(delivery):
+                delivery.lost = status
+                status, reply, reply_headers = 503, b"", {}
         delivery.status = status
         with self._lock:
             self.log.append(delivery)
