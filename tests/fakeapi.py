@@ -248,6 +248,12 @@ class FakeApiServer:
         with self._lock:
             self._gather, self._gather_timeout = count, timeout
 
+    def release_evictions(self) -> None:
+        """Let the evictions held by :meth:`gather_evictions` through now."""
+        with self._lock:
+            self._gather = 0
+            self._lock.notify_all()
+
     def _eviction_started(self) -> None:
         with self._lock:
             self.evictions_in_flight += 1

@@ -141,6 +141,11 @@ def test_a_run_still_evicting_after_the_drain_does_not_keep_the_lease(leader: Ru
     assert leader.join() == [0]
     assert leader.srv.abandoned_runs == 1 and fake_api.evictions_in_flight == 1  # released while it still ran
     assert holder(fake_api) == ""
+    # let the abandoned run finish while the API server is still up (else it logs its retries after
+    # the test's log capture closed)
+    fake_api.release_evictions()
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith(("kdesched-evict", "kdesched-event"))],
+             timeout=30)
 
 
 def kubeconfig(tmp_path: Path, url: str) -> Path:
