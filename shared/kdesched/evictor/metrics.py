@@ -16,6 +16,10 @@ from contextlib import contextmanager
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from kdesched.kube.traffic import TRAFFIC
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -72,6 +76,31 @@ EVENTS_LOST = Counter(
     registry=REGISTRY,
 )
 BUILD_INFO = Info("kdesched_build", "kdesched build information.", registry=REGISTRY)
+
+
+class _ApiTrafficCollector(Collector):
+    """``kdesched_api_*`` on /metrics, read at scrape time from the kube layer's process-wide counts
+    (:mod:`kdesched.kube.traffic`: the kube layer holds numbers, this layer publishes them)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        snap = TRAFFIC.snapshot()
+        requests = CounterMetricFamily(
+            "kdesched_api_requests", "Requests sent to the API server, by HTTP method and answer (the status "
+            "code, or error when none came: refused, reset or timed-out connection).", labels=["method", "code"])
+        for (method, code), count in sorted(snap.requests.items()):
+            requests.add_metric([method, code], count)
+        waits = CounterMetricFamily("kdesched_api_rate_limiter_waits",
+                                    "Requests that waited for a token of the client-side rate limit "
+                                    "(KDESCHED_KUBE_API_QPS / _BURST).", value=snap.limiter_waits)
+        wait_seconds = CounterMetricFamily("kdesched_api_rate_limiter_wait_seconds",
+                                           "Seconds requests spent waiting for the client-side rate limit.",
+                                           value=snap.limiter_wait_seconds)
+        yield requests
+        yield waits
+        yield wait_seconds
+
+
+REGISTRY.register(_ApiTrafficCollector())
 
 
 def _version() -> str:
