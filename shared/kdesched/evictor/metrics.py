@@ -69,6 +69,14 @@ EVICTION_CAUSES = Counter(
     ["result", "cause"],
     registry=REGISTRY,
 )
+EVICTIONS_REFUSED = Counter(
+    "kdesched_evictions_refused_total",
+    "Evictions a strategy wanted that kdesched did not attempt, counted each time a run decides so, by reason "
+    "(disruption-budget, cooldown, rate-limit, in-flight-elsewhere, nowhere-to-go, no-uid, other), "
+    "strategy and namespace.",
+    ["reason", "strategy", "namespace"],
+    registry=REGISTRY,
+)
 EVENTS_LOST = Counter(
     "kdesched_events_lost_total",
     "Events about evictions that could not be posted within their retry budget, by event reason.",
@@ -124,6 +132,27 @@ def record_eviction(result: str, *, strategy: str, profile: str, namespace: str,
 
 def record_cause(result: str, cause: str) -> None:
     EVICTION_CAUSES.labels(result=result, cause=cause or "-").inc()
+
+
+def refused_reason(why: str) -> str:
+    """A low-cardinality label for a planner refusal (:class:`kdesched.evictor.planner.Refusal`)."""
+    if "PodDisruptionBudget" in why:
+        return "disruption-budget"
+    if why.startswith("cool-down"):
+        return "cooldown"
+    if why.startswith("rate limit"):
+        return "rate-limit"
+    if why.startswith("already admitted"):
+        return "in-flight-elsewhere"
+    if "metadata.uid" in why:
+        return "no-uid"
+    if "nowhere to go" in why:
+        return "nowhere-to-go"
+    return "other"
+
+
+def record_refused(why: str, *, strategy: str, namespace: str) -> None:
+    EVICTIONS_REFUSED.labels(reason=refused_reason(why), strategy=strategy, namespace=namespace).inc()
 
 
 def record_event_lost(reason: str) -> None:
