@@ -285,6 +285,11 @@ class Prometheus:
             raise PromError(f"{params.get('query', path)}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
+    def query_json(self, expr: str, *, at: float | None = None) -> dict[str, Any]:
+        """The whole answer of an instant query as Prometheus sends it (``{"status": "success",
+        "data": {...}}``): what a snapshot file of an instant query holds."""
+        return {"status": "success", "data": self.api("query", query=expr, time=at)}
+
     def query(self, expr: str, *, at: float | None = None) -> list[dict[str, Any]]:
         """An instant query: the result list of a vector (a scalar becomes one unlabelled sample)."""
         data = self.api("query", query=expr, time=at)

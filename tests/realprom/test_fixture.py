@@ -29,6 +29,9 @@ def test_backfilled_series_answer_at_their_timestamps(prometheus_backfilled: Cal
     assert prom.value('node_usage{node="b"}', at=t0 + 240) == 0.0
     by_node = {r["metric"]["node"]: float(r["value"][1]) for r in prom.query("node_usage", at=t0 + 125)}
     assert by_node == {"a": 0.5, "b": 0.5}  # the last sample at or before the evaluation time
+    answer = prom.query_json('node_usage{node="a"}', at=t0 + 240)
+    assert answer["status"] == "success" and answer["data"]["resultType"] == "vector"
+    assert answer["data"]["result"][0]["value"] == [t0 + 240, "1"]
     with pytest.raises(PromError, match="parse error"):
         prom.query("node_usage{")
 
