@@ -24,7 +24,7 @@ from typing import Any
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing
 from kdesched.evictor.ledger import Ledger
-from kdesched.evictor.metrics import mark_workload_below, workloads_below
+from kdesched.evictor.metrics import mark_workload_below, observe_strategy, record_refused, workloads_below
 from kdesched.evictor.pacing import PacedStep, Pacer, PacingPlan, workload_status
 from kdesched.evictor.planner import Gate, LimitCounter, Limits, PlanningEvictor, Refusal
 from kdesched.evictor.waves import WaveSettings, WorkloadReader, execute_waves
@@ -279,8 +279,9 @@ def plan_run(
                     log.exception("strategy %s/%s failed", profile.name, name)
                     error = f"{type(exc).__name__}: {exc}"
                     errors.append(f'profile "{profile.name}" / plugin {name}: {error}')
-                runs.append(StrategyRun(profile.name, name, ext, len(state.planned) - before,
-                                        time.perf_counter() - started, error))
+                seconds = time.perf_counter() - started
+                observe_strategy(name, profile.name, seconds)  # kdesched_strategy_duration_seconds
+                runs.append(StrategyRun(profile.name, name, ext, len(state.planned) - before, seconds, error))
                 if counter.spent and not spent:  # strategies catch EvictionBudgetSpent like the total limit
                     spent = counter.spent
                     notes.append(f"{profile.name}/{name}: {spent}")
@@ -311,6 +312,8 @@ def execute_plan(plan: RunPlan, executor: Executor, *, dry_run: bool, trigger: s
     the rest ``abandoned``. The report counts the Events the executor could not post."""
     t0 = started if started is not None else time.perf_counter()
     lost_before = executor.events_lost
+    for refusal in plan.refusals:
+        record_refused(refusal.reason, strategy=refusal.strategy, namespace=refusal.pod.namespace)
     with paused_gc():  # outcomes are many small cycle-free objects on a large heap
         if plan.pacing is None:
             outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,

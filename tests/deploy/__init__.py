@@ -27,6 +27,13 @@ INSTALL_DIRS = {
     "dry-run": KNATIVE / "dry-run",
     "standalone": KNATIVE / "standalone",
 }
+# Applied on request beside an install: the dashboard and alert rules (they need the Prometheus
+# Operator's PrometheusRule CRD, which a cluster may not have; docs/deploying.md, "Monitoring").
+OPTIONAL_DIRS = {
+    "monitoring": KNATIVE / "monitoring",
+}
+# API groups whose objects are checked by their own tests, not against the kubernetes client models.
+MONITORING_GROUP = "monitoring.coreos.com"
 
 NAMESPACE = "kdesched"
 IMAGE_PLACEHOLDER = "kdesched"
@@ -102,8 +109,8 @@ def resource_docs(directory: Path, _seen: frozenset[Path] = frozenset()) -> Iter
 
 @cache
 def install(name: str) -> tuple[Doc, ...]:
-    """The objects `kubectl apply -k` of one install directory creates (see INSTALL_DIRS)."""
-    return tuple(resource_docs(INSTALL_DIRS[name]))
+    """The objects `kubectl apply -k` of one install directory creates (see INSTALL_DIRS, OPTIONAL_DIRS)."""
+    return tuple(resource_docs({**INSTALL_DIRS, **OPTIONAL_DIRS}[name]))
 
 
 def all_manifest_docs() -> list[Doc]:

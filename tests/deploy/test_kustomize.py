@@ -24,6 +24,7 @@ from tests.deploy import (
     INSTALL_DIRS,
     KNATIVE,
     KUSTOMIZATION,
+    OPTIONAL_DIRS,
     env_map,
     find,
     install,
@@ -87,7 +88,7 @@ def test_every_container_uses_the_image_placeholder(install_name: str) -> None:
 
 
 def test_installs_cover_every_manifest() -> None:
-    installed = {(d.path, d.index) for name in INSTALL_DIRS for d in install(name)}
+    installed = {(d.path, d.index) for name in [*INSTALL_DIRS, *OPTIONAL_DIRS] for d in install(name)}
     every = {(p, d.index) for p in yaml_files() if p.name != KUSTOMIZATION for d in load_file(p)}
     assert every == installed, f"never installed: {sorted(str(p) for p, _ in every - installed)}"
 

@@ -288,3 +288,25 @@ def test_running_pod_without_a_ready_condition_is_not_ready() -> None:
     # IsPodReady needs a Ready=True condition; a pod that reports none is not Ready
     state, _counter, (ev,) = setup([x_pod("n", conditions=None), health_pdb("x", 0, 2, 2)])
     assert evict(ev, pods_by_name(state)["n"])
+
+
+@pytest.mark.parametrize(("why", "kind"), [
+    ("PodDisruptionBudget default/x allows 1 disruption(s) and 1 are already planned", "disruption-budget"),
+    ("pod is covered by 2 PodDisruptionBudgets (default/a, default/b); the API server refuses to evict it",
+     "disruption-budget"),
+    ("cool-down: node gpu-1 was evicted from 1s ago (cooldown.nodeSeconds 300)", "cooldown"),
+    ("rate limit: global eviction bucket is empty (next token in 1.0s); ...", "rate-limit"),
+    ("already admitted for eviction by another run (in flight in the disruption ledger)", "in-flight-elsewhere"),
+    ("nowhere to go: no other Ready node in the cluster", "nowhere-to-go"),
+    ("pod has no metadata.uid; the Eviction API call could not be preconditioned on it", "no-uid"),
+    ("something new", "other"),
+])
+def test_refusals_are_counted_by_a_low_cardinality_reason(why: str, kind: str) -> None:
+    """kdesched_evictions_refused_total{reason}: the planner's refusal texts, in a handful of labels."""
+    from kdesched.evictor.metrics import REGISTRY, record_refused, refused_reason
+
+    assert refused_reason(why) == kind
+    labels = {"reason": kind, "strategy": "S", "namespace": "ns-refused"}
+    before = REGISTRY.get_sample_value("kdesched_evictions_refused_total", labels) or 0.0
+    record_refused(why, strategy="S", namespace="ns-refused")
+    assert REGISTRY.get_sample_value("kdesched_evictions_refused_total", labels) == before + 1

@@ -98,6 +98,32 @@ def test_every_request_takes_a_token(fake_api: FakeApiServer) -> None:
         client.close()
 
 
+def test_every_request_and_every_wait_is_on_metrics(fake_api: FakeApiServer) -> None:
+    """kdesched_api_requests_total{method,code} and the rate limiter's waits, as /metrics serves them
+    (the process-wide counts of kdesched.kube.traffic, published by kdesched.evictor.metrics)."""
+    from kdesched.evictor.metrics import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    fake_api.add(pod_obj("a", node="n1"))
+    fake_api.script("GET", "/api/v1/namespaces/default/pods/a", [429])
+    before = {code: sample("kdesched_api_requests_total", method="GET", code=code) for code in ("200", "404", "429")}
+    waits, waited = sample("kdesched_api_rate_limiter_waits_total"), sample("kdesched_api_rate_limiter_wait_seconds_total")
+    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=1, burst=1000, max_concurrent_evictions=2))
+    slept: list[float] = []
+    client.rate_limiter = TokenBucket(10, 2, clock=Clock(), sleep=slept.append)  # the third token waits 0.1 s
+    try:
+        client.get_raw("Pod", "a", "default")  # 429 once (retried): 429 then 200
+        client.get_raw("Pod", "missing", "default")
+    finally:
+        client.close()
+    after = {code: sample("kdesched_api_requests_total", method="GET", code=code) for code in ("200", "404", "429")}
+    assert {code: after[code] - before[code] for code in after} == {"200": 1, "404": 1, "429": 1}
+    assert sample("kdesched_api_rate_limiter_waits_total") - waits == len(slept) == 1
+    assert sample("kdesched_api_rate_limiter_wait_seconds_total") - waited == pytest.approx(sum(slept))
+
+
 def test_the_connection_pool_is_sized_for_the_concurrency(fake_api: FakeApiServer) -> None:
     limits = ClientLimits(max_concurrent_evictions=40)
     client = KubeClient.for_host(fake_api.url, limits=limits)

@@ -54,9 +54,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.realk8s)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def knative(control_plane: ControlPlane) -> Iterator[KnativeDataPlane]:
-    """Adapter, ingress, filter, dispatcher, mtping and the six functions, wired by knative/base."""
+    """Adapter, ingress, filter, dispatcher, mtping and the six functions, wired by knative/base.
+    Package scope: stopped once this tier's tests are done, so the functions do not act on the
+    stories of tiers that run after it on the same control plane (tests/realprom)."""
     if KNATIVE_ERROR:
         pytest.fail(KNATIVE_ERROR)
     if KIT is None:

@@ -16,6 +16,10 @@ from contextlib import contextmanager
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from kdesched.kube.traffic import TRAFFIC
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -65,6 +69,14 @@ EVICTION_CAUSES = Counter(
     ["result", "cause"],
     registry=REGISTRY,
 )
+EVICTIONS_REFUSED = Counter(
+    "kdesched_evictions_refused_total",
+    "Evictions a strategy wanted that kdesched did not attempt, counted each time a run decides so, by reason "
+    "(disruption-budget, cooldown, rate-limit, in-flight-elsewhere, nowhere-to-go, no-uid, other), "
+    "strategy and namespace.",
+    ["reason", "strategy", "namespace"],
+    registry=REGISTRY,
+)
 EVENTS_LOST = Counter(
     "kdesched_events_lost_total",
     "Events about evictions that could not be posted within their retry budget, by event reason.",
@@ -72,6 +84,31 @@ EVENTS_LOST = Counter(
     registry=REGISTRY,
 )
 BUILD_INFO = Info("kdesched_build", "kdesched build information.", registry=REGISTRY)
+
+
+class _ApiTrafficCollector(Collector):
+    """``kdesched_api_*`` on /metrics, read at scrape time from the kube layer's process-wide counts
+    (:mod:`kdesched.kube.traffic`: the kube layer holds numbers, this layer publishes them)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        snap = TRAFFIC.snapshot()
+        requests = CounterMetricFamily(
+            "kdesched_api_requests", "Requests sent to the API server, by HTTP method and answer (the status "
+            "code, or error when none came: refused, reset or timed-out connection).", labels=["method", "code"])
+        for (method, code), count in sorted(snap.requests.items()):
+            requests.add_metric([method, code], count)
+        waits = CounterMetricFamily("kdesched_api_rate_limiter_waits",
+                                    "Requests that waited for a token of the client-side rate limit "
+                                    "(KDESCHED_KUBE_API_QPS / _BURST).", value=snap.limiter_waits)
+        wait_seconds = CounterMetricFamily("kdesched_api_rate_limiter_wait_seconds",
+                                           "Seconds requests spent waiting for the client-side rate limit.",
+                                           value=snap.limiter_wait_seconds)
+        yield requests
+        yield waits
+        yield wait_seconds
+
+
+REGISTRY.register(_ApiTrafficCollector())
 
 
 def _version() -> str:
@@ -95,6 +132,27 @@ def record_eviction(result: str, *, strategy: str, profile: str, namespace: str,
 
 def record_cause(result: str, cause: str) -> None:
     EVICTION_CAUSES.labels(result=result, cause=cause or "-").inc()
+
+
+def refused_reason(why: str) -> str:
+    """A low-cardinality label for a planner refusal (:class:`kdesched.evictor.planner.Refusal`)."""
+    if "PodDisruptionBudget" in why:
+        return "disruption-budget"
+    if why.startswith("cool-down"):
+        return "cooldown"
+    if why.startswith("rate limit"):
+        return "rate-limit"
+    if why.startswith("already admitted"):
+        return "in-flight-elsewhere"
+    if "metadata.uid" in why:
+        return "no-uid"
+    if "nowhere to go" in why:
+        return "nowhere-to-go"
+    return "other"
+
+
+def record_refused(why: str, *, strategy: str, namespace: str) -> None:
+    EVICTIONS_REFUSED.labels(reason=refused_reason(why), strategy=strategy, namespace=namespace).inc()
 
 
 def record_event_lost(reason: str) -> None:

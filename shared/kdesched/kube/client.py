@@ -64,6 +64,7 @@ from kdesched.kube.errors import (
     trim,
     unavailable_from,
 )
+from kdesched.kube.traffic import TRAFFIC
 from kdesched.model.fastload import decode_list_page
 from kdesched.model.records import Pod
 
@@ -209,11 +210,12 @@ class TokenBucket:
             self.waited_seconds += wait
             return wait
 
-    def acquire(self) -> None:
-        """Take a token, sleeping until it is due."""
+    def acquire(self) -> float:
+        """Take a token, sleeping until it is due; return how long that was (0: a token was there)."""
         wait = self.reserve()
         if wait > 0:
             self._sleep(wait)
+        return wait
 
 
 class KubeClient:
@@ -348,15 +350,18 @@ class KubeClient:
                 multi.add(key, value)
             sent = multi
         if self.rate_limiter is not None:
-            self.rate_limiter.acquire()
+            TRAFFIC.waited(self.rate_limiter.acquire())
         self._count(requests=1)
         try:
             resp = self.api_client.call_api(method, url, sent, serialized, post_params,
                                             _request_timeout=timeout if timeout is not None else self.request_timeout)
         except ApiException as exc:
+            TRAFFIC.request(method, exc.status or "error")
             raise error_from_api_exception(exc) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            TRAFFIC.request(method, "error")
             raise unavailable_from(exc) from None
+        TRAFFIC.request(method, resp.status)
         if not 200 <= resp.status <= 299:
             data = self._read(resp)
             raise error_from_response(resp.status, str(resp.reason or ""), data, resp.headers)

@@ -27,8 +27,11 @@ CLASSIFIER_NODES = Gauge("kdesched_classifier_nodes", "Nodes in the classifier's
 CLASSIFIER_DROPPED = Counter("kdesched_classifier_dropped_total",
                              "Node events the classifier dropped as stale (redelivered, older, of a dead or older "
                              "incarnation), by reason.", ["reason"], registry=REGISTRY)
-LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance holds the leader Lease.",
-               registry=REGISTRY)
+# Labelled by the identity the instance campaigns with (the Lease's holderIdentity when it leads), and
+# set only by `kdesched serve` (to 0 as it starts): the functions, which share this registry but hold
+# no standing Lease, export no series, so `sum(kdesched_serve_leader) < 1` means "serve runs, none leads".
+LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance holds the leader Lease, "
+               "0 while it is a standby; by the identity it campaigns with.", ["identity"], registry=REGISTRY)
 
 
 def refusal_kind(reason: str) -> str:
@@ -61,3 +64,6 @@ CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         ["outcome"], registry=REGISTRY)
 RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the start-up reconcile sent: node changes "
                      "made while kdesched was starting or down (compared with the node record).", registry=REGISTRY)
+REPLACEMENT_TIMEOUTS = Counter("kdesched_replacement_timeouts_total",
+                               "Workloads whose held move the disruption ledger gave up because the workload was "
+                               "not back at its Ready count within replacementTimeoutSeconds.", registry=REGISTRY)

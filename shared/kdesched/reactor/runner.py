@@ -407,6 +407,7 @@ class Reactor:
 
     def _post_timed_out(self, decided: Decided) -> None:
         """An Event on each held pod the ledger gave up at the replacement timeout (the move ends paced)."""
+        m.REPLACEMENT_TIMEOUTS.inc(len({key for key, _ in decided.settled.timed_out}))
         for key, h in decided.settled.timed_out:
             namespace, _, name = h.pod.partition("/")
             self.client.create_event(namespace=namespace, name=name, uid=h.uid, reason="EvictionPaced",

@@ -363,7 +363,7 @@ class ReactorServer:
         """Watch and sweep while we hold the leader Lease; step down when it cannot be kept."""
         self.is_leader.set()
         self._led = True
-        m.LEADER.set(1)
+        m.LEADER.labels(self.identity).set(1)
         log.info("leading as %s", self.identity)
         if self.cache is not None:
             self.cache.start()  # its Node reflector feeds the classifier too
@@ -411,7 +411,7 @@ class ReactorServer:
         flight are told to stop, and the Lease is released if it still names us."""
         self.stepped_down = reason
         self.is_leader.clear()
-        m.LEADER.set(0)
+        m.LEADER.labels(self.identity).set(0)
         log.error("stepping down as leader: %s; stopping (restarted, this replica campaigns again)", reason)
         self.stop.set()
 
@@ -429,6 +429,7 @@ class ReactorServer:
     def run(self) -> int:
         """Block until :meth:`shutdown`; returns the exit code: 0, or 1 when the Leases cannot be used
         (:meth:`preflight`: the error names the namespace and the fix)."""
+        m.LEADER.labels(self.identity).set(0)  # a standby until it leads: the series exists from the start
         self.start_http()
         try:
             try:
@@ -522,5 +523,5 @@ class ReactorServer:
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("releasing the leader Lease failed (it will expire): %s", exc)
         self.is_leader.clear()
-        m.LEADER.set(0)
+        m.LEADER.labels(self.identity).set(0)
         log.info("stopped")
