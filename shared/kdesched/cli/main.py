@@ -371,6 +371,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if refused:
         log.error("%s", refused)
         return _read_failed(args, loaded, safety, started, refused)
+    from kdesched.kube.usage import read_usage
+
+    usage = read_usage(client, policy, loaded.settings.usage, event_path=False)  # None: the policy reads none
+    if usage is not None:
+        from dataclasses import replace as _replace
+
+        snapshot = _replace(snapshot, actual_usage=usage)
     freeze_heap()
     policy = parity_policy(policy)
     try:
