@@ -176,3 +176,27 @@ def test_help_documents_usage(capsys: pytest.CaptureFixture[str]) -> None:
         main(["simulate", "--help"])
     out = capsys.readouterr().out
     assert "--usage FILE" in out and "repeatable" in out and "NodeMetricsList" in out
+
+
+def test_kdesched_usage_block_is_validated_naming_each_field(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bad = KM_POLICY + "kdesched:\n  usage: {prometheusTimeoutSeconds: 0, youngNodeSeconds: -1, prometheusCAFile: 3, ca: x}\n"
+    code = main(["policy", "validate", write(tmp_path, "p.yaml", bad)])
+    err = capsys.readouterr().err
+    assert code == 2
+    for message in ("kdesched.usage.prometheusTimeoutSeconds: must be a number > 0, got 0",
+                    "kdesched.usage.youngNodeSeconds: must be a number >= 0, got -1",
+                    "kdesched.usage.prometheusCAFile: must be a file path, got 3",
+                    ("kdesched.usage.ca: unknown field (known: prometheusCAFile, prometheusTimeoutSeconds, "
+                    "youngNodeSeconds)")):
+        assert message in err, err
+
+
+def test_policy_without_the_provider_of_its_source_is_refused(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    no_provider = PROM_POLICY.replace('metricsProviders:\n- source: Prometheus\n  prometheus: {url: "https://prometheus.example:9090"}\n', "")
+    code = main(["policy", "validate", write(tmp_path, "p.yaml", no_provider)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ('profile "usage" / plugin LowNodeUtilization: metricsUtilization.source: Prometheus needs a '
+            "metricsProviders entry with source: Prometheus") in err
