@@ -1,5 +1,5 @@
 """Parity with the upstream descheduler v0.36 binary on ``metricsUtilization.source: Prometheus``:
-the same cluster in a real API server (../shared/k8s), the same per-node series in a real
+the same cluster in a real API server (the real control-plane tier), the same per-node series in a real
 Prometheus, the same policy file; kdesched (``run --dry-run``) and upstream evict the same number of
 pods per strategy, node and owner (which pod among equals is upstream's unstable sort).
 
