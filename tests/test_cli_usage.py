@@ -200,3 +200,23 @@ def test_policy_without_the_provider_of_its_source_is_refused(tmp_path: Path,
     assert code == 2
     assert ('profile "usage" / plugin LowNodeUtilization: metricsUtilization.source: Prometheus needs a '
             "metricsProviders entry with source: Prometheus") in err
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "low-node-utilization"
+
+
+@pytest.mark.parametrize("policy, usage, expected", [
+    ("policy-kubernetes-metrics.yaml", ("nodes.json", "pods.json"),
+     ["report-29012345-8kx2p", "report-29012345-9mz4q", "web-5d8f7c9b6-x2kq9"]),
+    ("policy-prometheus.yaml", ("prometheus.json",), ["report-29012345-8kx2p"]),
+], ids=["kubernetes-metrics", "prometheus"])
+def test_bundled_metrics_examples(policy: str, usage: tuple[str, ...], expected: list[str],
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/low-node-utilization/metrics: what their comments promise (4 pods leave on requests)."""
+    argv = ["simulate", str(EXAMPLE / "cluster.yaml"), "--policy", str(EXAMPLE / "metrics" / policy), "-o", "json"]
+    for name in usage:
+        argv += ["--usage", str(EXAMPLE / "metrics" / name)]
+    code = main(argv)
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["summary"]["errors"] == []
+    assert evicted(report) == expected
