@@ -321,9 +321,11 @@ def test_upstream_readme_metrics_policies_load(text: str, expected: MetricsUtili
     assert policy.metrics_providers == (provider,)
 
 
-def test_metrics_collector_becomes_kubernetes_metrics_provider() -> None:
+def test_metrics_collector_becomes_kubernetes_metrics_provider(caplog: pytest.LogCaptureFixture) -> None:
     policy = policy_from_mapping(v2(metricsCollector={"enabled": True}), "x")
     assert policy.metrics_providers == (MetricsProvider("KubernetesMetrics"),)
+    assert [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()] == [
+        "x: metricsCollector.enabled is deprecated: write metricsProviders: [{source: KubernetesMetrics}] (same meaning)"]
 
 
 V2_INVALID = [

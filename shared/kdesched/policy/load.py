@@ -33,6 +33,7 @@ Deliberate differences from upstream (v1alpha2):
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
@@ -62,6 +63,8 @@ from kdesched.policy.types import (
     PriorityThreshold,
     Profile,
 )
+
+log = logging.getLogger("kdesched.policy")
 
 V1ALPHA2 = "descheduler/v1alpha2"
 V1ALPHA1 = v1alpha1.API_VERSION
@@ -306,6 +309,9 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
     if mc is not None:
         collector = mc.boolean("enabled")
         mc.finish()
+        if collector:  # upstream v0.36 still honours it and calls it deprecated
+            log.warning("%s: metricsCollector.enabled is deprecated: write metricsProviders: [{source: "
+                        "KubernetesMetrics}] (same meaning)", source or "policy")
     providers = _metrics_providers(f, collector)
     kdesched = f.get("kdesched")
     if kdesched is not None and not isinstance(kdesched, Mapping):
