@@ -24,7 +24,7 @@ from typing import Any
 
 from kdesched.model.errors import ModelError
 from kdesched.model.usage import PrometheusReadings, parse_prometheus_vector
-from kdesched.policy.usage import SERVICE_ACCOUNT_CA
+from kdesched.policy.usage import SERVICE_ACCOUNT_CA, SERVICE_CA
 
 MAX_ANSWER_BYTES = 64 << 20
 BODY_SNIPPET = 200
@@ -32,14 +32,15 @@ BODY_SNIPPET = 200
 
 def tls_context(ca_file: str) -> ssl.SSLContext:
     """The CA to trust: ``ca_file`` if given; else the in-cluster service account CA when it exists
-    (what upstream's Prometheus client uses); else the system's trust store."""
+    (what upstream's Prometheus client uses), plus OpenShift's service CA beside it when present
+    (``service-ca.crt``: it signs the in-cluster monitoring Services); else the system's trust store."""
     if ca_file:
         return ssl.create_default_context(cafile=ca_file)
-    if os.path.exists(SERVICE_ACCOUNT_CA):
-        context = ssl.create_default_context()
-        context.load_verify_locations(cafile=SERVICE_ACCOUNT_CA)
-        return context
-    return ssl.create_default_context()
+    context = ssl.create_default_context()
+    for path in (SERVICE_ACCOUNT_CA, SERVICE_CA):
+        if os.path.exists(path):
+            context.load_verify_locations(cafile=path)
+    return context
 
 
 def _error(base: str, query: str, message: str) -> PrometheusReadings:

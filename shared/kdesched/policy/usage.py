@@ -11,7 +11,8 @@ key                         default    meaning
 ==========================  =========  ===========================================================
 prometheusCAFile            ""         PEM CA bundle for an https Prometheus URL; unset: the
                                        in-cluster service account CA when it exists (upstream's
-                                       choice), else the system's trust store
+                                       choice) and OpenShift's service CA beside it, plus the
+                                       system's trust store
 prometheusTimeoutSeconds    10         one query's time limit (connect + answer)
 youngNodeSeconds            300        event path: a node created less than this long ago counts
                                        at no less than its pods' requests (0 turns it off)
@@ -27,6 +28,7 @@ from typing import Any
 
 KNOWN_KEYS = ("prometheusCAFile", "prometheusTimeoutSeconds", "youngNodeSeconds")
 SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+SERVICE_CA = "/var/run/secrets/kubernetes.io/serviceaccount/service-ca.crt"  # OpenShift's service CA
 
 
 @dataclass(frozen=True, slots=True)
