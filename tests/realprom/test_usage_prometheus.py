@@ -154,3 +154,14 @@ def test_a_query_the_server_refuses_is_an_error(prometheus: Prometheus) -> None:
     readings = query_instant(prometheus.url, "max by (node (kdesched_test_node_busy)")
     assert readings.error.startswith(f"Prometheus at {prometheus.url} answered HTTP 400 to the query: bad_data: ")
     assert "parse error" in readings.error
+
+
+def test_every_openshift_preset_query_parses(prometheus: Prometheus) -> None:
+    """The devActualUtilizationProfile queries kdesched writes into LowNodeUtilization are PromQL a
+    real server accepts (empty results: this server holds none of those series)."""
+    from kdesched.policy.presets import ACTUAL_UTILIZATION_QUERIES
+
+    for name, query in ACTUAL_UTILIZATION_QUERIES.items():
+        readings = query_instant(prometheus.url, query)
+        assert readings.error == "", (name, readings.error)
+        assert readings.values == {}
