@@ -305,3 +305,11 @@ profiles:
     code, report, err = run_cli(fake_api, tmp_path, capsys, text)
     assert code == 1 and report["evictions"] == []
     assert f"cannot reach Prometheus at {url}" in err and "Traceback" not in err
+
+
+def test_metrics_forbidden_names_the_status(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The shipped RBAC grants no metrics.k8s.io (docs/deploying.md): the report says 403."""
+    fake_api.script("GET", NODE_METRICS_PATH, [403])
+    readings = read_metrics(kube)
+    assert readings.error.startswith(f"reading metrics.k8s.io from {kube.host} failed (HTTP 403)")
+    assert len(fake_api.requests("GET", NODE_METRICS_PATH)) == 1  # not retried: RBAC does not heal
