@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from kdesched.model.records import Node, Pod
 from kdesched.model.usage import KUBERNETES_METRICS, PROMETHEUS, MetricsReadings, PrometheusReadings, Usage
@@ -73,18 +74,18 @@ def metrics_source(args: LowNodeUtilizationArgs) -> str:
     return m.source
 
 
+@dataclass(frozen=True, slots=True)
 class _Measured:
-    """Per node: the usage mapping, the capacity it is a share of; plus what an eviction frees."""
+    """What a run classifies on: per node (in ``nodes`` order) the usage mapping and the capacity
+    it is a share of, the tracked resources, and what an eviction frees (``pod_usage``: measured;
+    None: requests; ``unconstrained``: nothing countable, Prometheus)."""
 
-    def __init__(self, resources: tuple[str, ...], usages: list[dict[str, int]],
-                 capacities: list[Mapping[str, int]], pod_usage: PodUsageFn | None, unconstrained: bool,
-                 label: str) -> None:
-        self.resources = resources
-        self.usages = usages
-        self.capacities = capacities
-        self.pod_usage = pod_usage
-        self.unconstrained = unconstrained
-        self.label = label
+    resources: tuple[str, ...]
+    usages: Sequence[Mapping[str, int]]  # metrics modes: the strategy's own dicts, updated as pods go
+    capacities: Sequence[Mapping[str, int]]
+    pod_usage: PodUsageFn | None
+    unconstrained: bool
+    label: str  # for reasons and logs: "requests", "measured usage, KubernetesMetrics", ...
 
 
 def _young(node: Node, state: ClusterState, usage: Usage) -> bool:
@@ -187,8 +188,8 @@ def _prometheus(args: LowNodeUtilizationArgs, handle: Handle, nodes: Sequence[No
 def _requests(args: LowNodeUtilizationArgs, handle: Handle, nodes: Sequence[Node]) -> _Measured:
     state = handle.state
     usages = [state.usage(n.name) for n in nodes]  # the run's own mappings: freed as pods are planned
-    return _Measured(tracked_resources(args.thresholds), usages, [n.allocatable for n in nodes],  # type: ignore[arg-type]
-                     None, False, "requests")
+    return _Measured(tracked_resources(args.thresholds), usages, [n.allocatable for n in nodes], None, False,
+                     "requests")
 
 
 MEASURES: Mapping[str, Callable[[LowNodeUtilizationArgs, Handle, Sequence[Node], Usage | None], _Measured]] = {
