@@ -313,3 +313,51 @@ def test_metrics_forbidden_names_the_status(fake_api: FakeApiServer, kube: KubeC
     readings = read_metrics(kube)
     assert readings.error.startswith(f"reading metrics.k8s.io from {kube.host} failed (HTTP 403)")
     assert len(fake_api.requests("GET", NODE_METRICS_PATH)) == 1  # not retried: RBAC does not heal
+
+
+# --------------------------------------------------------------------------- serve's moving average
+
+
+def test_ewma_is_upstreams() -> None:
+    """metricscollector.go: floor(0.9 * prev + 0.1 * value), in milli-units."""
+    from kdesched.model.usage import ewma, smoothed_usage
+
+    assert ewma(1000, 2000) == 1100
+    assert ewma(1100, 2000) == 1190
+    assert ewma(999, 0) == 899  # floor(899.1)
+    assert smoothed_usage({"cpu": 1190, "memory": 1_000_500}) == {"cpu": 1190, "memory": 1001}  # bytes, rounded up
+
+
+def test_collector_averages_node_readings(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    from kdesched.kube.usage import MetricsCollector
+
+    collector = MetricsCollector(kube)
+    assert collector.smoothed() == {}
+    fake_api.add(node_metric("n1", "1000m", "1000"), node_metric("n2", "500m", "1000"))
+    assert collector.collect()
+    assert collector.smoothed() == {"n1": {"cpu": 1000, "memory": 1000}, "n2": {"cpu": 500, "memory": 1000}}
+    fake_api.update(node_metric("n1", "2000m", "2000"))
+    fake_api.delete("NodeMetrics", "n2")  # missing from one reading: keeps its value (upstream)
+    assert collector.collect()
+    assert collector.smoothed() == {"n1": {"cpu": 1100, "memory": 1100}, "n2": {"cpu": 500, "memory": 1000}}
+    fake_api.metrics_served = False
+    assert not collector.collect() and "404" in collector.last_error
+    assert collector.smoothed()["n1"] == {"cpu": 1100, "memory": 1100}
+
+
+def test_read_usage_decides_on_the_average(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A fresh reading of 3200m after three of 1000m: serve's runs see the average, 1220m."""
+    from kdesched.kube.usage import MetricsCollector
+
+    collector = MetricsCollector(kube)
+    fake_api.add(node_metric("n1", "1000m"), pod_metric("p1", "100m"))
+    for _ in range(3):
+        collector.collect()
+    fake_api.update(node_metric("n1", "3200m"))
+    collector.collect()
+    usage = read_usage(kube, policy("KubernetesMetrics", **KM), UsageSettings(), event_path=True, collector=collector)
+    assert usage is not None and usage.metrics is not None
+    assert usage.metrics.nodes["n1"].usage["cpu"] == 1220
+    assert "moving average, 4 collection(s)" in usage.metrics.source
+    fresh = read_usage(kube, policy("KubernetesMetrics", **KM), UsageSettings(), event_path=True)
+    assert fresh.metrics.nodes["n1"].usage["cpu"] == 3200  # type: ignore[union-attr]

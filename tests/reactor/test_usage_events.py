@@ -6,6 +6,7 @@ counts at its requests, so it is not taken for a destination."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -85,3 +86,27 @@ def test_metrics_server_down_on_an_event_evicts_nothing_and_says_why(fake_api: F
     out = reactor(kube, young=0).node_event(Trigger(ev.NODE_ADDED, "a1"), parse_node_event({"node": "n3"}))
     assert out["evictions"] == [] and evicted(fake_api) == []
     assert any("metrics.k8s.io is not served" in e for e in out["errors"]), out
+
+
+def test_serve_keeps_a_moving_average_when_the_policy_balances_on_kubernetes_metrics(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """ReactorServer starts the collector while it leads (upstream's collector: every 5 s)."""
+    from kdesched.reactor.serve import ReactorServer
+    from kdesched_functions.manual import create_serve_app
+
+    from tests.reactor.test_serve import wait_for
+
+    cluster(fake_api)
+    r = reactor(kube)
+    srv = ReactorServer(r.policy, r.settings, kube, host="127.0.0.1", port=0, app_factory=create_serve_app,
+                        sweep_interval_seconds=0, identity="usage-test", watch_timeout_seconds=2)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(srv.run()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: srv.reactor.metrics_collector is not None and srv.reactor.metrics_collector.collections)
+        assert srv.reactor.metrics_collector.smoothed()["n1"]["cpu"] == 3200  # type: ignore[union-attr]
+    finally:
+        srv.shutdown()
+        thread.join(timeout=20)
+    assert result == [0]

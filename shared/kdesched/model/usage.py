@@ -115,6 +115,27 @@ class Usage:
                      self.young_node_seconds if self.young_node_seconds is not None else other.young_node_seconds)
 
 
+# --------------------------------------------------------------------------- smoothing
+
+EWMA_BETA = 0.9
+"""Upstream's metrics collector weight (``pkg/descheduler/metricscollector/metricscollector.go``)."""
+
+
+def ewma(previous_milli: int, value_milli: int) -> int:
+    """One step of upstream's exponentially weighted moving average, in milli-units (upstream keeps
+    cpu and memory as ``MilliValue`` to lose less precision): ``floor(β·prev + (1−β)·value)``."""
+    return math.floor(EWMA_BETA * float(previous_milli) + (1 - EWMA_BETA) * float(value_milli))
+
+
+def smoothed_usage(milli: Mapping[str, int]) -> dict[str, int]:
+    """The usage kdesched decides on from collector state kept in milli-units: cpu stays in
+    millicores, memory goes back to bytes rounded up (``Quantity.Value()``)."""
+    out: dict[str, int] = {}
+    for name, value in milli.items():
+        out[name] = value if name == "cpu" else -(-value // 1000)
+    return out
+
+
 # --------------------------------------------------------------------------- parsing
 
 

@@ -37,7 +37,7 @@ from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
-from kdesched.kube.usage import read_usage
+from kdesched.kube.usage import MetricsCollector, read_usage
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
@@ -119,6 +119,9 @@ class Reactor:
         self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
+        # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set
+        # by the server when the policy balances on KubernetesMetrics; None: fresh readings per run
+        self.metrics_collector: MetricsCollector | None = None
         # leading edge: the first balance event runs after a short gather, a burst's follow-up no
         # sooner than settleSeconds after it; node-scoped runs start at once (docs/reactor.md)
         self.balance_events: Coalescer[Trigger, RunResult] = Coalescer(
@@ -326,7 +329,8 @@ class Reactor:
         """The snapshot plus the measured usage the policy balances on (LowNodeUtilization's
         metricsUtilization), read now, with the event path's young-node rule; unchanged when no
         strategy of ``policy`` reads usage (kdesched.kube.usage)."""
-        usage = read_usage(self.client, policy, self.settings.usage, event_path=True)
+        usage = read_usage(self.client, policy, self.settings.usage, event_path=True,
+                           collector=self.metrics_collector)
         return snapshot if usage is None else replace(snapshot, actual_usage=usage)
 
     def _decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
