@@ -220,3 +220,24 @@ def test_bundled_metrics_examples(policy: str, usage: tuple[str, ...], expected:
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["summary"]["errors"] == []
     assert evicted(report) == expected
+
+
+def test_simulate_event_applies_the_young_node_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """n3 joined 60 s before the clock and measures 0m, but 6 pods of 400m are already bound to it
+    (60 % requested); n2 is at 40 %. Parity path: n3 looks empty and takes pods. Event path
+    (node.added on n3): it counts at its requests, nothing is underutilized, nothing moves."""
+    doc = cluster()
+    young = doc["items"][2]
+    young["metadata"]["creationTimestamp"] = "2026-11-01T11:59:00Z"
+    doc["items"] += [pod_obj(f"q{i}", "n3", cpu="400m", owner_name="rs-new") for i in range(1, 7)]
+    base = ["simulate", write(tmp_path, "cluster.json", doc), "--policy", write(tmp_path, "p.yaml", KM_POLICY),
+            "--usage", write(tmp_path, "n.json", node_metrics(n1="3", n2="1600m", n3="0")),
+            "--usage", write(tmp_path, "p.json", pod_metrics("300m")), "--now", "2026-11-01T12:00:00Z", "-o", "json"]
+    assert main(base) == 0
+    parity = json.loads(capsys.readouterr().out)["evictions"]
+    assert parity and {e["strategy"] for e in parity} == {"LowNodeUtilization"}
+    assert main([*base, "--event", "dev.kdesched.node.added:n3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # the event also runs RemoveDuplicates (the event map); LowNodeUtilization moves nothing
+    assert [e for e in report["evictions"] if e["strategy"] == "LowNodeUtilization"] == []
+    assert report["summary"]["errors"] == []
