@@ -104,6 +104,8 @@ def test_kubernetes_metrics_from_node_and_pod_files(tmp_path: Path, capsys: pyte
     assert code == 0, err
     assert evicted(report) == ["p1", "p2", "p3", "p4"]
     assert "on measured usage, KubernetesMetrics" in report["evictions"][0]["reason"]  # type: ignore[index]
+    notes = report["summary"]["notes"]  # type: ignore[index]
+    assert any(n.startswith("measured usage (KubernetesMetrics): 3 node(s), 8 pod(s) from ") for n in notes), notes
 
 
 def test_measured_usage_below_target_evicts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -306,6 +306,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         young = loaded.settings.usage.young_node_seconds
         snapshot = _replace(snapshot, actual_usage=_replace(snapshot.actual_usage, young_node_seconds=young or None))
+    if snapshot.actual_usage is not None:
+        from dataclasses import replace as _replace
+
+        snapshot = _replace(snapshot, notes=(*snapshot.notes, *snapshot.actual_usage.notes()))
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
@@ -377,7 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if usage is not None:
         from dataclasses import replace as _replace
 
-        snapshot = _replace(snapshot, actual_usage=usage)
+        snapshot = _replace(snapshot, actual_usage=usage, notes=(*snapshot.notes, *usage.notes()))
     freeze_heap()
     policy = parity_policy(policy)
     try:

@@ -97,6 +97,23 @@ class Usage:
                 return r
         return None
 
+    def notes(self) -> tuple[str, ...]:
+        """One line per source for the run report: where the readings came from and how many."""
+        out: list[str] = []
+        m = self.metrics
+        if m is not None:
+            out.append(f"measured usage (KubernetesMetrics): {m.error}" if m.error else
+                       f"measured usage (KubernetesMetrics): {len(m.nodes)} node(s), {len(m.pods)} pod(s) "
+                       f"from {m.source or '?'}")
+        for r in self.prometheus:
+            what = f"query {r.query!r}" if r.query else "a query result"
+            out.append(f"measured usage (Prometheus, {what}): {r.error}" if r.error else
+                       f"measured usage (Prometheus, {what}): {len(r.values)} node(s) from {r.source or '?'}")
+        if self.young_node_seconds:
+            out.append(f"measured usage: nodes younger than {self.young_node_seconds:g}s count at no less than "
+                       "their requests (event path)")
+        return tuple(out)
+
     def merged(self, other: Usage) -> Usage:
         """Both sets of readings (files given together to ``simulate --usage``)."""
         metrics = self.metrics

@@ -331,7 +331,9 @@ class Reactor:
         strategy of ``policy`` reads usage (kdesched.kube.usage)."""
         usage = read_usage(self.client, policy, self.settings.usage, event_path=True,
                            collector=self.metrics_collector)
-        return snapshot if usage is None else replace(snapshot, actual_usage=usage)
+        if usage is None:
+            return snapshot
+        return replace(snapshot, actual_usage=usage, notes=(*snapshot.notes, *usage.notes()))
 
     def _decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
                             triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,
