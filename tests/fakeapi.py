@@ -41,7 +41,12 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
     ("coordination.k8s.io/v1", "leases"): ("Lease", True),
     ("events.k8s.io/v1", "events"): ("Event", True),
+    ("v1", "secrets"): ("Secret", True),
+    # metrics-server's aggregated API (read-only here); ``metrics_served = False`` answers 404 for it
+    ("metrics.k8s.io/v1beta1", "nodes"): ("NodeMetrics", False),
+    ("metrics.k8s.io/v1beta1", "pods"): ("PodMetrics", True),
 }
+METRICS_GROUP = "metrics.k8s.io/v1beta1"
 API_VERSION = {kind: gv for (gv, _), (kind, _) in KINDS.items()}
 PLURAL = {kind: plural for (_, plural), (kind, _) in KINDS.items()}
 FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace"),
@@ -126,6 +131,7 @@ class FakeApiServer:
         self.journal: list[Request] = []
         self.scripts: dict[tuple[str, str], deque[int | tuple[int, float] | Fault]] = {}
         self.report_remaining = True  # False: LIST pages omit remainingItemCount (as the server may)
+        self.metrics_served = True  # False: metrics.k8s.io is not served (no metrics-server): 404
         self._bookmarks = 0
         # eviction concurrency: how many eviction requests are being handled at once, the most seen,
         # and an optional gate that holds them until that many are in flight (see gather_evictions)
@@ -362,7 +368,9 @@ class FakeApiServer:
 
     def _handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         with self._lock:
-            kind, namespace, name, sub, _ = self.route(method, path)
+            kind, namespace, name, sub, gv = self.route(method, path)
+            if gv == METRICS_GROUP and not self.metrics_served:
+                raise Reply(404, f"the server could not find the requested resource ({path})")
             if sub == "eviction" and kind == "Pod" and method == "POST":
                 return self._evict(namespace, name, body)
             if sub:

@@ -7,7 +7,7 @@ pattern), so a test row is just objects + args -> expected evicted pod names.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +15,7 @@ from typing import Any
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.planner import LimitCounter, Limits, PlanningEvictor, Refusal
+from kdesched.model.usage import Usage
 from kdesched.policy.types import DefaultEvictorArgs
 from kdesched.strategies.framework import ClusterState, Handle, PlannedEviction, StrategySpec
 from kdesched.strategies.registry import Registry
@@ -35,8 +36,13 @@ class Result:
 
 def run_strategy(spec: StrategySpec, args: Any, objects: list[dict[str, Any]], *,
                  nodes: Sequence[str] | None = None, evictor_args: DefaultEvictorArgs | None = None,
-                 limits: Limits | None = None, now: datetime = NOW, profile: str = "test") -> Result:
-    state = ClusterState(snapshot(objects), now)
+                 limits: Limits | None = None, now: datetime = NOW, profile: str = "test",
+                 usage: Usage | None = None) -> Result:
+    """``usage``: measured usage (LowNodeUtilization's metrics modes), attached to the snapshot."""
+    snap = snapshot(objects)
+    if usage is not None:
+        snap = replace(snap, actual_usage=usage)
+    state = ClusterState(snap, now)
     counter = LimitCounter(limits or Limits())
     evictor = PlanningEvictor(state, DefaultEvictor(evictor_args or DefaultEvictorArgs(), state), counter)
     handle = Handle(state, evictor, profile, spec.name)

@@ -314,21 +314,26 @@ def test_low_node_utilization_full() -> None:
         eviction_limits_node=2, metrics_utilization=MetricsUtilization())
 
 
-@pytest.mark.parametrize("metrics", [
-    {"source": "Prometheus", "prometheus": {"query": "instance:node_cpu:rate:sum"}},
-    {"source": "KubernetesMetrics"},
-    {"metricsServer": True},
+@pytest.mark.parametrize("metrics, expected", [
+    ({"source": "Prometheus", "prometheus": {"query": "instance:node_cpu:rate:sum"}},
+     MetricsUtilization(source="Prometheus", prometheus_query="instance:node_cpu:rate:sum")),
+    ({"source": "KubernetesMetrics"}, MetricsUtilization(source="KubernetesMetrics")),
+    ({"metricsServer": True}, MetricsUtilization(metrics_server=True)),
 ], ids=["prometheus", "kubernetes-metrics", "metrics-server"])
-def test_low_node_utilization_metrics_sources_are_refused_at_load(metrics: dict) -> None:
-    # deliberate difference: kdesched balances on requests, and says so before any run
+def test_low_node_utilization_metrics_sources_load(metrics: dict, expected: MetricsUtilization,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # kdesched balances on measured usage too (it refused these until issue 23)
     thresholds = ({"MetricResource": 0}, {"MetricResource": 10}) if metrics.get("source") == "Prometheus" \
         else ({"cpu": 20}, {"cpu": 50})
     args, errors = parse("LowNodeUtilization", {
         "thresholds": thresholds[0], "targetThresholds": thresholds[1], "useDeviationThresholds": True,
         "metricsUtilization": metrics,
     })
-    assert args is None
-    assert len(errors) == 1 and "metricsUtilization." in errors[0] and "not supported by kdesched" in errors[0]
+    assert errors == [] and args is not None and args.metrics_utilization == expected
+    deprecated = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert deprecated == ([("profile \"cleanup\" / plugin LowNodeUtilization: metricsUtilization.metricsServer is "
+                           "deprecated: write metricsUtilization.source: KubernetesMetrics (same meaning)")]
+                          if "metricsServer" in metrics else [])
 
 
 def test_empty_prometheus_block_without_source_is_accepted() -> None:

@@ -28,6 +28,7 @@ from kdesched.policy.types import (
     DefaultEvictorArgs,
     LowNodeUtilizationArgs,
     MetricsProvider,
+    MetricsUtilization,
     Namespaces,
     PodLifeTimeArgs,
     PriorityThreshold,
@@ -223,9 +224,108 @@ def test_disabled_lists_and_unused_points_are_accepted() -> None:
     assert policy_from_mapping(doc, "x").profiles[0].balance == ("RemoveDuplicates",)
 
 
-def test_metrics_collector_becomes_kubernetes_metrics_provider() -> None:
+UPSTREAM_KUBERNETES_METRICS = """
+apiVersion: "descheduler/v1alpha2"
+kind: "DeschedulerPolicy"
+metricsProviders:
+- source: KubernetesMetrics
+profiles:
+  - name: ProfileName
+    pluginConfig:
+    - name: "LowNodeUtilization"
+      args:
+        thresholds:
+          "cpu" : 20
+          "memory": 20
+          "pods": 20
+        targetThresholds:
+          "cpu" : 50
+          "memory": 50
+          "pods": 50
+        metricsUtilization:
+          source: KubernetesMetrics
+    plugins:
+      balance:
+        enabled:
+          - "LowNodeUtilization"
+"""
+
+UPSTREAM_METRICS_COLLECTOR = """
+apiVersion: "descheduler/v1alpha2"
+kind: "DeschedulerPolicy"
+metricsCollector:
+  enabled: true
+profiles:
+  - name: ProfileName
+    pluginConfig:
+    - name: "LowNodeUtilization"
+      args:
+        thresholds:
+          "cpu" : 20
+        targetThresholds:
+          "cpu" : 50
+        metricsUtilization:
+          metricsServer: true
+    plugins:
+      balance:
+        enabled:
+          - "LowNodeUtilization"
+"""
+
+UPSTREAM_PROMETHEUS = """
+apiVersion: "descheduler/v1alpha2"
+kind: "DeschedulerPolicy"
+metricsProviders:
+- source: Prometheus
+  prometheus:
+    url: http://prometheus-kube-prometheus-prometheus.prom.svc.cluster.local
+    authToken:
+      secretReference:
+        namespace: "kube-system"
+        name: "authtoken"
+profiles:
+  - name: ProfileName
+    pluginConfig:
+    - name: "LowNodeUtilization"
+      args:
+        thresholds:
+          "MetricResource": 20
+        targetThresholds:
+          "MetricResource": 70
+        metricsUtilization:
+          source: Prometheus
+          prometheus:
+            query: instance:node_cpu:rate:sum
+    plugins:
+      balance:
+        enabled:
+          - "LowNodeUtilization"
+"""
+
+
+@pytest.mark.parametrize("text, expected, provider", [
+    (UPSTREAM_KUBERNETES_METRICS, MetricsUtilization(source="KubernetesMetrics"), MetricsProvider("KubernetesMetrics")),
+    (UPSTREAM_METRICS_COLLECTOR, MetricsUtilization(metrics_server=True), MetricsProvider("KubernetesMetrics")),
+    (UPSTREAM_PROMETHEUS, MetricsUtilization(source="Prometheus", prometheus_query="instance:node_cpu:rate:sum"),
+     MetricsProvider("Prometheus", "http://prometheus-kube-prometheus-prometheus.prom.svc.cluster.local",
+                     "kube-system", "authtoken")),
+], ids=["kubernetes-metrics", "deprecated-metrics-collector", "prometheus"])
+def test_upstream_readme_metrics_policies_load(text: str, expected: MetricsUtilization,
+                                               provider: MetricsProvider, tmp_path: Path) -> None:
+    """The metricsUtilization examples of upstream's README load as written."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    policy = load_policy(str(path))
+    (p,) = policy.profiles
+    assert p.plugin_args["LowNodeUtilization"].metrics_utilization == expected
+    assert policy.metrics_providers == (provider,)
+
+
+def test_metrics_collector_becomes_kubernetes_metrics_provider(caplog: pytest.LogCaptureFixture) -> None:
     policy = policy_from_mapping(v2(metricsCollector={"enabled": True}), "x")
     assert policy.metrics_providers == (MetricsProvider("KubernetesMetrics"),)
+    assert [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()] == [
+        "x: metricsCollector.enabled is deprecated: write metricsProviders: [{source: KubernetesMetrics}] (same meaning)"]
 
 
 V2_INVALID = [
@@ -289,6 +389,23 @@ V2_INVALID = [
     (v2(metricsCollector={"enabled": True}, metricsProviders=[{"source": "KubernetesMetrics"}]),
      "metricsCollector: the deprecated metricsCollector cannot be combined with a KubernetesMetrics metricsProvider"),
     (v2(metricsCollector={"enable": True}), "metricsCollector.enable: unknown field"),
+    # an enabled LowNodeUtilization on usage needs the policy to say where usage comes from
+    # (upstream usageClientForMetrics: "prometheus client not initialized" / "metrics client not initialized")
+    (v2(profile("p", {"LowNodeUtilization": {
+        "thresholds": {"MetricResource": 20}, "targetThresholds": {"MetricResource": 70},
+        "metricsUtilization": {"source": "Prometheus", "prometheus": {"query": "q"}}}}, balance=["LowNodeUtilization"])),
+     ('profile "p" / plugin LowNodeUtilization: metricsUtilization.source: Prometheus needs a metricsProviders entry '
+     'with source: Prometheus')),
+    (v2(profile("p", {"LowNodeUtilization": {
+        "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70},
+        "metricsUtilization": {"source": "KubernetesMetrics"}}}, balance=["LowNodeUtilization"]),
+        metricsProviders=[{"source": "Prometheus", "prometheus": {"url": "https://p"}}]),
+     ('profile "p" / plugin LowNodeUtilization: metricsUtilization.source: KubernetesMetrics needs a metricsProviders '
+     'entry with source: KubernetesMetrics')),
+    (v2(profile("p", {"LowNodeUtilization": {
+        "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70},
+        "metricsUtilization": {"metricsServer": True}}}, balance=["LowNodeUtilization"])),
+     'profile "p" / plugin LowNodeUtilization: metricsUtilization.metricsServer: KubernetesMetrics needs'),
 ]
 
 

@@ -21,6 +21,8 @@ from kdesched.policy.types import (
     DEFAULT_PROTECTIONS,
     HighNodeUtilizationArgs,
     LowNodeUtilizationArgs,
+    MetricsProvider,
+    MetricsUtilization,
     Namespaces,
     PodLifeTimeArgs,
     PriorityThreshold,
@@ -345,8 +347,8 @@ INVALID_DOCS: list[tuple[dict[str, Any], str]] = [
      "profileCustomizations.podLifetime: must be a duration such as 5m or 1h30m"),
     (profiles_doc(profiles=["LifecycleAndUtilization"], profileCustomizations={"podLifetime": 3600}),
      "profileCustomizations.podLifetime: must be a duration such as 24h or 5m, got 3600"),
-    (profiles_doc(profiles=["LifecycleAndUtilization"], profileCustomizations={"devActualUtilizationProfile": "PrometheusCPUUsage"}),
-     "profileCustomizations.devActualUtilizationProfile: is not supported by kdesched"),
+    (profiles_doc(profiles=["LifecycleAndUtilization"], profileCustomizations={"devActualUtilizationProfile": "CPU"}),
+     "profileCustomizations.devActualUtilizationProfile: must be one of PrometheusCPUUsage, PrometheusCPUPSIPressure"),
     (profiles_doc(profiles=["AffinityAndTaints"], profileCustomizations={"thresholdPriority": "high"}),
      'profileCustomizations.thresholdPriority: must be an integer between -2147483648 and 2000000000, got "high"'),
     (profiles_doc(profiles=["AffinityAndTaints"], profileCustomizations={"namespaces": {"include": ["a"]}}),
@@ -401,3 +403,26 @@ def test_merge_policies_conflicts() -> None:
         'profile "AffinityAndTaints" is defined by both policy.yaml and other.yaml',
         'nodeSelector: "x=y" (policy.yaml) differs from "x=z" (other.yaml)',
     ]
+
+
+@pytest.mark.parametrize("profile, query", [
+    ("PrometheusCPUUsage", "instance:node_cpu:rate:sum"),
+    ("PrometheusMemoryPSIPressure", "rate(node_pressure_memory_waiting_seconds_total[1m])"),
+    ("PrometheusCPUCombined", "descheduler:combined_utilization_and_pressure:avg1m"),
+    ("query:max by (instance) (up)", "max by (instance) (up)"),
+], ids=["cpu-usage", "memory-psi", "cpu-combined", "raw-query"])
+def test_dev_actual_utilization_profile_balances_on_prometheus(profile: str, query: str) -> None:
+    """The operator's load-aware descheduling (issue 23): LowNodeUtilization on its Prometheus query,
+    MetricResource thresholds at the devLowNodeUtilizationThresholds level, a Prometheus provider."""
+    policy = policy_from_mapping(profiles_doc(profiles=["LongLifecycle"], profileCustomizations={
+        "devActualUtilizationProfile": profile, "devLowNodeUtilizationThresholds": "High"}), "x")
+    args = policy.profiles[0].plugin_args["LowNodeUtilization"]
+    assert args.thresholds == {"MetricResource": 40} and args.target_thresholds == {"MetricResource": 70}
+    assert args.metrics_utilization == MetricsUtilization(source="Prometheus", prometheus_query=query)
+    assert policy.metrics_providers == (MetricsProvider("Prometheus", "https://prometheus-k8s.openshift-monitoring.svc:9091"),)
+
+
+def test_dev_actual_utilization_profile_without_a_utilization_profile_changes_nothing() -> None:
+    policy = policy_from_mapping(profiles_doc(profiles=["AffinityAndTaints"], profileCustomizations={
+        "devActualUtilizationProfile": "PrometheusCPUUsage"}), "x")
+    assert policy.metrics_providers == ()

@@ -263,6 +263,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         snapshot = load_snapshot(args.cluster)
     except ModelError as exc:
         raise InputError(str(exc)) from None
+    usage_files = list(getattr(args, "usage", None) or [])
+    if usage_files:
+        from dataclasses import replace as _replace
+
+        from kdesched.model.usage import load_usage_files
+
+        try:
+            readings = load_usage_files(usage_files)
+        except ModelError as exc:
+            raise InputError(str(exc)) from None
+        snapshot = _replace(snapshot, actual_usage=readings)
     freeze_heap()
     now, clock_from = simulation_clock(args.now, snapshot.taken_at)
     loaded = load_policy_arg(args.policy, args.profile, tuple(snapshot.namespaces))
@@ -290,6 +301,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         policy = parity_policy(policy)
     safety = _safety(loaded, event_path=bool(args.event))
+    if args.event and snapshot.actual_usage is not None:  # the event path's young-node rule (docs/strategies.md)
+        from dataclasses import replace as _replace
+
+        young = loaded.settings.usage.young_node_seconds
+        snapshot = _replace(snapshot, actual_usage=_replace(snapshot.actual_usage, young_node_seconds=young or None))
+    if snapshot.actual_usage is not None:
+        from dataclasses import replace as _replace
+
+        snapshot = _replace(snapshot, notes=(*snapshot.notes, *snapshot.actual_usage.notes()))
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
     except PlanError as exc:
@@ -355,6 +375,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if refused:
         log.error("%s", refused)
         return _read_failed(args, loaded, safety, started, refused)
+    from kdesched.kube.usage import read_usage
+
+    usage = read_usage(client, policy, loaded.settings.usage, event_path=False)  # None: the policy reads none
+    if usage is not None:
+        from dataclasses import replace as _replace
+
+        snapshot = _replace(snapshot, actual_usage=usage, notes=(*snapshot.notes, *usage.notes()))
     freeze_heap()
     policy = parity_policy(policy)
     try:
@@ -632,6 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--event", metavar="TYPE:NODE",
                      help="run only what this event would run, e.g. dev.kdesched.node.ready:node-1 "
                           "(types: dev.kdesched.node.added|ready|taints.changed|labels.changed)")
+    sim.add_argument("--usage", metavar="FILE", action="append", default=[],
+                     help="measured usage for LowNodeUtilization's metricsUtilization, repeatable (one file each): "
+                          "`kubectl get --raw /apis/metrics.k8s.io/v1beta1/nodes` (NodeMetricsList) and "
+                          "`.../pods` (PodMetricsList) for source KubernetesMetrics, or a Prometheus instant-query "
+                          "answer (`curl URL/api/v1/query?query=...`, one sample per node named by its `instance` "
+                          "label) for source Prometheus")
     sim.add_argument("--now", metavar="TIME",
                      help="RFC 3339 time with a time zone (e.g. 2024-05-01T12:00:00Z) used as the clock for ages "
                           "(PodLifeTime, minPodAge, failed pods); default: the snapshot's kdesched.dev/snapshot-time "

@@ -110,6 +110,7 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
     Resource("PriorityClass", "scheduling.k8s.io/v1", "priorityclasses", False),
     Resource("Lease", "coordination.k8s.io/v1", "leases", True),
     Resource("Event", "events.k8s.io/v1", "events", True),
+    Resource("Secret", "v1", "secrets", True),  # only the Prometheus token Secret (kdesched.kube.usage)
 )}
 
 
@@ -537,6 +538,11 @@ class KubeClient:
         obj.setdefault("kind", res.kind)
         obj.setdefault("apiVersion", res.group_version)
         return obj
+
+    def get_path(self, path: str, *, retry: ReadRetry | None = None) -> dict[str, Any]:
+        """GET an API path that is no kind of :data:`RESOURCES` (``/apis/metrics.k8s.io/...``):
+        the JSON object, or the typed error (NotFound when the group is not served)."""
+        return self._retry_read(f"GET {path}", lambda: self._json("GET", path), retry)
 
     # -- writes ----------------------------------------------------------------------------------
     def create_raw(self, kind: str, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdesched.model.derived import WorkloadKey
 from kdesched.model.errors import ModelError
@@ -22,6 +22,9 @@ from kdesched.model.records import (
     PodDisruptionBudget,
     PriorityClass,
 )
+
+if TYPE_CHECKING:  # kdesched.model.usage reads files, which import this module
+    from kdesched.model.usage import Usage
 
 _CLUSTER_SCOPED = ("Node", "PriorityClass", "Namespace")
 
@@ -95,6 +98,9 @@ class Snapshot:
     workload_pods: Mapping[WorkloadKey, Sequence[Pod]] | None = None
     """The pods of each workload (:func:`kdesched.model.derived.workload_key`) in snapshot order,
     when the watch cache kept them; None: the pacer indexes ``pods`` itself."""
+    actual_usage: Usage | None = None
+    """Measured usage (metrics.k8s.io or Prometheus, :mod:`kdesched.model.usage`) when the policy
+    balances on it and the caller read it; None otherwise."""
 
     @classmethod
     def build(

@@ -18,6 +18,7 @@ stricter than upstream and each about a value upstream would silently ignore:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +48,8 @@ from kdesched.policy.types import (
     RemovePodsViolatingNodeTaintsArgs,
     RemovePodsViolatingTopologySpreadConstraintArgs,
 )
+
+log = logging.getLogger("kdesched.policy")
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 INT32_MIN = -(2**31)
@@ -614,13 +617,10 @@ def parse_low_node_utilization(raw: Any, where: str) -> tuple[LowNodeUtilization
             mu.error("prometheus", "is only used with source: Prometheus")
         prometheus = source == PROMETHEUS
         metrics = MetricsUtilization(source=source, metrics_server=metrics_server, prometheus_query=query)
-        if source or metrics_server:
-            # Deliberate difference (docs/differences.md): kdesched decides on requests only.
-            # Refusing here makes `policy validate` and every command exit 2 naming the field, instead
-            # of a run that silently balances on something other than what the operator configured.
-            mu.error("source" if source else "metricsServer",
-                     f"{source or 'metricsServer'} utilization is not supported by kdesched, which balances on "
-                     "pod requests; remove metricsUtilization and use cpu/memory/pods thresholds")
+        if metrics_server and not source:
+            # upstream v0.36 still honours it (usageClientForMetrics) and says it is deprecated
+            log.warning("%s: metricsUtilization.metricsServer is deprecated: write metricsUtilization.source: "
+                        "KubernetesMetrics (same meaning)", where or "LowNodeUtilization")
 
     if thresholds is not None and targets is not None:
         _check_metric_keys(f, "thresholds", thresholds, prometheus)

@@ -33,6 +33,7 @@ Deliberate differences from upstream (v1alpha2):
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
@@ -62,6 +63,8 @@ from kdesched.policy.types import (
     PriorityThreshold,
     Profile,
 )
+
+log = logging.getLogger("kdesched.policy")
 
 V1ALPHA2 = "descheduler/v1alpha2"
 V1ALPHA1 = v1alpha1.API_VERSION
@@ -306,6 +309,9 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
     if mc is not None:
         collector = mc.boolean("enabled")
         mc.finish()
+        if collector:  # upstream v0.36 still honours it and calls it deprecated
+            log.warning("%s: metricsCollector.enabled is deprecated: write metricsProviders: [{source: "
+                        "KubernetesMetrics}] (same meaning)", source or "policy")
     providers = _metrics_providers(f, collector)
     kdesched = f.get("kdesched")
     if kdesched is not None and not isinstance(kdesched, Mapping):
@@ -327,6 +333,7 @@ def _v1alpha2(doc: Mapping[str, Any], errors: list[str], labels: Mapping[str, st
                 continue
             names.add(profile.name)
             profiles.append(profile)
+    _check_metrics_sources(profiles, providers, collector, errors, labels)
     f.finish()
     check = _BLOCK_CHECK.get()
     if len(errors) > start:
@@ -409,6 +416,34 @@ def _metrics_providers(f: Fields, collector: bool) -> tuple[MetricsProvider, ...
         else:
             out.insert(0, MetricsProvider(source="KubernetesMetrics"))
     return tuple(out)
+
+
+def _check_metrics_sources(profiles: list[Profile], providers: tuple[MetricsProvider, ...], collector: bool,
+                           errors: list[str], labels: Mapping[str, str]) -> None:
+    """An enabled LowNodeUtilization that balances on usage needs the policy to say where usage
+    comes from, as upstream's plugin constructor does (``usageClientForMetrics`` in
+    ``pkg/framework/plugins/nodeutilization/lownodeutilization.go``: "metrics client not
+    initialized" / "prometheus client not initialized"): KubernetesMetrics (or the deprecated
+    ``metricsServer``) needs ``metricsCollector.enabled`` or a KubernetesMetrics
+    ``metricsProviders`` entry; Prometheus needs a Prometheus entry (its URL)."""
+    sources = {p.source for p in providers}
+    for profile in profiles:
+        if "LowNodeUtilization" not in profile.balance:
+            continue
+        args = profile.plugin_args.get("LowNodeUtilization")
+        metrics = getattr(args, "metrics_utilization", None)
+        if metrics is None:
+            continue
+        label = labels.get(profile.name) or f'profile "{profile.name}"'
+        where = f"{label} / plugin LowNodeUtilization: metricsUtilization"
+        if metrics.source == "Prometheus" and "Prometheus" not in sources:
+            errors.append(f"{where}.source: Prometheus needs a metricsProviders entry with source: Prometheus "
+                          "and prometheus.url (the server to query)")
+        elif (metrics.source == "KubernetesMetrics" or metrics.metrics_server) and not (
+                collector or "KubernetesMetrics" in sources):
+            field = "source" if metrics.source else "metricsServer"
+            errors.append(f"{where}.{field}: KubernetesMetrics needs a metricsProviders entry with source: "
+                          "KubernetesMetrics (or the deprecated metricsCollector.enabled: true)")
 
 
 def _profile(raw: Any, index: int, errors: list[str], labels: Mapping[str, str]) -> Profile | None:

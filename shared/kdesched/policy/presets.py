@@ -20,8 +20,11 @@ means exactly what the KubeDescheduler CR means on OpenShift, including its quir
 
 Differences: ``KubeVirtRelieveAndMigrate`` (and its ``Dev`` alias) is rejected — it needs
 Prometheus metrics and the ``KubevirtMigrationAware`` plugin of the openshift/descheduler fork,
-which kdesched does not ship; ``devActualUtilizationProfile`` is rejected for the same reason
-(Prometheus). ``LongLifecycle`` together with ``DevPreviewLongLifecycle`` is rejected (the CRD
+which kdesched does not ship. ``devActualUtilizationProfile`` gives LowNodeUtilization the
+operator's Prometheus query (``metricsUtilization.source: Prometheus``, ``MetricResource``
+thresholds at the same low/high levels); the operator's ``metricsProviders`` URL is the host of the
+route ``openshift-monitoring/prometheus-k8s``, which only the live cluster knows, so kdesched uses
+the Service behind it, :data:`OPENSHIFT_PROMETHEUS_URL` (write a v1alpha2 policy for another one). ``LongLifecycle`` together with ``DevPreviewLongLifecycle`` is rejected (the CRD
 allows it, but it yields two policy profiles with the same name).
 
 Files can select presets with a dedicated document (chosen over a ``kdesched:`` block in a
@@ -90,6 +93,25 @@ FORBIDDEN_PAIRS: tuple[tuple[str, str], ...] = (
 LOW_NODE_UTILIZATION_LEVELS: Mapping[str, tuple[int, int]] = {"Low": (10, 30), "Medium": (20, 50), "": (20, 50),
                                                                "High": (40, 70)}
 HIGH_NODE_UTILIZATION_LEVELS: Mapping[str, int] = {"Minimal": 10, "Modest": 20, "": 20, "Moderate": 30}
+# devActualUtilizationProfile -> the Prometheus query the operator writes into LowNodeUtilization
+# (cluster-kube-descheduler-operator ``utilizationProfileToPrometheusQuery``); ``query:<PromQL>`` is
+# taken as written. The two Combined profiles read recording rules the operator installs.
+ACTUAL_UTILIZATION_QUERIES: Mapping[str, str] = {
+    "PrometheusCPUUsage": "instance:node_cpu:rate:sum",
+    "PrometheusCPUPSIPressure": "rate(node_pressure_cpu_waiting_seconds_total[1m])",
+    "PrometheusCPUPSIPressureByUtilization": (
+        'avg by (instance) ( rate(node_pressure_cpu_waiting_seconds_total[1m])) and (1 - avg by (instance) '
+        '(rate(node_cpu_seconds_total{mode="idle"}[1m]))) > 0.7 or avg by (instance) '
+        '( rate(node_pressure_cpu_waiting_seconds_total[1m])) * 0'),
+    "PrometheusMemoryPSIPressure": "rate(node_pressure_memory_waiting_seconds_total[1m])",
+    "PrometheusIOPSIPressure": "rate(node_pressure_io_waiting_seconds_total[1m])",
+    "PrometheusCPUCombined": "descheduler:combined_utilization_and_pressure:avg1m",
+    "PrometheusCPUMemoryCombinedProfile": "descheduler:node:linear_amplified_ideal_point_positive_distance:k3:avg1m",
+}
+QUERY_PREFIX = "query:"
+# The operator points metricsProviders at the host of the route openshift-monitoring/prometheus-k8s,
+# which only the live cluster knows; kdesched uses the Service behind that route (in-cluster DNS).
+OPENSHIFT_PROMETHEUS_URL = "https://prometheus-k8s.openshift-monitoring.svc:9091"
 PROTECTED_NAMESPACES = ("kube-system", "hypershift", "openshift")
 PROTECTED_PREFIX = "openshift-"
 RESOURCES = ("cpu", "memory", "pods")
@@ -108,6 +130,14 @@ class PresetCustomizations:
     high_node_utilization_thresholds: str = "Modest"  # Minimal 10, Modest 20, Moderate 30
     eviction_limits_total: int | None = None
     eviction_limits_node: int | None = None
+    actual_utilization_profile: str = ""  # devActualUtilizationProfile: a key of ACTUAL_UTILIZATION_QUERIES or query:<PromQL>
+
+
+def actual_utilization_query(profile: str) -> str | None:
+    """The PromQL of a ``devActualUtilizationProfile`` value, None for an unknown one."""
+    if profile.startswith(QUERY_PREFIX):
+        return profile[len(QUERY_PREFIX):] or None
+    return ACTUAL_UTILIZATION_QUERIES.get(profile)
 
 
 def protected_namespaces(namespaces: Collection[str] = ()) -> tuple[str, ...]:
@@ -160,6 +190,9 @@ def _check_customizations(custom: PresetCustomizations) -> list[str]:
     if custom.high_node_utilization_thresholds not in HIGH_NODE_UTILIZATION_LEVELS:
         errors.append(f"{c}.devHighNodeUtilizationThresholds: must be one of Minimal, Modest, Moderate, got "
                       f"{show(custom.high_node_utilization_thresholds)}")
+    if custom.actual_utilization_profile and actual_utilization_query(custom.actual_utilization_profile) is None:
+        errors.append(f"{c}.devActualUtilizationProfile: must be one of {', '.join(ACTUAL_UTILIZATION_QUERIES)} "
+                      f"or query:<PromQL>, got {show(custom.actual_utilization_profile)}")
     if custom.pod_lifetime_seconds < 0:
         errors.append(f"{c}.podLifetime: must not be negative, got {custom.pod_lifetime_seconds}s")
     for name, value in (("total", custom.eviction_limits_total), ("node", custom.eviction_limits_node)):
@@ -195,8 +228,14 @@ def render_presets(names: Sequence[str], custom: PresetCustomizations,
     lnu: dict[str, Any] = {}
     if lnu_ns is not None:
         lnu["evictableNamespaces"] = _copy(lnu_ns)
-    lnu["thresholds"] = {r: low for r in RESOURCES}
-    lnu["targetThresholds"] = {r: high for r in RESOURCES}
+    query = actual_utilization_query(custom.actual_utilization_profile) if custom.actual_utilization_profile else None
+    if query is not None:  # load-aware: one Prometheus value per node instead of requests
+        lnu["thresholds"] = {"MetricResource": low}
+        lnu["targetThresholds"] = {"MetricResource": high}
+        lnu["metricsUtilization"] = {"source": "Prometheus", "prometheus": {"query": query}}
+    else:
+        lnu["thresholds"] = {r: low for r in RESOURCES}
+        lnu["targetThresholds"] = {r: high for r in RESOURCES}
     if custom.eviction_limits_node is not None:
         lnu["evictionLimits"] = {"node": custom.eviction_limits_node}
     restarts = {"namespaces": _copy(ns), "podRestartThreshold": 100, "includingInitContainers": True}
@@ -245,6 +284,8 @@ def render_presets(names: Sequence[str], custom: PresetCustomizations,
         # EvictPodsWith* are modifiers: no profile of their own.
 
     doc: dict[str, Any] = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy"}
+    if query is not None and any(n in _UTILIZATION for n in names):
+        doc["metricsProviders"] = [{"source": "Prometheus", "prometheus": {"url": OPENSHIFT_PROMETHEUS_URL}}]
     if custom.eviction_limits_node is not None:
         doc["maxNoOfPodsToEvictPerNode"] = custom.eviction_limits_node
     if custom.eviction_limits_total is not None:
@@ -343,10 +384,9 @@ def _customizations(body: Fields) -> PresetCustomizations | None:
         values["low_node_utilization_thresholds"] = low
         high = pc.string("devHighNodeUtilizationThresholds", default="Modest")
         values["high_node_utilization_thresholds"] = high
-        if pc.get("devActualUtilizationProfile"):
-            pc.error("devActualUtilizationProfile", "is not supported by kdesched: it needs the OpenShift monitoring "
-                     "Prometheus; write a descheduler/v1alpha2 policy with metricsProviders and "
-                     "LowNodeUtilization metricsUtilization instead")
+        actual = pc.string("devActualUtilizationProfile")
+        if actual:
+            values["actual_utilization_profile"] = actual
         for key in IGNORED_CUSTOMIZATIONS:
             pc.get(key)
         pc.finish()

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kdesched.engine import RunReport, execute_plan
@@ -37,6 +37,7 @@ from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
+from kdesched.kube.usage import MetricsCollector, read_usage
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
@@ -118,6 +119,9 @@ class Reactor:
         self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
+        # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set
+        # by the server when the policy balances on KubernetesMetrics; None: fresh readings per run
+        self.metrics_collector: MetricsCollector | None = None
         # leading edge: the first balance event runs after a short gather, a burst's follow-up no
         # sooner than settleSeconds after it; node-scoped runs start at once (docs/reactor.md)
         self.balance_events: Coalescer[Trigger, RunResult] = Coalescer(
@@ -313,12 +317,23 @@ class Reactor:
                                renew_deadline_seconds=self.settings.lease_renew_deadline)
             with guard:
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
+                snapshot = self._with_usage(policy, snapshot)
                 # leased runs stop planning once the global bucket is empty (reactor.limits.make_gate)
                 return self._decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, guard=guard,
                                                 stop_when_spent=True)
         except LockBusy:
             m.LOCK_BUSY.labels(label).inc()
             raise
+
+    def _with_usage(self, policy: Policy, snapshot: Any) -> Any:
+        """The snapshot plus the measured usage the policy balances on (LowNodeUtilization's
+        metricsUtilization), read now, with the event path's young-node rule; unchanged when no
+        strategy of ``policy`` reads usage (kdesched.kube.usage)."""
+        usage = read_usage(self.client, policy, self.settings.usage, event_path=True,
+                           collector=self.metrics_collector)
+        if usage is None:
+            return snapshot
+        return replace(snapshot, actual_usage=usage, notes=(*snapshot.notes, *usage.notes()))
 
     def _decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
                             triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,

@@ -59,7 +59,9 @@ from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCa
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Forbidden, NotFound, is_transient
 from kdesched.kube.lease import LeaseLock, get_lease
+from kdesched.kube.usage import MetricsCollector
 from kdesched.policy.types import Policy
+from kdesched.policy.usage import needs_usage
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
@@ -373,6 +375,11 @@ class ReactorServer:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
+        if needs_usage(self.reactor.policy)[0] and self.reactor.metrics_collector is None:
+            # balancing on KubernetesMetrics: keep a moving average of node usage, as upstream's collector
+            collector = MetricsCollector(self.client)
+            self.reactor.metrics_collector = collector
+            threading.Thread(target=collector.run, args=(self.stop,), name="kdesched-metrics", daemon=True).start()
         if self.leader_election:  # what changed while no one watched; then keep the record for the next one
             self._record_thread = threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record",
                                                    daemon=True)

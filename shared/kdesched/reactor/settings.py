@@ -30,6 +30,7 @@ safety                          see below  kdesched.policy.safety: on in the eve
 healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
 disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
 disruptionBudgets               []         kdesched.evictor.budgets: at most N or N% unavailable through kdesched
+usage                           see below  kdesched.policy.usage: Prometheus CA and timeout, the young-node rule
 events                          see events.DEFAULT_EVENT_STRATEGIES
 ==============================  =========  ==================================================
 """
@@ -51,6 +52,7 @@ from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.safety import SafetySettings, parse_safety
 from kdesched.policy.types import Policy
+from kdesched.policy.usage import UsageSettings, parse_usage_settings
 
 LEASE_NAME_ENV = "KDESCHED_LEASE_NAME"
 LEASE_NAMESPACE_ENV = "KDESCHED_LEASE_NAMESPACE"
@@ -108,6 +110,7 @@ class ReactorSettings:
     health_brake: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
     windows: tuple[Window, ...] = ()
     budgets: tuple[Budget, ...] = ()
+    usage: UsageSettings = field(default_factory=UsageSettings)  # kdesched.policy.usage
 
     @property
     def lease_renew_deadline(self) -> float:
@@ -203,7 +206,8 @@ class _Reader:
 
 KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
               "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
-              "historyMaxEntries", "dryRun", "safety", "healthBrake", "disruptionWindows", "disruptionBudgets")
+              "historyMaxEntries", "dryRun", "safety", "healthBrake", "disruptionWindows", "disruptionBudgets",
+              "usage")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -231,6 +235,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     history_max = r.integer(block, "historyMaxEntries", "kdesched", 1000, minimum=10)
     dry_run = r.boolean(block, "dryRun", "kdesched", False)
     safety = parse_safety(block.get("safety"), errors)
+    usage = parse_usage_settings(block.get("usage"), errors)
 
     cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown", ("workloadSeconds", "nodeSeconds"))
     cd_workload = r.number(cooldown, "workloadSeconds", "kdesched.cooldown", 300.0)
@@ -283,7 +288,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake,
-        windows=windows, budgets=budgets,
+        windows=windows, budgets=budgets, usage=usage,
     )
 
 

@@ -207,6 +207,9 @@ class DestinationTaints:
 
 ContinueFn = Callable[[NodeInfo, Mapping[str, int]], bool]
 ReasonFn = Callable[[NodeInfo], str]
+PodUsageFn = Callable[[Pod], "Mapping[str, int] | None"]
+"""A metrics mode's "what does evicting this pod free": the pod's measured usage, or None when it
+has no reading (the pod is then skipped, as upstream skips a pod whose PodMetrics GET fails)."""
 
 
 def evict_from_sources(
@@ -219,6 +222,8 @@ def evict_from_sources(
     reason: ReasonFn,
     evictable_namespaces: Namespaces | None = None,
     node_limit: int | None = None,
+    pod_usage: PodUsageFn | None = None,
+    unconstrained: bool = False,
 ) -> int:
     """Move pods off ``sources`` (already in processing order) while ``continue_eviction`` holds
     (upstream ``evictPodsFromSourceNodes`` + ``evictPods``). Returns the number planned.
@@ -230,6 +235,13 @@ def evict_from_sources(
     node's own usage is freed by the plan-aware state). A refused eviction (PDB budget) or a
     namespace limit moves on to the next pod, a node limit to the next node, a total limit
     ends the loop.
+
+    Metrics modes (upstream ``evictPods`` with an actual-usage or Prometheus usage client):
+    ``pod_usage`` (KubernetesMetrics) gives what an eviction frees instead of requests, and it is
+    taken off the source node's own usage mapping here (a metrics mapping, which the plan-aware
+    state does not track); a pod without a reading is skipped. ``unconstrained`` (Prometheus: no
+    per-pod value) frees nothing: without ``node_limit`` one pod per source node is evicted,
+    with it up to ``node_limit``, and the stop condition is not checked again after each.
     """
     log = handle.logger
     state = handle.state
@@ -259,6 +271,12 @@ def evict_from_sources(
                 continue
             if pod.namespace in excluded or not handle.pre_eviction_filter(pod):
                 continue
+            freed: Mapping[str, int] | None = pod.requests
+            if pod_usage is not None:
+                freed = pod_usage(pod)
+                if freed is None:
+                    log.debug("pod %s has no usage reading (PodMetrics); skipped", pod.key)
+                    continue
             try:
                 if not handle.evict(pod, why):
                     continue
@@ -268,11 +286,20 @@ def evict_from_sources(
                 break
             except TotalLimitReached:
                 return planned
-            count += 1
             planned += 1
-            requests = pod.requests
+            if unconstrained:
+                if node_limit is None:
+                    log.debug("node %s: no per-pod usage, so only one eviction per node", info.name)
+                    break
+                count += 1
+                continue
+            count += 1
+            own = info.usage if pod_usage is not None else None
             for name in resources:
-                available[name] -= 1 if name == "pods" else requests.get(name, 0)
+                amount = 1 if name == "pods" else (freed or {}).get(name, 0)
+                available[name] -= amount
+                if isinstance(own, dict):
+                    own[name] = own.get(name, 0) - amount
             if not continue_eviction(info, available):
                 break
     return planned

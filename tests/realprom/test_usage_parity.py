@@ -1,0 +1,165 @@
+"""Parity with the upstream descheduler v0.36 binary on ``metricsUtilization.source: Prometheus``:
+the same cluster in a real API server (the real control-plane tier), the same per-node series in a real
+Prometheus, the same policy file; kdesched (``run --dry-run``) and upstream evict the same number of
+pods per strategy, node and owner (which pod among equals is upstream's unstable sort).
+
+Two facts of upstream shape the harness, both read from its log:
+
+* its Prometheus client is built by a Secret reconciler that starts only after the first cycle, so
+  a one-shot run (``--descheduling-interval 0``) always fails with "prometheus client not
+  initialized": upstream runs with a 2 s interval and the first cycle after the client exists is
+  the one compared;
+* it loads the in-cluster service account CA (``/var/run/secrets/kubernetes.io/serviceaccount/ca.crt``)
+  even for an http URL, so it runs in a private mount namespace (``unshare -m``, root only) with a
+  tmpfs over ``/run`` holding that file; nothing on the machine is touched.
+
+Needs both tiers' binaries (``realk8s`` and ``realprom`` markers); skipped with one line without
+``unshare`` or root.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kdesched.cli.main import main
+
+from tests.builders import node_obj, pod_obj
+from tests.realk8s import diffcorpus as dc
+from tests.realk8s.controlplane import ControlPlane
+from tests.realk8s.fixtures import BIN_DIR, control_plane  # noqa: F401 (the session's API server fixture)
+from tests.realprom.prometheus import Prometheus
+from tests.realprom.test_usage_prometheus import QUERY, Exporter
+
+pytestmark = pytest.mark.realk8s
+
+if BIN_DIR is None or not (BIN_DIR / "descheduler").is_file():
+    pytest.skip("upstream parity on Prometheus: no Kubernetes kit with the descheduler binary", allow_module_level=True)
+if shutil.which("unshare") is None or os.geteuid() != 0:
+    pytest.skip("upstream parity on Prometheus: needs root and unshare (a private /run for upstream's CA file)",
+                allow_module_level=True)
+
+SA_DIR = "/run/secrets/kubernetes.io/serviceaccount"
+
+
+@pytest.fixture
+def api_cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[tuple[Path, dc.Api]]:  # noqa: F811
+    """n1 with 8 pods of 400m (one owner), n2 and n3 empty; the token Secret upstream reads."""
+    kubeconfig = tmp_path / "admin.kubeconfig"
+    control_plane.kubeconfig(kubeconfig)
+    api = dc.Api(kubeconfig)
+    objects = [node_obj("n1"), node_obj("n2"), node_obj("n3")]
+    objects += [pod_obj(f"p{i}", "n1", cpu="400m", owner_name="rs-a") for i in range(1, 9)]
+    for obj in objects:
+        obj["metadata"].pop("uid", None)
+    dc.load(api, objects)
+    api.request("POST", "/api/v1/namespaces/kube-system/secrets", {
+        "metadata": {"name": "prom-token"},
+        "data": {"prometheusAuthToken": base64.b64encode(b"not-checked").decode()}}, ok=(409,))
+    try:
+        yield kubeconfig, api
+    finally:
+        api.request("DELETE", "/api/v1/namespaces/kube-system/secrets/prom-token", ok=(404,))
+        control_plane.check_alive()
+        control_plane.reset()
+
+
+def policy_text(url: str, limit: int | None) -> str:
+    limits = f"\n      evictionLimits: {{node: {limit}}}" if limit is not None else ""
+    return f"""\
+apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+metricsProviders:
+- source: Prometheus
+  prometheus:
+    url: {url}
+    authToken: {{secretReference: {{namespace: kube-system, name: prom-token}}}}
+profiles:
+- name: usage
+  pluginConfig:
+  - name: LowNodeUtilization
+    args:
+      thresholds: {{MetricResource: 30}}
+      targetThresholds: {{MetricResource: 50}}
+      metricsUtilization: {{source: Prometheus, prometheus: {{query: {json.dumps(QUERY)}}}}}{limits}
+  plugins: {{balance: {{enabled: [LowNodeUtilization]}}}}
+"""
+
+
+def ca_of(kubeconfig: Path) -> bytes:
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    if cluster.get("certificate-authority"):
+        return Path(cluster["certificate-authority"]).read_bytes()
+    return base64.b64decode(cluster["certificate-authority-data"])
+
+
+def run_upstream(kubeconfig: Path, policy: Path, work: Path, timeout: float = 60) -> list[dc.Eviction]:
+    """Upstream every 2 s, until the first cycle that ran with its Prometheus client; its evictions."""
+    ca = work / "sa-ca.crt"
+    ca.write_bytes(ca_of(kubeconfig))
+    binary = BIN_DIR / "descheduler"  # type: ignore[operator]
+    command = " ".join([str(binary), "--policy-config-file", str(policy), "--kubeconfig", str(kubeconfig),
+                        "--secure-port", "0", "--v", "3", "--descheduling-interval", "2s",
+                        "--client-connection-qps", "1000", "--client-connection-burst", "1000"])
+    script = (f"mount -t tmpfs tmpfs /run && mkdir -p {SA_DIR} && cp {ca} {SA_DIR}/ca.crt && exec {command}")
+    log_path = work / "upstream.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                                stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            log = log_path.read_text()
+            ready = log.find("recreating prometheus client")
+            if ready >= 0 and "Number of evictions/requests" in log[ready:]:
+                cycle = log[ready:].split("Number of evictions/requests", 1)[0]
+                assert "prometheus client not initialized" not in cycle, log[-3000:]
+                return dc.parse_upstream_log(cycle)
+            if proc.poll() is not None:
+                raise AssertionError(f"upstream exited {proc.returncode}:\n{log[-3000:]}")
+            time.sleep(0.2)
+        raise AssertionError(f"no upstream cycle with a Prometheus client within {timeout:.0f}s:\n"
+                             f"{log_path.read_text()[-3000:]}")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def run_kdesched(kubeconfig: Path, policy: Path, capsys: pytest.CaptureFixture[str]) -> list[dc.Eviction]:
+    code = main(["run", "--dry-run", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "-o", "json"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    return [dc.Eviction(e["strategy"], e["namespace"], e["pod"], e["node"]) for e in json.loads(cap.out)["evictions"]]
+
+
+@pytest.mark.parametrize("limit, count", [(None, 1), (3, 3)], ids=["one-per-node", "node-limit-3"])
+def test_kdesched_and_upstream_decide_alike_on_prometheus(
+        api_cluster: tuple[Path, dc.Api], prometheus: Prometheus, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], limit: int | None, count: int) -> None:
+    kubeconfig, _ = api_cluster
+    exporter = Exporter({"n1": 0.9, "n2": 0.15, "n3": 0.2})
+    try:
+        prometheus.scrape(exporter.address)
+        prometheus.wait_for(QUERY, check=lambda result: len(result) == 3)
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(policy_text(prometheus.url, limit))
+        ours = run_kdesched(kubeconfig, policy, capsys)  # a dry run first: upstream really evicts
+        theirs = run_upstream(kubeconfig, policy, tmp_path)
+    finally:
+        exporter.stop()
+
+    def per_node(evictions: list[dc.Eviction]) -> Counter[tuple[str, str, str]]:
+        return Counter((e.strategy, e.namespace, e.node) for e in evictions)
+
+    assert per_node(theirs) == Counter({("LowNodeUtilization", "default", "n1"): count}), theirs
+    assert per_node(ours) == per_node(theirs), (ours, theirs)
+    assert all(e.pod.startswith("p") for e in ours + theirs)  # the one owner's pods
