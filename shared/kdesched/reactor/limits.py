@@ -160,7 +160,8 @@ class GateLog:
 
 
 def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, workload_seconds: float,
-              node_seconds: float, consume: bool, stop_when_spent: bool = False) -> tuple[Gate, GateLog]:
+              node_seconds: float, consume: bool, stop_when_spent: bool = False, backoff_base_seconds: float = 0.0,
+              backoff_max_seconds: float = 0.0) -> tuple[Gate, GateLog]:
     """The engine's ``gate=``: cool-downs first (they cost nothing; read from the disruption
     ledger, so a move in progress is not held back by its own earlier waves), then the buckets,
     which only evictions sent in this run spend (not the ones pacing holds for a later wave).
@@ -184,12 +185,19 @@ def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, worklo
             # function): its eviction is that run's; evicting it again would count it twice
             log.refusals.append(IN_FLIGHT_ELSEWHERE)
             return IN_FLIGHT_ELSEWHERE
-        why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
-        if why is not None:
+        # wasted moves back the workload off for this strategy (checked moves, docs/safety.md); no
+        # repeat is scheduled for it: the next event or sweep re-decides
+        why = ledger.backoff_refusal(pod, strategy, now, backoff_base_seconds, backoff_max_seconds)
+        if why is None:
+            why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
+            cooling = why is not None
+        else:
+            cooling = False
+        if cooling:
             ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)
             if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
                 log.cooldown_until = ends
-        elif limiter is not None and not held:
+        elif why is None and limiter is not None and not held:
             why = limiter.admit(pod.node_name, pod.namespace, consume=consume)
         if why is not None:
             log.refusals.append(why)

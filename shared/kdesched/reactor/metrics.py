@@ -6,7 +6,7 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from kdesched.evictor.metrics import REGISTRY
 
@@ -39,6 +39,8 @@ def refusal_kind(reason: str) -> str:
         return "cooldown-node"
     if reason.startswith("cool-down:"):
         return "cooldown-workload"
+    if reason.startswith("backed off after"):
+        return "wasted-move-backoff"
     if reason.startswith("rate limit"):
         return "rate-limit"
     if reason.startswith("already admitted"):
@@ -61,3 +63,13 @@ CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         ["outcome"], registry=REGISTRY)
 RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the start-up reconcile sent: node changes "
                      "made while kdesched was starting or down (compared with the node record).", registry=REGISTRY)
+
+MOVES_MADE = Counter("kdesched_moves_made_total", "Evictions whose move the disruption ledger follows (checked "
+                     "moves), by strategy.", ["strategy"], registry=REGISTRY)
+MOVES = Counter("kdesched_moves_total", "Checked moves, by strategy and outcome: achieved (the replacement became "
+                "Ready where the strategy would leave it), wasted (back on the node it left, or on a node the same "
+                "strategy would evict it from), pending_timeout (not Ready within replacementTimeoutSeconds), "
+                "unknown (no replacement to tell by).", ["strategy", "outcome"], registry=REGISTRY)
+MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction's admission to its replacement "
+                       "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
+                       buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
