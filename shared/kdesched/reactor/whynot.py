@@ -30,6 +30,7 @@ to events.k8s.io Events with distinct names). What is not posted is counted in
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +44,8 @@ from kdesched.evictor.pacing import workload_of
 from kdesched.kube.errors import ApiError, Conflict
 from kdesched.model.records import Pod
 from kdesched.reactor.metrics import REGISTRY
+
+log = logging.getLogger("kdesched.reactor.whynot")
 
 INTERVAL_SECONDS = 60.0
 MAX_KEYS = 10000
@@ -168,42 +171,55 @@ class WhyNotEvents:
         posted = 0
         now = self.clock()
         for (kind, namespace, name, api_version, reason), items in groups.items():
+            pods = [c.pod for c in items]
             if not self._due((kind, namespace, name, reason), now):
                 WHY_NOT.labels(reason, "suppressed").inc(len(items))
+                _log("suppressed", reason, kind, namespace, name, pods)
                 continue
             c = items[0]
             predicted = f"; predicted {c.destination}" if c.destination else ""
             note = (f"{c.strategy} moved {c.pod} off node {c.source} for nothing: {c.why}{predicted}"
                     f"{f' ({len(items)} such moves)' if len(items) > 1 else ''}. {backoffs(c)}".strip())
-            posted += self._post(namespace, name, kind, api_version, reason, note, "WastedMove", len(items))
+            posted += self._post(namespace, name, kind, api_version, reason, note, "WastedMove", pods)
         return posted
 
     def _post(self, namespace: str, name: str, kind: str, api_version: str, reason: str, note: str, action: str,
-              count: int) -> int:
+              pods: list[str]) -> int:
         """One Event, named for its object, reason and minute (cluster-wide rate limit): 1 if posted."""
         try:
             ok = self.post(namespace=namespace or "default", name=name, reason=reason, note=note, kind=kind,
                            api_version=api_version, action=action,
                            event_name=event_name(kind, namespace, name, reason, self.wall(), self.interval))
         except Conflict:  # the same Event this minute: another process posted it
-            WHY_NOT.labels(reason, "suppressed").inc(count)
+            WHY_NOT.labels(reason, "suppressed").inc(len(pods))
+            _log("exists", reason, kind, namespace, name, pods)
             return 0
         except ApiError:
             ok = False
         WHY_NOT.labels(reason, "lost" if ok is False else "posted").inc()
+        _log("lost" if ok is False else "posted", reason, kind, namespace, name, pods)
         return 0 if ok is False else 1
 
     def _post_groups(self, groups: Iterable[tuple[tuple[str, str, str, str, str], list[Held]]]) -> int:
         posted = 0
         now = self.clock()
         for (kind, namespace, name, api_version, reason), items in groups:
+            keys = [f"{h.pod.namespace}/{h.pod.name}" for h in items]
             if not self._due((kind, namespace, name, reason), now):
                 WHY_NOT.labels(reason, "suppressed").inc(len(items))
+                _log("suppressed", reason, kind, namespace, name, keys)
                 continue
-            pods = ", ".join(f"{h.pod.namespace}/{h.pod.name}" for h in items[:5])
+            pods = ", ".join(keys[:5])
             more = f" and {len(items) - 5} more" if len(items) > 5 else ""
             note = (f"{len(items)} eviction(s) held back ({pods}{more}): {items[0].reason}"
                     f" (at most one such Event per object and reason per {self.interval:g}s)")
-            posted += self._post(namespace, name, kind, api_version, reason, note, "HoldBack", len(items))
+            posted += self._post(namespace, name, kind, api_version, reason, note, "HoldBack", keys)
         return posted
+
+
+def _log(outcome: str, reason: str, kind: str, namespace: str, name: str, pods: list[str]) -> None:
+    """One line per object and reason: which held-back pods it answers for, and whether its Event
+    was posted, suppressed (this process posted it within the interval), exists (another process
+    posted it this minute) or lost. tests/realk8s/test_storm.py matches these with the holds."""
+    log.info("why-not %s %s on %s %s/%s for %s", outcome, reason, kind, namespace, name, " ".join(pods))
 
