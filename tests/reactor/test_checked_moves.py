@@ -144,3 +144,19 @@ def test_a_second_process_posting_the_same_event_in_the_minute_is_suppressed() -
     assert WHY_NOT.labels("NowhereToGo", "suppressed")._value.get() - suppressed == 2  # type: ignore[attr-defined]
     later = WhyNotEvents(post, clock=Clock(0.0), wall=Clock(THU_10 + 65))
     assert later.run_done(report, "p0") == 1 and len(names) == 2
+
+
+def test_a_throttled_eviction_is_not_reported_as_held_back_by_a_pdb() -> None:
+    from kdesched.evictor.execute import EvictionOutcome
+    from kdesched.reactor.whynot import PDB, held_back
+    from kdesched.strategies.framework import PlannedEviction
+
+    pod = Pod.from_api(web("web-7d9f8-0", "p0"))
+    e = PlannedEviction(pod, "p0", TAINTS, "default", "tainted")
+    throttled = EvictionOutcome(e, "throttled", "still 429 (API Priority and Fairness, not a PodDisruptionBudget) "
+                                "after 5 attempt(s)", 5, "throttled")
+    blocked = EvictionOutcome(e, "blocked", "blocked by a PodDisruptionBudget after 5 attempt(s): ...", 5,
+                              "disruption-budget")
+    plan = RunPlan((), (), (), (), (), (), {}, NOW)
+    assert held_back(RunReport(plan, (throttled,), False)) == []
+    assert [h.kind for h in held_back(RunReport(plan, (blocked,), False))] == [PDB]

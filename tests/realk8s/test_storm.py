@@ -31,6 +31,7 @@ import shutil
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -138,11 +139,13 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float, logs
     findings = analyse_evictions(evs, samples, evicted_by(texts, evs))
     result.notes.append(f"the processes' logs hold {sum(t.count(EVICTED_LINE) for t in texts.values())} "
                         f"'{EVICTED_LINE}' line(s), the Events {len(evs)} eviction(s)")
-    why_not = analyse_why_not(texts, why_not_events(checker.api, since), time.time())
-    closest = "none" if why_not.closest is None else f"{why_not.closest:.1f}s"
+    posted = why_not_events(checker.api, since)
+    why_not = analyse_why_not(texts, posted, time.time())
+    closest = "none (no object had two)" if why_not.closest is None else f"{why_not.closest:.1f}s apart"
     result.notes.append(f"\"why not\": {why_not.held} held-back eviction(s) in the logs, why-not lines "
-                        f"{dict(sorted(why_not.answered.items()))}; two Events of one object and reason at least "
-                        f"{closest} apart")
+                        f"{dict(sorted(why_not.answered.items()))}, Events "
+                        f"{dict(sorted(Counter(e.reason for e in posted).items()))}; closest two of one object and reason: "
+                        f"{closest}")
     result.evictions = evs
     result.excused = findings.excused
     result.violations = [*checker.violations, *findings.violations, *why_not.violations]

@@ -52,6 +52,7 @@ MAX_KEYS = 10000
 NOWHERE, PACED, COOLDOWN, WINDOW, BUDGET, BRAKE, PDB = (
     "NowhereToGo", "Paced", "CoolDown", "DisruptionWindow", "DisruptionBudget", "HealthBrake", "PodDisruptionBudget")
 BACKOFF, WASTED = "WastedMoveBackoff", "WastedMove"
+HELD_RESULTS = frozenset({"paced", "deferred", "blocked"})  # the outcomes that are a hold-back
 MAX_NAME = 253  # an Event's name is a DNS subdomain
 API_VERSIONS = {"Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
                 "Job": "batch/v1", "CronJob": "batch/v1"}
@@ -113,6 +114,8 @@ def held_back(report: RunReport) -> list[Held]:
         if kind is not None:
             out.append(Held(r.pod, kind, r.reason))
     for o in report.outcomes:
+        if o.result not in HELD_RESULTS:  # a throttled or failed eviction was not held back (its message
+            continue                      # may still name a PodDisruptionBudget: "429, not a PodDisruptionBudget")
         kind = classify(o.message, o.result, o.cause)
         if kind is not None:
             out.append(Held(o.eviction.pod, kind, o.message))
