@@ -378,9 +378,8 @@ class Reactor:
                 notes.append(note)
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
-            if not dry_run:
+            if not dry_run:  # checked moves (summary.moves), then the "why not" Events
                 report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report)})
-            if not dry_run:
                 self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
