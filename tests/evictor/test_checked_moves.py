@@ -75,56 +75,69 @@ def test_the_ready_condition_time_is_the_time_to_ready() -> None:
     assert c.seconds == 4.0
 
 
-def test_landing_back_on_the_node_it_left_is_wasted_for_every_strategy() -> None:
-    for strategy in (TAINTS, AFFINITY, DUPLICATES, LOW, "PodLifeTime"):
+def test_landing_back_on_the_node_it_left_is_wasted_unless_the_strategy_wants_a_fresh_pod() -> None:
+    for strategy in (TAINTS, AFFINITY, DUPLICATES, LOW, "RemovePodsViolatingTopologySpreadConstraint"):
         settled = moved([wpod("web-a", "n1")], strategy).settle(
             {KEY: [wpod("web-b", "n2"), wpod("web-c", "n1", created=3)]}, T0 + 5, 120, CLUSTER)
         (c,) = settled.checked
         assert (c.outcome, c.why) == (WASTED, "landed back on node n1"), strategy
         assert settled.ledger.backoffs[backoff_key(KEY, strategy)] == Backoff(1, T0 + 5, "landed back on node n1")
+    for strategy in ("PodLifeTime", "RemoveFailedPods", "RemovePodsHavingTooManyRestarts"):
+        (c,) = moved([wpod("web-a", "n1")], strategy).settle(
+            {KEY: [wpod("web-b", "n2"), wpod("web-c", "n1", created=3)]}, T0 + 5, 120, CLUSTER).checked
+        assert c.outcome == ACHIEVED, strategy  # a fresh pod was the purpose, wherever it runs
 
 
-def test_taints_rule_a_node_with_a_taint_the_replacement_does_not_tolerate() -> None:
-    world = nodes(node_obj("n1", taints=[TAINT]), node_obj("n2"),
-                  node_obj("n3", taints=[{"key": "gpu", "value": "yes", "effect": "NoExecute"}]))
-    (c,) = moved([wpod("web-a", "n1")], TAINTS).settle(
-        {KEY: [wpod("web-b", "n2"), wpod("web-c", "n3", created=3)]}, T0 + 5, 120, world).checked
-    assert c.outcome == WASTED and c.why == "landed on node n3, whose taint gpu=yes:NoExecute it does not tolerate"
-    # tolerated: achieved; and the same landing is fine for a strategy that does not look at taints
-    tolerant = Pod.from_api(web("web-c", "n3", created=3, tolerations=[{"key": "gpu", "operator": "Exists"}]))
-    (ok,) = moved([wpod("web-a", "n1")], TAINTS).settle({KEY: [wpod("web-b", "n2"), tolerant]}, T0 + 5, 120,
-                                                        world).checked
-    assert ok.outcome == ACHIEVED
-    (other,) = moved([wpod("web-a", "n1")], "PodLifeTime").settle(
-        {KEY: [wpod("web-b", "n2"), wpod("web-c", "n3", created=3)]}, T0 + 5, 120, world).checked
-    assert other.outcome == ACHIEVED
+MAINTENANCE = nodes(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"),
+                    node_obj("n4", taints=[{"key": "gpu", "value": "yes", "effect": "NoExecute"}]))
 
 
-def test_affinity_rule_a_node_that_fails_the_required_node_affinity() -> None:
-    world = nodes(node_obj("n1"), node_obj("n2", labels={"disk": "ssd"}), node_obj("n3"))
-    sel = {"disk": "ssd"}
-    pods = [wpod("web-b", "n2", node_selector=sel), wpod("web-c", "n3", created=3, node_selector=sel)]
-    (c,) = moved([wpod("web-a", "n1", node_selector=sel)], AFFINITY).settle({KEY: pods}, T0 + 5, 120, world).checked
-    assert c.outcome == WASTED and "fails its nodeSelector/required node affinity" in c.why
-
-
-def test_duplicates_rule_a_node_that_already_holds_a_pod_of_the_workload() -> None:
-    (c,) = moved([wpod("web-a", "n1")], DUPLICATES).settle(
-        {KEY: [wpod("web-b", "n2"), wpod("web-c", "n2", created=3)]}, T0 + 5, 120, CLUSTER).checked
-    assert c.outcome == WASTED and c.why == "landed on node n2 beside another pod of the workload"
-    (ok,) = moved([wpod("web-a", "n1")], DUPLICATES).settle(
-        {KEY: [wpod("web-b", "n2"), wpod("web-c", "n3", created=3)]}, T0 + 5, 120, CLUSTER).checked
-    assert ok.outcome == ACHIEVED
-
-
-def test_utilization_rule_a_node_the_same_move_took_pods_off() -> None:
-    a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
-    ledger = moved([a, b], LOW, ready=3)
+def test_taints_rule_a_node_the_move_drains_that_still_has_the_taint() -> None:
+    # a maintenance of n1 and n2: web-a (n1) and web-b (n2) in flight; web-a's replacement lands on n2
+    ledger = moved([wpod("web-a", "n1"), wpod("web-b", "n2")], TAINTS, ready=3)
     pods = [wpod("web-x", "n3"), wpod("web-c", "n2", created=3), wpod("web-d", "n3", created=4)]
-    checked = {c.pod: c for c in ledger.settle({KEY: pods}, T0 + 5, 120, CLUSTER).checked}
-    # web-a's replacement (the earliest) landed on n2, which web-b was taken off
-    assert checked["default/web-a"].why == "landed on node n2, a source node of the same move"
+    checked = {c.pod: c for c in ledger.settle({KEY: pods}, T0 + 5, 120, MAINTENANCE).checked}
+    assert checked["default/web-a"].outcome == WASTED
+    assert checked["default/web-a"].why == ("landed on node n2, which the same move is draining for its taint "
+                                            "maintenance=true:NoSchedule")
     assert checked["default/web-b"].outcome == ACHIEVED
+    # tolerated there (the taint is not why the move drains it for this pod): achieved
+    tolerant = Pod.from_api(web("web-c", "n2", created=3, tolerations=[{"key": "maintenance", "operator": "Exists"}]))
+    checked = {c.pod: c for c in ledger.settle({KEY: [pods[0], tolerant, pods[2]]}, T0 + 5, 120, MAINTENANCE).checked}
+    assert checked["default/web-a"].outcome == ACHIEVED
+
+
+def test_a_node_tainted_after_the_replacement_landed_is_not_a_wasted_move() -> None:
+    # a rolling maintenance: n1 first; the replacement lands on n4, which the next step taints (the
+    # scheduler never places a pod on an untolerated taint, so it came after): a new reason, not a waste
+    (c,) = moved([wpod("web-a", "n1")], TAINTS).settle(
+        {KEY: [wpod("web-b", "n3"), wpod("web-c", "n4", created=3)]}, T0 + 5, 120, MAINTENANCE).checked
+    assert c.outcome == ACHIEVED and c.landed == "n4"
+
+
+def test_affinity_rule_a_node_the_move_drains_that_still_fails_the_affinity() -> None:
+    world = nodes(node_obj("n1"), node_obj("n2"), node_obj("n3", labels={"disk": "ssd"}))
+    sel = {"disk": "ssd"}
+    ledger = moved([wpod("web-a", "n1", node_selector=sel), wpod("web-b", "n2", node_selector=sel)], AFFINITY, ready=2)
+    pods = [wpod("web-c", "n2", created=3, node_selector=sel), wpod("web-d", "n3", created=4, node_selector=sel)]
+    checked = {c.pod: c for c in ledger.settle({KEY: pods}, T0 + 5, 120, world).checked}
+    assert checked["default/web-a"].outcome == WASTED and "failing its node affinity" in checked["default/web-a"].why
+    assert checked["default/web-b"].outcome == ACHIEVED
+    # a node that fails the affinity but is not one the move drains: the label went after the placement
+    (c,) = moved([wpod("web-a", "n1", node_selector=sel)], AFFINITY, ready=1).settle(
+        {KEY: [wpod("web-c", "n2", created=3, node_selector=sel)]}, T0 + 5, 120, world).checked
+    assert c.outcome == ACHIEVED
+
+
+def test_duplicates_and_utilization_rule_a_node_the_same_move_takes_pods_off() -> None:
+    for strategy in (DUPLICATES, LOW):
+        a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
+        ledger = moved([a, b], strategy, ready=3)
+        pods = [wpod("web-x", "n3"), wpod("web-c", "n2", created=3), wpod("web-d", "n3", created=4)]
+        checked = {c.pod: c for c in ledger.settle({KEY: pods}, T0 + 5, 120, CLUSTER).checked}
+        # web-a's replacement (the earliest) landed on n2, which web-b was taken off
+        assert checked["default/web-a"].why == "landed on node n2, which the same move is taking pods off", strategy
+        assert checked["default/web-b"].outcome == ACHIEVED  # n3 already had web-x: not a node the move drains
 
 
 def test_a_replacement_still_pending_at_the_timeout_is_wasted() -> None:
@@ -188,7 +201,7 @@ def test_the_gate_refuses_a_backed_off_workload_for_that_strategy_only() -> None
     why = gate(a, TAINTS, False)
     end = datetime.fromtimestamp(T0 + 600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert why == f"backed off after 2 wasted move(s) (last: landed back on node n1); next try after {end} (1s)"
-    assert log.refusals == [why] and log.cooldown_until is None  # no repeat is scheduled for a back-off
+    assert log.refusals == [why] and log.cooldown_until == T0 + 600  # a node-scoped run is repeated then
     assert classify(why) == BACKOFF and refusal_kind(why) == "wasted-move-backoff"
     assert gate(a, DUPLICATES, False) is None  # another strategy is not held back
     later, _ = make_gate(ledger, None, now=T0 + 600, workload_seconds=0, node_seconds=0, consume=False,

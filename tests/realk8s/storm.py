@@ -626,13 +626,16 @@ class WhyNotFindings:
     held: int  # held-back evictions the logs show (pod and reason, per process)
     answered: dict[str, int]  # why-not log lines by outcome (posted, suppressed, exists, lost)
     closest: float | None  # the least time between two Events of one object and reason
+    reasoned: int = 0  # held pods whose Event gives the decision's reason, not the one first logged
 
 
 def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: float) -> WhyNotFindings:
     """* **why-not-missing**: a process logged an eviction it held back for a reason the "why not"
       Events report (the planner's "not evicting" refusals, the "pacing" of paced outcomes, the
-      refusals of the Eviction API) and never logged a "why-not" line for that pod and reason:
-      the held-back eviction has no Event, posted or rate-limited;
+      refusals of the Eviction API) and never logged a "why-not" line for that pod (for that
+      reason, or for the reason the run's decision gave in the end: a node run's probe plans
+      without the gate and logs its refusals too): the held-back eviction has no Event, posted
+      or rate-limited;
     * **why-not-lost**: the API server did not take one;
     * **why-not-unposted**: a line says the Event was suppressed (this process posted it within
       the minute) or exists (another process posted it this minute) but there is no such Event;
@@ -640,12 +643,13 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
       (the cluster-wide limit; processes posting in turn without it would break it).
     ``at``: when the checks ran (the violations' time)."""
     found: list[Violation] = []
-    held_total = 0
+    held_total = reasoned = 0
     answered: Counter[str] = Counter()
     posted_keys = {(e.kind, e.name, e.reason) for e in events}
     for process, text in logs.items():
         held: dict[tuple[str, str], str] = {}
         covered: set[tuple[str, str]] = set()
+        answered_pods: set[str] = set()
         for line in text.splitlines():
             if m := HOLD_LINE.search(line) or FAIL_LINE.search(line):
                 kind = why_not_kind(m.group(2))
@@ -657,6 +661,7 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
                 outcome, reason, kind, _, name, pods = m.groups()
                 answered[outcome] += 1
                 covered |= {(pod, reason) for pod in pods.split()}
+                answered_pods |= set(pods.split())
                 if outcome == "lost":
                     found.append(Violation("why-not-lost", at, f"{process}: the {reason} Event on {kind} {name} was "
                                            "not taken by the API server"))
@@ -664,7 +669,12 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
                     found.append(Violation("why-not-unposted", at, f"{process}: the {reason} Event on {kind} {name} "
                                            f"was {outcome} but no such Event exists"))
         held_total += len(held)
-        missing = sorted(set(held) - covered)
+        # a refusal logged while planning that the run's decision then gave another reason for
+        # (a node run's probe plans the node's pods without the gate: "PodDisruptionBudget ... allows
+        # 0", then the decision says "cool-down"): the pod's Event carries the decision's reason
+        other = {k for k in set(held) - covered if k[0] in answered_pods}
+        reasoned += len(other)
+        missing = sorted(set(held) - covered - other)
         if missing:
             shown = "; ".join(f"{pod} {kind} ({held[(pod, kind)][:100]})" for pod, kind in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -681,7 +691,7 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
             if int(a.at // 60) == int(b.at // 60):
                 found.append(Violation("why-not-rate", b.at, f"two {reason} Events on {kind} {name} in one minute: "
                                        f"{_clock(a.at)} ({a.instance}) and {_clock(b.at)} ({b.instance})"))
-    return WhyNotFindings(tuple(found), held_total, dict(answered), closest)
+    return WhyNotFindings(tuple(found), held_total, dict(answered), closest, reasoned)
 
 
 def _ledgers_around(samples: Sequence[Sample], first: float, last: float) -> str:

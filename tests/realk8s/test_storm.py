@@ -142,7 +142,8 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float, logs
     posted = why_not_events(checker.api, since)
     why_not = analyse_why_not(texts, posted, time.time())
     closest = "none (no object had two)" if why_not.closest is None else f"{why_not.closest:.1f}s apart"
-    result.notes.append(f"\"why not\": {why_not.held} held-back eviction(s) in the logs, why-not lines "
+    result.notes.append(f"\"why not\": {why_not.held} held-back eviction(s) in the logs ({why_not.reasoned} answered "
+                        "under the decision's later reason), why-not lines "
                         f"{dict(sorted(why_not.answered.items()))}, Events "
                         f"{dict(sorted(Counter(e.reason for e in posted).items()))}; closest two of one object and reason: "
                         f"{closest}")
@@ -366,6 +367,11 @@ def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minu
     # the paced hold has no line: missing
     found = analyse_why_not({"a": "\n".join([hold, pace, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
     assert [v.invariant for v in found.violations] == ["why-not-missing"] and "default/web-2 Paced" in found.violations[0].detail
+    # a probe's refusal the decision answered under its own reason (the pod has an Event): not missing
+    probe = hold.replace("cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)",
+                         "PodDisruptionBudget default/web allows 0 disruption(s) and 0 are already planned")
+    ok = analyse_why_not({"a": "\n".join([probe, hold, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
+    assert ok.violations == () and ok.reasoned == 1
     # another process's "exists" needs the Event; "lost" is a violation
     found = analyse_why_not({"b": "\n".join([hold, answer.format("exists", "CoolDown", "")])}, [], 700.0)
     assert [v.invariant for v in found.violations] == ["why-not-unposted"]

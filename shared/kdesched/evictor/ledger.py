@@ -28,12 +28,13 @@ And the cool-downs (workload -> last eviction, node -> last eviction), which wer
 history" before, and ``unhealthy_at``: the last time a run saw the cluster unhealthy enough for the
 health brake (:mod:`kdesched.evictor.health`), so that every process waits the same settle time
 before evicting again. A record without it (written before it existed) parses as "never".
+
 **Checked moves** (:class:`CheckedMove`): when :meth:`Ledger.settle` ends a move's in-flight pods
 (their workload is back at its Ready count, or the replacement timeout passed) it follows each
 evicted pod's replacement in the same snapshot (no extra read): the node it became Ready on, how
 long that took, and whether the move was **wasted** (:func:`wasted_reason`: it landed back on the
-node it left, or on a node the same strategy would evict it from again, or stayed Pending past
-the timeout). A wasted move **backs the workload off for that strategy** (:class:`Backoff`:
+node it left, or on another node the same move is draining for the same reason, or stayed
+Pending past the timeout). A wasted move **backs the workload off for that strategy** (:class:`Backoff`:
 exponentially, reset by a move that achieved its purpose); the back-offs live in the record
 beside the cool-downs, so restarts and every replica share them.
 
@@ -63,8 +64,8 @@ MAX_WHY = 120  # characters of a wasted move's reason kept in a back-off entry
 # the strategies whose "would it evict the replacement again?" rule wasted_reason knows
 TAINTS = "RemovePodsViolatingNodeTaints"
 NODE_AFFINITY = "RemovePodsViolatingNodeAffinity"
-DUPLICATES = "RemoveDuplicates"
-UTILIZATION = ("LowNodeUtilization", "HighNodeUtilization")
+# their purpose is a fresh pod, wherever it runs: landing on the same node wastes nothing
+FRESH_POD = frozenset({"PodLifeTime", "RemoveFailedPods", "RemovePodsHavingTooManyRestarts"})
 ACHIEVED, WASTED, PENDING_TIMEOUT, UNKNOWN = "achieved", "wasted", "pending_timeout", "unknown"
 
 
@@ -207,34 +208,42 @@ def backoff_key(workload: str, strategy: str) -> str:
 
 
 def wasted_reason(strategy: str, replacement: Pod, source: str, landed: Node | None,
-                  workload_pods: Sequence[Pod], move_sources: Collection[str]) -> str | None:
+                  move_sources: Collection[str]) -> str | None:
     """Why a replacement that became Ready on ``replacement.node_name`` made its move a waste, or
     None. Decided only from what the run already holds (docs/safety.md, "Checked moves"):
 
-    * every strategy: it landed back on ``source``, the node it left;
-    * RemovePodsViolatingNodeTaints: the node has a NoSchedule or NoExecute taint it does not tolerate;
-    * RemovePodsViolatingNodeAffinity: the node fails its nodeSelector / required node affinity;
-    * RemoveDuplicates: the node already holds another (running, not terminating) pod of the workload;
-    * LowNodeUtilization / HighNodeUtilization: the node was a source of the same move (a node the
-      move took pods off because it was over-utilized).
-    """
+    * it landed back on ``source``, the node it left;
+    * it landed on another node the same move is taking pods off (``move_sources``: the nodes of
+      the move's in-flight and held pods), which for RemovePodsViolatingNodeTaints still has a
+      NoSchedule/NoExecute taint the replacement does not tolerate, and for
+      RemovePodsViolatingNodeAffinity still fails its nodeSelector / required node affinity (for
+      LowNodeUtilization, HighNodeUtilization, RemoveDuplicates and the others: being a node the
+      move drains is enough).
+
+    Only nodes the move drains: the scheduler never places a pod on an untolerated taint or a
+    failing required affinity, so a violation on any other node appeared after the placement (the
+    next node of a rolling maintenance) and is a new reason to move, not a wasted move. And never
+    for the strategies whose purpose is a fresh pod, wherever it runs (:data:`FRESH_POD`)."""
+    if strategy in FRESH_POD:
+        return None
     node = replacement.node_name
     if node == source:
         return f"landed back on node {node}"
-    if strategy == TAINTS and landed is not None:
-        for taint in landed.taints:
+    if node not in move_sources:
+        return None
+    if strategy == TAINTS:
+        for taint in landed.taints if landed is not None else ():
             if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in
                                                                       replacement.tolerations):
                 shown = f"{taint.key}={taint.value}" if taint.value else taint.key
-                return f"landed on node {node}, whose taint {shown}:{taint.effect} it does not tolerate"
-    if strategy == NODE_AFFINITY and landed is not None and not matches_node_selector(replacement, landed):
-        return f"landed on node {node}, which fails its nodeSelector/required node affinity"
-    if strategy == DUPLICATES and any(p.uid != replacement.uid and p.node_name == node and not p.terminating
-                                      and not p.terminal for p in workload_pods):
-        return f"landed on node {node} beside another pod of the workload"
-    if strategy in UTILIZATION and node in move_sources:
-        return f"landed on node {node}, a source node of the same move"
-    return None
+                return (f"landed on node {node}, which the same move is draining for its taint "
+                        f"{shown}:{taint.effect}")
+        return None
+    if strategy == NODE_AFFINITY:
+        if landed is not None and not matches_node_selector(replacement, landed):
+            return f"landed on node {node}, which the same move is draining for failing its node affinity"
+        return None
+    return f"landed on node {node}, which the same move is taking pods off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,7 +621,7 @@ def check_moves(key: str, mv: Move, inflight: Sequence[InFlight], pods: Sequence
             continue
         ready_at = _ready_at(r)
         seconds = max(0.0, (ready_at if ready_at is not None else now) - f.at)
-        why = wasted_reason(mv.strategy, r, f.node, nodes.get(r.node_name), pods, sources)
+        why = wasted_reason(mv.strategy, r, f.node, nodes.get(r.node_name), sources)
         out.append(CheckedMove(key, mv.strategy, f.pod, f.node, f.destination, r.node_name, seconds,
                                WASTED if why else ACHIEVED, why or ""))
     return out

@@ -186,17 +186,19 @@ def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, worklo
             # function): its eviction is that run's; evicting it again would count it twice
             log.refusals.append(IN_FLIGHT_ELSEWHERE)
             return IN_FLIGHT_ELSEWHERE
-        # wasted moves back the workload off for this strategy (checked moves, docs/safety.md); no
-        # repeat is scheduled for it: the next event or sweep re-decides
+        # wasted moves back the workload off for this strategy (checked moves, docs/safety.md); a
+        # node-scoped run held back by it is repeated when it ends, like after a cool-down (the
+        # back-off doubles per wasted move, so that repeat is no loop)
         why = ledger.backoff_refusal(pod, strategy, now, backoff_base_seconds, backoff_max_seconds)
+        ends = ledger.backoff_ends(pod, strategy, backoff_base_seconds, backoff_max_seconds) if why else None
         if why is None:
             why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
             if why is not None:
                 ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)
-                if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
-                    log.cooldown_until = ends
             elif limiter is not None and not held:
                 why = limiter.admit(pod.node_name, pod.namespace, consume=consume)
+        if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
+            log.cooldown_until = ends
         if why is not None:
             log.refusals.append(why)
         return why

@@ -67,8 +67,8 @@ RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the s
 MOVES_MADE = Counter("kdesched_moves_made_total", "Evictions whose move the disruption ledger follows (checked "
                      "moves), by strategy.", ["strategy"], registry=REGISTRY)
 MOVES = Counter("kdesched_moves_total", "Checked moves, by strategy and outcome: achieved (the replacement became "
-                "Ready where the strategy would leave it), wasted (back on the node it left, or on a node the same "
-                "strategy would evict it from), pending_timeout (not Ready within replacementTimeoutSeconds), "
+                "Ready elsewhere), wasted (back on the node it left, or on another node the same move is "
+                "draining), pending_timeout (not Ready within replacementTimeoutSeconds), "
                 "unknown (no replacement to tell by).", ["strategy", "outcome"], registry=REGISTRY)
 MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction's admission to its replacement "
                        "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
