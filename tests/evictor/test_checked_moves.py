@@ -129,6 +129,16 @@ def test_affinity_rule_a_node_the_move_drains_that_still_fails_the_affinity() ->
     assert c.outcome == ACHIEVED
 
 
+def test_a_node_the_move_took_on_after_the_eviction_is_not_a_wasted_landing() -> None:
+    # web-a leaves n1 (tainted); its replacement lands on n2; then n2 is tainted too and the same
+    # move holds web-b there: n2 is a node the move drains now, but it was fine at the placement
+    ledger = moved([wpod("web-a", "n1")], TAINTS, ready=2)
+    ledger = ledger.admit([Admission(wpod("web-b", "n2"), TAINTS, True, "node:n2:" + TAINTS, "", 2, 2)], T0 + 4)
+    pods = [wpod("web-b", "n2"), wpod("web-c", "n2", created=3)]
+    (c,) = ledger.settle({KEY: pods}, T0 + 6, 120, MAINTENANCE).checked
+    assert c.outcome == ACHIEVED and c.landed == "n2"
+
+
 def test_duplicates_and_utilization_rule_a_node_the_same_move_takes_pods_off() -> None:
     for strategy in (DUPLICATES, LOW):
         a, b = wpod("web-a", "n1"), wpod("web-b", "n2")

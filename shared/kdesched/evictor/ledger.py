@@ -213,8 +213,8 @@ def wasted_reason(strategy: str, replacement: Pod, source: str, landed: Node | N
     None. Decided only from what the run already holds (docs/safety.md, "Checked moves"):
 
     * it landed back on ``source``, the node it left;
-    * it landed on another node the same move is taking pods off (``move_sources``: the nodes of
-      the move's in-flight and held pods), which for RemovePodsViolatingNodeTaints still has a
+    * it landed on another node the same move was taking pods off when the eviction was admitted
+      (``move_sources``: the nodes of the move's in-flight and held pods of that time), which for RemovePodsViolatingNodeTaints still has a
       NoSchedule/NoExecute taint the replacement does not tolerate, and for
       RemovePodsViolatingNodeAffinity still fails its nodeSelector / required node affinity (for
       LowNodeUtilization, HighNodeUtilization, RemoveDuplicates and the others: being a node the
@@ -606,9 +606,11 @@ def check_moves(key: str, mv: Move, inflight: Sequence[InFlight], pods: Sequence
     if key.startswith("Pod/"):
         return []
     found = replacements(inflight, pods)
-    sources = {f.node for f in mv.inflight} | {h.node for h in mv.held}
     out: list[CheckedMove] = []
     for f in inflight:
+        # the nodes the move was draining when this eviction was admitted: a node the move took on
+        # later (the next step of a rolling maintenance held in the same move) was fine at placement
+        sources = {g.node for g in mv.inflight if g.at <= f.at + 0.002} | {h.node for h in mv.held if h.since <= f.at + 0.002}
         r = found.get(f.uid)
         if r is None or not pod_ready(r) or not r.node_name:
             if not timed_out:
