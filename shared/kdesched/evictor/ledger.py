@@ -58,7 +58,7 @@ MAX_HELD_PER_MOVE = 200  # held pods remembered per workload (a larger move re-p
 # an admission whose pod is still there (not terminating) this long after is taken for abandoned: longer
 # than one eviction's retries (evictor.execute.RetrySettings.max_total_seconds, 60 s) plus a margin
 STALE_ADMISSION_SECONDS = 75.0
-MAX_BACKOFFS = 500  # back-off entries kept (the oldest beyond are dropped: the record stays small)
+MAX_BACKOFFS = 200  # back-off entries kept, the oldest beyond dropped: ~50 kB at most of 256 kB of annotations
 MAX_WHY = 120  # characters of a wasted move's reason kept in a back-off entry
 
 # the strategies whose "would it evict the replacement again?" rule wasted_reason knows
