@@ -174,6 +174,25 @@ def test_a_pod_that_existed_before_the_eviction_is_not_its_replacement() -> None
         {KEY: [wpod("web-b", "n1", created=-60)]}, T0 + 5, 120, CLUSTER).ledger.backoffs == {}
 
 
+def test_pods_of_the_admission_second_that_were_ready_before_are_not_replacements() -> None:
+    """creationTimestamp has second resolution: a Deployment's original pods created a moment before
+    the eviction was admitted must not be taken for its replacement (on a real control plane that
+    reported RemoveDuplicates' move as landed back on its node, and backed the workload off)."""
+    def ready_pod(name: str, node: str, created: float, ready: float) -> Pod:
+        raw = web(name, node, created=created)
+        stamp = datetime.fromtimestamp(T0 + ready, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+        return Pod.from_api(raw)
+
+    ledger = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 0.5, ready=3)
+    before = [ready_pod("web-b", "n1", -1, -1), ready_pod("web-c", "n1", 0, 0)]  # Ready at T0, before T0 + 0.5
+    (c,) = ledger.settle({KEY: [*before, ready_pod("web-d", "n2", 1, 2)]}, T0 + 3, 120, CLUSTER).checked
+    assert (c.outcome, c.landed) == (ACHIEVED, "n2")
+    back = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 0.5, ready=2)  # back at 2 Ready without one
+    (c,) = back.settle({KEY: before}, T0 + 3, 120, CLUSTER).checked
+    assert c.outcome == UNKNOWN and c.landed == ""  # (before the fix: "landed back on node n1", wasted)
+
+
 def test_a_bare_pod_has_no_replacement_to_follow() -> None:
     bare = Pod.from_api(pod_obj("lone", "n1", owner_kind=None))
     ledger = Ledger().admit([Admission(bare, TAINTS, False, "s", "n2", 1, 1)], T0)

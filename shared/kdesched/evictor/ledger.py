@@ -582,8 +582,10 @@ def _ready_at(p: Pod) -> float | None:
 def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod]) -> dict[str, Pod]:
     """Each evicted pod's replacement (uid -> pod), from the workload's pods as the snapshot has
     them: the pods created after its eviction was admitted, matched in order (earliest eviction,
-    earliest replacement). ``creationTimestamp`` has second resolution, so a pod created in the
-    second before the admission counts too; a pod that existed before is never a replacement."""
+    earliest replacement). ``creationTimestamp`` has second resolution: a pod created in the
+    admission's second counts unless it was Ready before the admission (then it existed before).
+    A pod created earlier is never a replacement: taking one for it would report the move landed
+    on that pod's node (found on a real control plane: a Deployment created a second before)."""
     gone = {f.uid for f in inflight}
     candidates = sorted((p for p in pods if p.uid not in gone and not p.terminating and not p.terminal
                          and p.creation_time is not None), key=_created)
@@ -591,10 +593,14 @@ def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod]) -> dict[str,
     used: set[str] = set()
     for f in sorted(inflight, key=lambda f: f.at):
         for p in candidates:
-            if p.uid not in used and _created(p) >= int(f.at) - 1:
-                out[f.uid] = p
-                used.add(p.uid)
-                break
+            if p.uid in used or _created(p) < int(f.at):
+                continue
+            ready_at = _ready_at(p)
+            if ready_at is not None and ready_at < f.at:
+                continue  # Ready before the eviction was admitted: it was there already
+            out[f.uid] = p
+            used.add(p.uid)
+            break
     return out
 
 
