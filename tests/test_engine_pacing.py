@@ -113,3 +113,18 @@ def test_run_with_safety_paces_instead_of_evicting_both(fake_api: FakeApiServer,
     assert report["summary"]["results"] == {"evicted": 1, "paced": 1}
     assert [p["pod"] for p in report["summary"]["pacing"]["paced"]] == ["shop-84c5b9f6d-bq2mr"]
     assert sorted(e["reason"] for e in fake_api.list("Event")) == ["EvictionPaced", "RemovePodsViolatingNodeTaints"]
+
+
+def test_simulate_predicts_where_each_pod_goes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The node the planner reserved for each evicted pod (checked moves compare it with where the
+    replacement became Ready): in the JSON rows, ``null`` when nothing was reserved (parity mode
+    reserves nothing), and the DESTINATION column of the table."""
+    report = simulate(capsys, SEED_TAINT, "--event", EVENT)
+    dests = [e["destination"] for e in report["evictions"]]
+    assert dests and all(isinstance(d, str) and d for d in dests), dests
+    assert all(e["destination"] == e["likelyDestination"] for e in report["evictions"])
+    plain = simulate(capsys, SEED_TAINT, "--policy", policy_file(tmp_path, None))
+    assert plain["evictions"] and all(e["destination"] is None for e in plain["evictions"])
+    assert main(["simulate", SEED_TAINT, "--event", EVENT, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "DESTINATION" in out and dests[0] in out

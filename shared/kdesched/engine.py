@@ -113,6 +113,8 @@ class RunReport:
         pacing = self.plan.pacing
         rows: list[dict[str, Any]] = [o.to_json() for o in self.outcomes]
         if pacing is None or len(pacing.steps) != len(rows):
+            for row in rows:
+                row["destination"] = None  # no pacer, no reservation: where the pod goes is not predicted
             return rows
         by_wave: dict[tuple[Any, int], list[str]] = {}
         for e, s in zip(self.plan.evictions, pacing.steps, strict=True):
@@ -125,6 +127,8 @@ class RunReport:
                 row["waitsFor"] = list(by_wave.get((step.workload, step.wave - 1), ()))
             if step.destination:
                 row["likelyDestination"] = step.destination
+            # the node the planner reserved (compared with where the replacement became Ready: checked moves)
+            row["destination"] = step.destination or None
         return rows
 
     def waves_json(self) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -46,11 +47,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.whynot import PACED
+from kdesched.reactor.whynot import classify as why_not_kind
 
 from tests.realk8s.cluster import Cluster, is_ready, node_obj, pdb_obj, workload_obj
 from tests.realk8s.controlplane import ControlPlane, RawApi, now_rfc3339
@@ -583,6 +587,111 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], who: M
                                    f"could take it in the last sample before, and its replacement was not bound within "
                                    f"{bound_seconds:g}s", before[-1].describe(), _ledgers_around(samples, e.at, e.at)))
     return EvictionFindings(tuple(found), tuple(excused))
+
+
+# -- "why not" Events: every held-back eviction has one, at most one per object, reason and minute ----------
+HOLD_LINE = re.compile(r"kdesched\.evictor: not evicting (\S+) \([^)]*\): (.*)$")  # planner refusals
+PACE_LINE = re.compile(r"kdesched\.evictor: pacing (\S+) from \S+ \([^)]*\): (.*)$")  # paced outcomes
+FAIL_LINE = re.compile(r"kdesched\.evictor: could not evict (\S+) from \S+ \([^)]*\): (.*)$")  # blocked...
+WHY_NOT_LINE = re.compile(r"kdesched\.reactor\.whynot: why-not (\w+) (\w+) on (\w+) (\S*)/(\S+) for (.*)$")
+WHY_NOT_ACTIONS = frozenset({"HoldBack", "WastedMove"})
+
+
+@dataclass(frozen=True, slots=True)
+class WhyNotEvent:
+    at: float
+    kind: str  # of the object it regards
+    name: str
+    reason: str
+    instance: str
+
+
+def why_not_events(api: RawApi, since: float) -> list[WhyNotEvent]:
+    """kdesched's "why not" Events (action HoldBack or WastedMove) posted since ``since``."""
+    out = []
+    for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]:
+        if e.get("reportingController") != REPORTING_CONTROLLER or e.get("action") not in WHY_NOT_ACTIONS:
+            continue
+        at = datetime.fromisoformat(str(e["eventTime"])).timestamp()
+        if at >= since:
+            regarding = e.get("regarding") or {}
+            out.append(WhyNotEvent(at, str(regarding.get("kind")), str(regarding.get("name")), str(e.get("reason")),
+                                   str(e.get("reportingInstance") or "")))
+    return sorted(out, key=lambda e: e.at)
+
+
+@dataclass(frozen=True, slots=True)
+class WhyNotFindings:
+    violations: tuple[Violation, ...]
+    held: int  # held-back evictions the logs show (pod and reason, per process)
+    answered: dict[str, int]  # why-not log lines by outcome (posted, suppressed, exists, lost)
+    closest: float | None  # the least time between two Events of one object and reason
+    reasoned: int = 0  # held pods whose Event gives the decision's reason, not the one first logged
+
+
+def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: float) -> WhyNotFindings:
+    """* **why-not-missing**: a process logged an eviction it held back for a reason the "why not"
+      Events report (the planner's "not evicting" refusals, the "pacing" of paced outcomes, the
+      refusals of the Eviction API) and never logged a "why-not" line for that pod (for that
+      reason, or for the reason the run's decision gave in the end: a node run's probe plans
+      without the gate and logs its refusals too): the held-back eviction has no Event, posted
+      or rate-limited;
+    * **why-not-lost**: the API server did not take one;
+    * **why-not-unposted**: a line says the Event was suppressed (this process posted it within
+      the minute) or exists (another process posted it this minute) but there is no such Event;
+    * **why-not-rate**: two Events regarding one object for one reason in the same clock minute
+      (the cluster-wide limit; processes posting in turn without it would break it).
+    ``at``: when the checks ran (the violations' time)."""
+    found: list[Violation] = []
+    held_total = reasoned = 0
+    answered: Counter[str] = Counter()
+    posted_keys = {(e.kind, e.name, e.reason) for e in events}
+    for process, text in logs.items():
+        held: dict[tuple[str, str], str] = {}
+        covered: set[tuple[str, str]] = set()
+        answered_pods: set[str] = set()
+        for line in text.splitlines():
+            if m := HOLD_LINE.search(line) or FAIL_LINE.search(line):
+                kind = why_not_kind(m.group(2))
+                if kind is not None:
+                    held.setdefault((m.group(1), kind), m.group(2))
+            elif m := PACE_LINE.search(line):
+                held.setdefault((m.group(1), PACED), m.group(2))
+            elif m := WHY_NOT_LINE.search(line):
+                outcome, reason, kind, _, name, pods = m.groups()
+                answered[outcome] += 1
+                covered |= {(pod, reason) for pod in pods.split()}
+                answered_pods |= set(pods.split())
+                if outcome == "lost":
+                    found.append(Violation("why-not-lost", at, f"{process}: the {reason} Event on {kind} {name} was "
+                                           "not taken by the API server"))
+                elif outcome in ("suppressed", "exists") and (kind, name, reason) not in posted_keys:
+                    found.append(Violation("why-not-unposted", at, f"{process}: the {reason} Event on {kind} {name} "
+                                           f"was {outcome} but no such Event exists"))
+        held_total += len(held)
+        # a refusal logged while planning that the run's decision then gave another reason for
+        # (a node run's probe plans the node's pods without the gate: "PodDisruptionBudget ... allows
+        # 0", then the decision says "cool-down"): the pod's Event carries the decision's reason
+        other = {k for k in set(held) - covered if k[0] in answered_pods}
+        reasoned += len(other)
+        missing = sorted(set(held) - covered - other)
+        if missing:
+            shown = "; ".join(f"{pod} {kind} ({held[(pod, kind)][:100]})" for pod, kind in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            found.append(Violation("why-not-missing", at, f"{process}: {len(missing)} held-back eviction(s) without a "
+                                   f"\"why not\" Event: {shown}{more}"))
+    by_key: dict[tuple[str, str, str], list[WhyNotEvent]] = {}
+    for e in events:
+        by_key.setdefault((e.kind, e.name, e.reason), []).append(e)
+    closest: float | None = None
+    for (kind, name, reason), group in by_key.items():
+        for a, b in pairwise(group):
+            gap = b.at - a.at
+            closest = gap if closest is None else min(closest, gap)
+            if int(a.at // 60) == int(b.at // 60):
+                found.append(Violation("why-not-rate", b.at, f"two {reason} Events on {kind} {name} in one minute: "
+                                       f"{_clock(a.at)} ({a.instance}) and {_clock(b.at)} ({b.instance})"))
+    return WhyNotFindings(tuple(found), held_total, dict(answered), closest, reasoned)
 
 
 def _ledgers_around(samples: Sequence[Sample], first: float, last: float) -> str:

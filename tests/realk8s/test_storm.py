@@ -12,7 +12,10 @@ Each seed (tests/realk8s/storm.py generates its events) runs against either
 
 The checker (storm.Checker) samples all the while; at the end the eviction Events are checked for
 pods evicted twice or with nowhere to go, and everything that must move must have moved within
-BOUND seconds of the last storm write. A violation fails the test with the seed, the trace and the
+BOUND seconds of the last storm write. And the "why not" Events (issue 24): every eviction a
+process held back for a reason they report (its log's refusals and paced outcomes) has one, posted
+or rate-limited, and no object has two for one reason in one clock minute, across processes (the
+functions run two instances of each, both receiving every event). A violation fails the test with the seed, the trace and the
 cluster state; the summary of every seed is printed (pytest -s) and, with
 KDESCHED_STORM_REPORT=FILE, appended to FILE. Profiles: docs/testing.md, "The storm".
 
@@ -28,6 +31,7 @@ import shutil
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -51,8 +55,10 @@ from tests.realk8s.storm import (
     Sample,
     SeedResult,
     Violation,
+    WhyNotEvent,
     acceptable,
     analyse_evictions,
+    analyse_why_not,
     classify,
     event_count,
     evicted_by,
@@ -68,6 +74,7 @@ from tests.realk8s.storm import (
     setup_cluster,
     step,
     wait_settled,
+    why_not_events,
 )
 
 PROFILE = seeds_from_env({"serve": [1, 2], "functions": [3]})
@@ -132,9 +139,17 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float, logs
     findings = analyse_evictions(evs, samples, evicted_by(texts, evs))
     result.notes.append(f"the processes' logs hold {sum(t.count(EVICTED_LINE) for t in texts.values())} "
                         f"'{EVICTED_LINE}' line(s), the Events {len(evs)} eviction(s)")
+    posted = why_not_events(checker.api, since)
+    why_not = analyse_why_not(texts, posted, time.time())
+    closest = "none (no object had two)" if why_not.closest is None else f"{why_not.closest:.1f}s apart"
+    result.notes.append(f"\"why not\": {why_not.held} held-back eviction(s) in the logs ({why_not.reasoned} answered "
+                        "under the decision's later reason), why-not lines "
+                        f"{dict(sorted(why_not.answered.items()))}, Events "
+                        f"{dict(sorted(Counter(e.reason for e in posted).items()))}; closest two of one object and reason: "
+                        f"{closest}")
     result.evictions = evs
     result.excused = findings.excused
-    result.violations = [*checker.violations, *findings.violations]
+    result.violations = [*checker.violations, *findings.violations, *why_not.violations]
     result.more_violations = checker.more
     if checker.errors:
         result.notes.append(f"{checker.errors} sample(s) failed and were skipped")
@@ -334,3 +349,37 @@ def test_a_pod_on_a_tainted_node_must_move_only_when_another_node_can_take_it() 
     unlabelled = {**s.nodes, "n1": NodeView("n1", True, False, (), False, 2000)}
     assert [x for x in misplaced(Sample(100.0, s.pods, unlabelled, "{}")) if x.startswith("gold")] == [
         f"{p.name} on n1 (no gold label)" for p in s.pods if p.app == "gold" and p.node == "n1"]
+
+
+def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minute() -> None:
+    hold = ("2026-11-26 10:00:01,000 INFO    kdesched.evictor: not evicting default/web-1 (p/RemovePodsViolatingNodeTaints)"
+            ": cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)")
+    pace = ("2026-11-26 10:00:01,100 INFO    kdesched.evictor: pacing default/web-2 from n1 (RemovePodsViolatingNodeTaints)"
+            ": held by the per-workload allowance (wave 1)")
+    rate = ("2026-11-26 10:00:01,200 INFO    kdesched.evictor: not evicting default/web-3 (p/RemovePodsViolatingNodeTaints)"
+            ": rate limit: perNode bucket for n1 is empty")  # not a reason "why not" Events report
+    answer = "2026-11-26 10:00:01,300 INFO    kdesched.reactor.whynot: why-not {} {} on Node /n1 for default/web-1 {}"
+    posted = WhyNotEvent(600.0, "Node", "n1", "CoolDown", "a")
+    logs = {"a": "\n".join([hold, pace, rate, answer.format("posted", "CoolDown", ""),
+                          answer.format("posted", "Paced", "default/web-2")])}
+    ok = analyse_why_not(logs, [posted], 700.0)
+    assert ok.violations == () and ok.held == 2 and ok.answered == {"posted": 2}
+    # the paced hold has no line: missing
+    found = analyse_why_not({"a": "\n".join([hold, pace, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
+    assert [v.invariant for v in found.violations] == ["why-not-missing"] and "default/web-2 Paced" in found.violations[0].detail
+    # a probe's refusal the decision answered under its own reason (the pod has an Event): not missing
+    probe = hold.replace("cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)",
+                         "PodDisruptionBudget default/web allows 0 disruption(s) and 0 are already planned")
+    ok = analyse_why_not({"a": "\n".join([probe, hold, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
+    assert ok.violations == () and ok.reasoned == 1
+    # another process's "exists" needs the Event; "lost" is a violation
+    found = analyse_why_not({"b": "\n".join([hold, answer.format("exists", "CoolDown", "")])}, [], 700.0)
+    assert [v.invariant for v in found.violations] == ["why-not-unposted"]
+    found = analyse_why_not({"b": "\n".join([hold, answer.format("lost", "CoolDown", "")])}, [], 700.0)
+    assert [v.invariant for v in found.violations] == ["why-not-lost"]
+    # two Events of one object and reason in one clock minute (600-659), but not across minutes
+    twice = analyse_why_not({}, [posted, WhyNotEvent(659.0, "Node", "n1", "CoolDown", "b")], 700.0)
+    assert [v.invariant for v in twice.violations] == ["why-not-rate"] and twice.closest == 59.0
+    across = analyse_why_not({}, [WhyNotEvent(659.0, "Node", "n1", "CoolDown", "a"),
+                                  WhyNotEvent(660.0, "Node", "n1", "CoolDown", "b")], 700.0)
+    assert across.violations == ()

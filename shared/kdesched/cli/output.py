@@ -37,7 +37,8 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
     steps = pacing.steps if pacing is not None and len(pacing.steps) == len(outcomes) else None
     if outcomes:
         out.write(f"EVICTIONS{mode}\n")
-        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", *(["WAVE"] if steps else []), "RESULT", "REASON"]]
+        rows = [["NAMESPACE", "POD", "NODE", "STRATEGY", *(["WAVE", "DESTINATION"] if steps else []), "RESULT",
+                 "REASON"]]
         for i, o in enumerate(outcomes):
             e = o.eviction
             result = "would evict" if o.result == "dry-run" else o.result
@@ -45,7 +46,8 @@ def write_table(report: RunReport, out: TextIO, dry_run_why: str = "",
                 result = f"{o.result} ({o.cause})"  # failed (server-error), already-gone (replaced)...
             reason = (e.reason if o.result == "dry-run" or (o.result == "evicted" and o.cause != "confirmed")
                       else f"{e.reason} [{o.message}]")
-            wave = [str(steps[i].wave)] if steps else []
+            # the node the planner reserved for the pod's replacement ("somewhere to go"); "-" = none
+            wave = [str(steps[i].wave), steps[i].destination or "-"] if steps else []
             rows.append([e.pod.namespace, e.pod.name, e.node, e.strategy, *wave, result, reason])
         _table(rows, out)
     if steps and pacing is not None and pacing.waves > 1:

@@ -28,24 +28,45 @@ And the cool-downs (workload -> last eviction, node -> last eviction), which wer
 history" before, and ``unhealthy_at``: the last time a run saw the cluster unhealthy enough for the
 health brake (:mod:`kdesched.evictor.health`), so that every process waits the same settle time
 before evicting again. A record without it (written before it existed) parses as "never".
+
+**Checked moves** (:class:`CheckedMove`): when :meth:`Ledger.settle` ends a move's in-flight pods
+(their workload is back at its Ready count, or the replacement timeout passed) it follows each
+evicted pod's replacement in the same snapshot (no extra read): the node it became Ready on, how
+long that took, and whether the move was **wasted** (:func:`wasted_reason`: it landed back on the
+node it left, or on another node the same move is draining for the same reason, or stayed
+Pending past the timeout). A wasted move **backs the workload off for that strategy** (:class:`Backoff`:
+exponentially, reset by a move that achieved its purpose); the back-offs live in the record
+beside the cool-downs, so restarts and every replica share them.
+
 Everything here is pure: no I/O, a clock passed in.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.evictor.workloads import Workload, pod_ready, workload_of
-from kdesched.model.records import Pod
+from kdesched.model.records import Node, Pod
+from kdesched.model.scheduling import matches_node_selector
 
 LEDGER_VERSION = 2
 MAX_HELD_PER_MOVE = 200  # held pods remembered per workload (a larger move re-plans the rest anyway)
 # an admission whose pod is still there (not terminating) this long after is taken for abandoned: longer
 # than one eviction's retries (evictor.execute.RetrySettings.max_total_seconds, 60 s) plus a margin
 STALE_ADMISSION_SECONDS = 75.0
+MAX_BACKOFFS = 200  # back-off entries kept, the oldest beyond dropped: ~50 kB at most of 256 kB of annotations
+MAX_WHY = 120  # characters of a wasted move's reason kept in a back-off entry
+
+# the strategies whose "would it evict the replacement again?" rule wasted_reason knows
+TAINTS = "RemovePodsViolatingNodeTaints"
+NODE_AFFINITY = "RemovePodsViolatingNodeAffinity"
+# their purpose is a fresh pod, wherever it runs: landing on the same node wastes nothing
+FRESH_POD = frozenset({"PodLifeTime", "RemoveFailedPods", "RemovePodsHavingTooManyRestarts"})
+ACHIEVED, WASTED, PENDING_TIMEOUT, UNKNOWN = "achieved", "wasted", "pending_timeout", "unknown"
 
 
 def workload_key(pod: Pod) -> str:
@@ -127,10 +148,102 @@ class Settled:
     timed_out: tuple[tuple[str, Held], ...] = ()  # (workload key, held pod) dropped at the timeout
     expired: tuple[tuple[str, InFlight], ...] = ()  # in-flight pods not replaced within the timeout
     abandoned: tuple[tuple[str, InFlight], ...] = ()  # admitted, never evicted: back to held
+    checked: tuple[CheckedMove, ...] = ()  # the moves whose outcome this settle found (checked moves)
 
     @property
     def changed(self) -> bool:
-        return bool(self.done or self.timed_out or self.expired or self.abandoned)
+        return bool(self.done or self.timed_out or self.expired or self.abandoned or self.checked)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMove:
+    """One evicted pod's move, checked against where its replacement went (module docstring)."""
+
+    workload: str  # ledger key
+    strategy: str
+    pod: str  # the evicted pod, namespace/name
+    source: str  # the node it left
+    destination: str  # the node the planner reserved for it ("" = none)
+    landed: str  # the node its replacement became Ready on ("" = none found)
+    seconds: float | None  # eviction admitted -> replacement Ready (None: not Ready)
+    outcome: str  # achieved | wasted | pending_timeout | unknown (no replacement to tell by)
+    why: str = ""  # why it was wasted ("landed back on node X", ...)
+
+    @property
+    def counts_as_wasted(self) -> bool:
+        return self.outcome in (WASTED, PENDING_TIMEOUT)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "strategy": self.strategy, "pod": self.pod, "source": self.source,
+                "destination": self.destination or None, "landed": self.landed or None,
+                "secondsToReady": None if self.seconds is None else round(self.seconds, 3),
+                "outcome": self.outcome, **({"why": self.why} if self.why else {})}
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """A workload's consecutive wasted moves for one strategy: it is not moved by that strategy
+    again before ``at + base * 2**(wasted-1)`` (capped); a move that achieved its purpose ends it."""
+
+    wasted: int
+    at: float  # the last wasted move was found
+    why: str  # its reason ("landed back on node X")
+
+    def ends(self, base: float, cap: float) -> float:
+        return self.at + backoff_seconds(self.wasted, base, cap)
+
+    def to_json(self) -> list[Any]:
+        return [self.wasted, round(self.at, 3), self.why]
+
+
+def backoff_seconds(wasted: int, base: float, cap: float) -> float:
+    """The back-off after ``wasted`` consecutive wasted moves: ``base * 2**(wasted-1)``, at most ``cap``."""
+    if wasted <= 0 or base <= 0:
+        return 0.0
+    return min(cap, base * 2.0 ** min(wasted - 1, 30))
+
+
+def backoff_key(workload: str, strategy: str) -> str:
+    return f"{workload}|{strategy}"
+
+
+def wasted_reason(strategy: str, replacement: Pod, source: str, landed: Node | None,
+                  move_sources: Collection[str]) -> str | None:
+    """Why a replacement that became Ready on ``replacement.node_name`` made its move a waste, or
+    None. Decided only from what the run already holds (docs/safety.md, "Checked moves"):
+
+    * it landed back on ``source``, the node it left;
+    * it landed on another node the same move was taking pods off when the eviction was admitted
+      (``move_sources``: the nodes of the move's in-flight and held pods of that time), which for RemovePodsViolatingNodeTaints still has a
+      NoSchedule/NoExecute taint the replacement does not tolerate, and for
+      RemovePodsViolatingNodeAffinity still fails its nodeSelector / required node affinity (for
+      LowNodeUtilization, HighNodeUtilization, RemoveDuplicates and the others: being a node the
+      move drains is enough).
+
+    Only nodes the move drains: the scheduler never places a pod on an untolerated taint or a
+    failing required affinity, so a violation on any other node appeared after the placement (the
+    next node of a rolling maintenance) and is a new reason to move, not a wasted move. And never
+    for the strategies whose purpose is a fresh pod, wherever it runs (:data:`FRESH_POD`)."""
+    if strategy in FRESH_POD:
+        return None
+    node = replacement.node_name
+    if node == source:
+        return f"landed back on node {node}"
+    if node not in move_sources:
+        return None
+    if strategy == TAINTS:
+        for taint in landed.taints if landed is not None else ():
+            if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in
+                                                                      replacement.tolerations):
+                shown = f"{taint.key}={taint.value}" if taint.value else taint.key
+                return (f"landed on node {node}, which the same move is draining for its taint "
+                        f"{shown}:{taint.effect}")
+        return None
+    if strategy == NODE_AFFINITY:
+        if landed is not None and not matches_node_selector(replacement, landed):
+            return f"landed on node {node}, which the same move is draining for failing its node affinity"
+        return None
+    return f"landed on node {node}, which the same move is taking pods off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +267,7 @@ class Ledger:
     workloads: Mapping[str, float] = field(default_factory=dict)  # workload key -> last eviction (cool-down)
     nodes: Mapping[str, float] = field(default_factory=dict)  # node -> last eviction (cool-down)
     unhealthy_at: float | None = None  # the health brake: last time a run saw the cluster unhealthy
+    backoffs: Mapping[str, Backoff] = field(default_factory=dict)  # backoff_key(workload, strategy) -> wasted moves
 
     # -- reading -----------------------------------------------------------------------------------
     def move(self, key: str) -> Move | None:
@@ -226,15 +340,35 @@ class Ledger:
         ends = [e for e in ends if e > now]
         return max(ends) if ends else None
 
+    def backoff_refusal(self, pod: Pod, strategy: str, now: float, base: float, cap: float) -> str | None:
+        """Why wasted moves hold ``pod``'s workload back from ``strategy`` now, or None. Applies to a
+        move's continuation too: the replacement of a wasted wave would only be wasted again."""
+        b = self.backoffs.get(backoff_key(workload_key(pod), strategy))
+        if b is None:
+            return None
+        ends = b.ends(base, cap)
+        if now >= ends:
+            return None
+        when = datetime.fromtimestamp(ends, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"backed off after {b.wasted} wasted move(s) (last: {b.why}); next try after {when} "
+                f"({max(1, int(ends - now))}s)")
+
+    def backoff_ends(self, pod: Pod, strategy: str, base: float, cap: float) -> float | None:
+        b = self.backoffs.get(backoff_key(workload_key(pod), strategy))
+        return None if b is None else b.ends(base, cap)
+
     # -- changing ----------------------------------------------------------------------------------
-    def settle(self, pods_of: Mapping[str, Sequence[Pod]] | None, now: float, timeout_seconds: float) -> Settled:
+    def settle(self, pods_of: Mapping[str, Sequence[Pod]] | None, now: float, timeout_seconds: float,
+               nodes: Mapping[str, Node] | None = None) -> Settled:
         """Settle moves against a snapshot holding EVERY pod (``pods_of``: workload key -> its pods;
-        None when the run's snapshot does not hold every pod: then only the timeouts apply)."""
+        None when the run's snapshot does not hold every pod: then only the timeouts apply), and
+        check the moves it ends (``nodes``: the snapshot's nodes, for :func:`wasted_reason`)."""
         moves: dict[str, Move] = {}
         done: list[str] = []
         timed_out: list[tuple[str, Held]] = []
         expired: list[tuple[str, InFlight]] = []
         abandoned: list[tuple[str, InFlight]] = []
+        checked: list[CheckedMove] = []
         for key, mv in self.moves.items():
             inflight, held, progress = mv.inflight, mv.held, mv.progress
             if inflight and pods_of is not None:
@@ -253,10 +387,16 @@ class Ledger:
                 ready = sum(1 for p in pods_of.get(key, ()) if p.uid not in gone and pod_ready(p))
                 if ready >= mv.ready:
                     done.append(key)
+                    checked += check_moves(key, mv, inflight, pods_of.get(key, ()), nodes or {}, now,
+                                           timeout_seconds, timed_out=False)
                     inflight, progress = (), now
             if inflight:
                 keep = tuple(f for f in inflight if now - f.at < timeout_seconds)
-                expired += [(key, f) for f in inflight if f not in keep]
+                gone_now = tuple(f for f in inflight if f not in keep)
+                expired += [(key, f) for f in gone_now]
+                if gone_now and pods_of is not None:
+                    checked += check_moves(key, mv, gone_now, pods_of.get(key, ()), nodes or {}, now,
+                                           timeout_seconds, timed_out=True)
                 inflight = keep
             if held and pods_of is not None:
                 present = {p.uid for p in pods_of.get(key, ())}
@@ -266,8 +406,8 @@ class Ledger:
                 held = ()
             if inflight or held:
                 moves[key] = replace(mv, inflight=inflight, held=held, progress=progress)
-        ledger = replace(self, moves=moves)
-        return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired), tuple(abandoned))
+        ledger = replace(self, moves=moves, backoffs=_backoffs_after(self.backoffs, checked, now))
+        return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired), tuple(abandoned), tuple(checked))
 
     def written_by(self, run: str) -> bool:
         """Does the record hold an admission of ``run`` (its write went through, even if its answer
@@ -344,26 +484,33 @@ class Ledger:
                 _restore(nodes, pod.node_name, previous.nodes if previous else {})
         return replace(self, moves=moves, workloads=workloads, nodes=nodes)
 
-    def prune(self, now: float, keep_seconds: float, max_entries: int) -> Ledger:
+    def prune(self, now: float, keep_seconds: float, max_entries: int, backoff_keep_seconds: float = 0.0) -> Ledger:
         """Drop cool-downs past ``keep_seconds``, then the oldest beyond ``max_entries`` per table
-        (moves are never dropped here: they end by settling or at their timeout)."""
+        (moves are never dropped here: they end by settling or at their timeout); back-offs whose
+        last wasted move is ``backoff_keep_seconds`` old (0: kept until :data:`MAX_BACKOFFS`), then
+        the oldest beyond :data:`MAX_BACKOFFS`."""
         tables = []
         for table in (self.workloads, self.nodes):
             kept = {k: t for k, t in table.items() if now - t < keep_seconds}
             if len(kept) > max_entries:
                 kept = dict(sorted(kept.items(), key=lambda kv: kv[1])[len(kept) - max_entries:])
             tables.append(kept)
-        return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1])
+        backoffs = {k: b for k, b in self.backoffs.items() if backoff_keep_seconds <= 0 or now - b.at < backoff_keep_seconds}
+        if len(backoffs) > MAX_BACKOFFS:
+            backoffs = dict(sorted(backoffs.items(), key=lambda kv: kv[1].at)[len(backoffs) - MAX_BACKOFFS:])
+        return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1], backoffs=backoffs)
 
     def __bool__(self) -> bool:
-        return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None)
+        return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None or self.backoffs)
 
     # -- the record --------------------------------------------------------------------------------
     def to_annotation(self) -> str:
         return json.dumps({"v": LEDGER_VERSION, "m": {k: m.to_json() for k, m in sorted(self.moves.items())},
                            "o": {k: round(t, 3) for k, t in sorted(self.workloads.items())},
                            "n": {k: round(t, 3) for k, t in sorted(self.nodes.items())},
-                           **({} if self.unhealthy_at is None else {"u": round(self.unhealthy_at, 3)})},
+                           **({} if self.unhealthy_at is None else {"u": round(self.unhealthy_at, 3)}),
+                           **({"b": {k: b.to_json() for k, b in sorted(self.backoffs.items())}} if self.backoffs
+                              else {})},
                           separators=(",", ":"))
 
     @classmethod
@@ -385,8 +532,10 @@ class Ledger:
             unhealthy = raw.get("u")  # absent in a record written before the health brake
             if unhealthy is not None and (not isinstance(unhealthy, (int, float)) or isinstance(unhealthy, bool)):
                 raise ValueError(f"u (last unhealthy) must be a number, got {unhealthy!r}")
+            backoffs = {str(k): Backoff(int(v[0]), float(v[1]), str(v[2]))
+                        for k, v in (raw.get("b") or {}).items()}  # absent before checked moves
             return cls(moves, _times(raw.get("o")), _times(raw.get("n")),
-                       None if unhealthy is None else float(unhealthy)), ""
+                       None if unhealthy is None else float(unhealthy), backoffs), ""
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             return cls(), f"the disruption ledger is malformed ({type(exc).__name__}: {exc}); starting from an empty one"
 
@@ -417,3 +566,88 @@ def _move(raw: Mapping[str, Any]) -> Move:
     held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4]), str(h[5]) if len(h) > 5 else "")
                  for h in raw.get("h") or ())
     return Move(str(raw["s"]), float(raw["t0"]), float(raw["p"]), int(raw["e"]), int(raw["r"]), inflight, held)
+
+
+def _created(p: Pod) -> float:
+    return p.creation_time.timestamp() if p.creation_time is not None else 0.0
+
+
+def _ready_at(p: Pod) -> float | None:
+    for c in p.conditions:
+        if c.type == "Ready" and c.status == "True":
+            return c.last_transition_time.timestamp() if c.last_transition_time is not None else None
+    return None
+
+
+def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod]) -> dict[str, Pod]:
+    """Each evicted pod's replacement (uid -> pod), from the workload's pods as the snapshot has
+    them: the pods created after its eviction was admitted, matched in order (earliest eviction,
+    earliest replacement). ``creationTimestamp`` has second resolution: a pod created in the
+    admission's second counts unless it was Ready before the admission (then it existed before).
+    A pod created earlier is never a replacement: taking one for it would report the move landed
+    on that pod's node (found on a real control plane: a Deployment created a second before)."""
+    gone = {f.uid for f in inflight}
+    candidates = sorted((p for p in pods if p.uid not in gone and not p.terminating and not p.terminal
+                         and p.creation_time is not None), key=_created)
+    out: dict[str, Pod] = {}
+    used: set[str] = set()
+    for f in sorted(inflight, key=lambda f: f.at):
+        for p in candidates:
+            if p.uid in used or _created(p) < int(f.at):
+                continue
+            ready_at = _ready_at(p)
+            if ready_at is not None and ready_at < f.at:
+                continue  # Ready before the eviction was admitted: it was there already
+            out[f.uid] = p
+            used.add(p.uid)
+            break
+    return out
+
+
+def check_moves(key: str, mv: Move, inflight: Sequence[InFlight], pods: Sequence[Pod], nodes: Mapping[str, Node],
+                now: float, timeout_seconds: float, *, timed_out: bool) -> list[CheckedMove]:
+    """The checked moves of ``inflight`` (settled because the workload is back at its Ready count,
+    or ``timed_out`` at the replacement timeout). A bare pod (no controller) has no replacement to
+    follow: not checked."""
+    if key.startswith("Pod/"):
+        return []
+    found = replacements(inflight, pods)
+    out: list[CheckedMove] = []
+    for f in inflight:
+        # the nodes the move was draining when this eviction was admitted: a node the move took on
+        # later (the next step of a rolling maintenance held in the same move) was fine at placement
+        sources = {g.node for g in mv.inflight if g.at <= f.at + 0.002} | {h.node for h in mv.held if h.since <= f.at + 0.002}
+        r = found.get(f.uid)
+        if r is None or not pod_ready(r) or not r.node_name:
+            if not timed_out:
+                out.append(CheckedMove(key, mv.strategy, f.pod, f.node, f.destination, "", None, UNKNOWN))
+                continue
+            state = "no replacement" if r is None else f"replacement {r.namespace}/{r.name} still {r.phase or 'Pending'}"
+            out.append(CheckedMove(key, mv.strategy, f.pod, f.node, f.destination, r.node_name if r else "", None,
+                                   PENDING_TIMEOUT, f"{state} {int(now - f.at)}s after the eviction "
+                                   f"(replacementTimeoutSeconds {timeout_seconds:g})"))
+            continue
+        ready_at = _ready_at(r)
+        seconds = max(0.0, (ready_at if ready_at is not None else now) - f.at)
+        why = wasted_reason(mv.strategy, r, f.node, nodes.get(r.node_name), sources)
+        out.append(CheckedMove(key, mv.strategy, f.pod, f.node, f.destination, r.node_name, seconds,
+                               WASTED if why else ACHIEVED, why or ""))
+    return out
+
+
+def _backoffs_after(backoffs: Mapping[str, Backoff], checked: Sequence[CheckedMove], now: float) -> dict[str, Backoff]:
+    """The back-offs after a settle's checked moves: one more wasted move per workload and strategy
+    whose settled wave had a wasted move (a wave of three wasted pods is one step, not three), and
+    the entry dropped when a wave only achieved its purpose (an unknown outcome changes nothing)."""
+    out = dict(backoffs)
+    waves: dict[str, list[CheckedMove]] = {}
+    for c in checked:
+        waves.setdefault(backoff_key(c.workload, c.strategy), []).append(c)
+    for k, wave in waves.items():
+        wasted = [c for c in wave if c.counts_as_wasted]
+        if wasted:
+            before = out.get(k)
+            out[k] = Backoff((before.wasted if before else 0) + 1, now, wasted[0].why[:MAX_WHY])
+        elif any(c.outcome == ACHIEVED for c in wave):
+            out.pop(k, None)
+    return out

@@ -70,6 +70,14 @@ class Cooldowns:
     node_seconds: float
     keep_seconds: float  # how long the ledger keeps a cool-down (the longer of the two)
     max_entries: int
+    backoff_base_seconds: float = 300.0  # wasted moves: the first back-off, doubled per wasted move
+    backoff_max_seconds: float = 3600.0  # and its cap
+
+    @property
+    def backoff_keep_seconds(self) -> float:
+        """How long a back-off entry is kept after its last wasted move: the cap twice over (the
+        back-off itself, then as long again for the next wasted move to count as consecutive)."""
+        return 2 * self.backoff_max_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +170,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         read = store.read()
         keys = [k for k, mv in read.ledger.moves.items() if mv.active]
         pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
-        settled = read.ledger.settle(pods_of, now, safety.replacement_timeout_seconds)
+        settled = read.ledger.settle(pods_of, now, safety.replacement_timeout_seconds,
+                                     snapshot.nodes if scope.complete else None)
         ledger = settled.ledger
         m.LEDGER_MOVES.set(len(ledger.moves))
         brake = controls.brake(snapshot, scope.complete, ledger, now) if controls is not None else Brake(False)
@@ -170,7 +179,9 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         # the admitted evictions take their tokens once the write has succeeded
         gate, gate_log = make_gate(ledger, limiter.clone(), now=now, workload_seconds=cooldowns.workload_seconds,
                                    node_seconds=cooldowns.node_seconds, consume=True,
-                                   stop_when_spent=stop_when_spent)
+                                   stop_when_spent=stop_when_spent,
+                                   backoff_base_seconds=cooldowns.backoff_base_seconds,
+                                   backoff_max_seconds=cooldowns.backoff_max_seconds)
         plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
                         nodes=scope.nodes, gate=gate, safety=safety, ledger=ledger)
         controlled = (controls.apply(plan, brake, ledger, snapshot, trigger, now) if controls is not None
@@ -182,7 +193,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake)
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
         stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
-        new = ledger.admit(admissions, stamp, run).prune(stamp, cooldowns.keep_seconds, cooldowns.max_entries)
+        new = ledger.admit(admissions, stamp, run).prune(stamp, cooldowns.keep_seconds, cooldowns.max_entries,
+                                                         cooldowns.backoff_keep_seconds)
         if brake.record_unhealthy:
             new = new.with_unhealthy(now)
         if _write(store, read, new, run):

@@ -160,10 +160,12 @@ class GateLog:
 
 
 def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, workload_seconds: float,
-              node_seconds: float, consume: bool, stop_when_spent: bool = False) -> tuple[Gate, GateLog]:
-    """The engine's ``gate=``: cool-downs first (they cost nothing; read from the disruption
-    ledger, so a move in progress is not held back by its own earlier waves), then the buckets,
-    which only evictions sent in this run spend (not the ones pacing holds for a later wave).
+              node_seconds: float, consume: bool, stop_when_spent: bool = False, backoff_base_seconds: float = 0.0,
+              backoff_max_seconds: float = 0.0) -> tuple[Gate, GateLog]:
+    """The engine's ``gate=``: wasted-move back-offs and cool-downs first (they cost nothing; read
+    from the disruption ledger, so a move in progress is not held back by its own earlier waves'
+    cool-downs), then the buckets, which only evictions sent in this run spend (not the ones
+    pacing holds for a later wave).
 
     ``stop_when_spent`` (balance runs): once the global bucket is empty the gate raises
     :class:`~kdesched.strategies.framework.EvictionBudgetSpent`, so the run stops planning and runs
@@ -184,13 +186,19 @@ def make_gate(ledger: Ledger, limiter: RateLimiter | None, *, now: float, worklo
             # function): its eviction is that run's; evicting it again would count it twice
             log.refusals.append(IN_FLIGHT_ELSEWHERE)
             return IN_FLIGHT_ELSEWHERE
-        why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
-        if why is not None:
-            ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)
-            if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
-                log.cooldown_until = ends
-        elif limiter is not None and not held:
-            why = limiter.admit(pod.node_name, pod.namespace, consume=consume)
+        # wasted moves back the workload off for this strategy (checked moves, docs/safety.md); a
+        # node-scoped run held back by it is repeated when it ends, like after a cool-down (the
+        # back-off doubles per wasted move, so that repeat is no loop)
+        why = ledger.backoff_refusal(pod, strategy, now, backoff_base_seconds, backoff_max_seconds)
+        ends = ledger.backoff_ends(pod, strategy, backoff_base_seconds, backoff_max_seconds) if why else None
+        if why is None:
+            why = ledger.cooldown_refusal(pod, strategy, now, workload_seconds, node_seconds)
+            if why is not None:
+                ends = ledger.cooldown_ends(pod, now, workload_seconds, node_seconds)
+            elif limiter is not None and not held:
+                why = limiter.admit(pod.node_name, pod.namespace, consume=consume)
+        if ends is not None and (log.cooldown_until is None or ends < log.cooldown_until):
+            log.cooldown_until = ends
         if why is not None:
             log.refusals.append(why)
         return why

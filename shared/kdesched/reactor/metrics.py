@@ -6,7 +6,7 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from kdesched.evictor.metrics import REGISTRY
 
@@ -42,6 +42,8 @@ def refusal_kind(reason: str) -> str:
         return "cooldown-node"
     if reason.startswith("cool-down:"):
         return "cooldown-workload"
+    if reason.startswith("backed off after"):
+        return "wasted-move-backoff"
     if reason.startswith("rate limit"):
         return "rate-limit"
     if reason.startswith("already admitted"):
@@ -67,3 +69,13 @@ RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the s
 REPLACEMENT_TIMEOUTS = Counter("kdesched_replacement_timeouts_total",
                                "Workloads whose held move the disruption ledger gave up because the workload was "
                                "not back at its Ready count within replacementTimeoutSeconds.", registry=REGISTRY)
+
+MOVES_MADE = Counter("kdesched_moves_made_total", "Evictions whose move the disruption ledger follows (checked "
+                     "moves), by strategy.", ["strategy"], registry=REGISTRY)
+MOVES = Counter("kdesched_moves_total", "Checked moves, by strategy and outcome: achieved (the replacement became "
+                "Ready elsewhere), wasted (back on the node it left, or on another node the same move is "
+                "draining), pending_timeout (not Ready within replacementTimeoutSeconds), "
+                "unknown (no replacement to tell by).", ["strategy", "outcome"], registry=REGISTRY)
+MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction's admission to its replacement "
+                       "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
+                       buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))

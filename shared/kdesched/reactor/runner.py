@@ -30,11 +30,20 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
-from kdesched.evictor.ledger import workload_key
+from kdesched.evictor.ledger import (
+    ACHIEVED,
+    PENDING_TIMEOUT,
+    UNKNOWN,
+    WASTED,
+    CheckedMove,
+    backoff_key,
+    workload_key,
+)
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
 from kdesched.kube.usage import MetricsCollector, read_usage
@@ -78,6 +87,7 @@ from kdesched.reactor.settings import ReactorSettings
 from kdesched.reactor.whynot import WhyNotEvents
 
 log = logging.getLogger("kdesched.reactor")
+MAX_CHECKED_LISTED = 20  # checked moves listed one by one in a report (the counts cover them all)
 
 CONTINUATION_SOURCE = "/kdesched/continuation"
 PACED_SUFFIX = "/paced"  # trigger id suffix of a repeat
@@ -112,11 +122,13 @@ class Reactor:
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
         self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
                                    max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
-                                   settings.history_max_entries)
+                                   settings.history_max_entries, settings.wasted_move_base_seconds,
+                                   settings.wasted_move_max_seconds)
         # the operator's controls at admission: health brake, disruption windows and budgets
         self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
                                  NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
-        self.why_not = WhyNotEvents(client.create_event)  # "why not" Events, one per object and reason a minute
+        # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
+        self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set
@@ -381,7 +393,8 @@ class Reactor:
                 notes.append(note)
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
-            if not dry_run:
+            if not dry_run:  # checked moves (summary.moves), then the "why not" Events
+                report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report)})
                 self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
@@ -419,6 +432,41 @@ class Reactor:
             self.why_not.run_done(report, node)
         except Exception:  # an Event must never fail a run whose evictions happened
             log.exception("could not post the run's \"why not\" Events")
+
+    def _checked_moves(self, decided: Decided, report: RunReport) -> dict[str, Any]:
+        """Checked moves (docs/safety.md): the moves this run made, and the outcome of those its
+        settle of the ledger ended (counted once cluster-wide: only by the run whose write of the
+        settled ledger went through), as metrics, ``WastedMove`` Events and the report's
+        ``summary.moves``."""
+        admitted = decided.admitted_uids
+        made = [o for o in report.outcomes if o.result in ("evicted", "already-gone") and o.eviction.pod.uid in admitted]
+        for o in made:
+            m.MOVES_MADE.labels(o.eviction.strategy).inc()
+        checked = decided.settled.checked if decided.written else ()
+        for c in checked:
+            m.MOVES.labels(c.strategy, c.outcome).inc()
+            if c.seconds is not None:
+                m.MOVE_READY.labels(c.strategy).observe(c.seconds)
+        backoffs = decided.settled.ledger.backoffs
+        cd = self.cooldowns
+
+        def backoff_note(c: CheckedMove) -> str:
+            b = backoffs.get(backoff_key(c.workload, c.strategy))
+            if b is None:
+                return ""
+            until = datetime.fromtimestamp(b.ends(cd.backoff_base_seconds, cd.backoff_max_seconds), UTC)
+            return (f"{c.workload} is backed off for {c.strategy} after {b.wasted} wasted move(s) until "
+                    f"{until:%Y-%m-%dT%H:%M:%SZ}")
+
+        if checked:
+            try:
+                self.why_not.wasted(checked, backoff_note)
+            except Exception:  # an Event must never fail a run whose evictions happened
+                log.exception("could not post the run's WastedMove Events")
+        outcomes = [c.outcome for c in checked]
+        return {"made": len(made), "checked": len(checked), "achieved": outcomes.count(ACHIEVED),
+                "wasted": outcomes.count(WASTED), "pendingTimeout": outcomes.count(PENDING_TIMEOUT),
+                "unknown": outcomes.count(UNKNOWN), "outcomes": [c.to_json() for c in checked[:MAX_CHECKED_LISTED]]}
 
     def _post_timed_out(self, decided: Decided) -> None:
         """An Event on each held pod the ledger gave up at the replacement timeout (the move ends paced)."""

@@ -20,6 +20,9 @@ leaseRenewDeadlineSeconds       2/3 of it  a holder whose renews all failed for 
                                            (stops evicting, stops leading); must be >= 1 and < the duration
 cooldown.workloadSeconds        300        no second eviction of the same owner (uid) before this
 cooldown.nodeSeconds            300        no eviction from a node evicted from before this
+cooldown.wastedMoveBaseSeconds  workload   a wasted move backs its workload off this long for the strategy
+                                seconds    (x2 per consecutive wasted move); default workloadSeconds, 300 if 0
+cooldown.wastedMoveMaxSeconds   3600       cap of that back-off (checked moves, docs/safety.md)
 rateLimits.global               60/min, burst 30   token bucket over every eviction of this instance
 rateLimits.perNode              12/min, burst 10   token bucket per source node
 rateLimits.perNamespace         30/min, burst 15   token bucket per namespace
@@ -99,6 +102,8 @@ class ReactorSettings:
     lease_namespace: str = "kdesched"
     cooldown_workload_seconds: float = 300.0
     cooldown_node_seconds: float = 300.0
+    wasted_move_base_seconds: float = 300.0  # checked moves: the back-off after one wasted move
+    wasted_move_max_seconds: float = 3600.0  # its cap
     rate_limits: RateLimitSettings = RateLimitSettings()
     topology_keys: tuple[str, ...] = ()
     sweep_interval_seconds: float = 900.0
@@ -237,9 +242,15 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     safety = parse_safety(block.get("safety"), errors)
     usage = parse_usage_settings(block.get("usage"), errors)
 
-    cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown", ("workloadSeconds", "nodeSeconds"))
+    cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown",
+                         ("workloadSeconds", "nodeSeconds", "wastedMoveBaseSeconds", "wastedMoveMaxSeconds"))
     cd_workload = r.number(cooldown, "workloadSeconds", "kdesched.cooldown", 300.0)
     cd_node = r.number(cooldown, "nodeSeconds", "kdesched.cooldown", 300.0)
+    wasted_base = r.number(cooldown, "wastedMoveBaseSeconds", "kdesched.cooldown", cd_workload or 300.0)
+    wasted_max = r.number(cooldown, "wastedMoveMaxSeconds", "kdesched.cooldown", max(3600.0, wasted_base))
+    if wasted_max < wasted_base:
+        errors.append(f"kdesched.cooldown.wastedMoveMaxSeconds: must be >= wastedMoveBaseSeconds ({wasted_base:g}), "
+                      f"got {wasted_max:g}")
 
     rates_raw = r.mapping(block.get("rateLimits"), "kdesched.rateLimits", ("global", "perNode", "perNamespace"))
     defaults = RateLimitSettings()
@@ -285,7 +296,8 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         events=events, events_overridden=overridden, settle_seconds=settle, balance_delay_seconds=balance_delay,
         lease_wait_seconds=lease_wait,
         lease_duration_seconds=lease_duration, lease_renew_deadline_seconds=renew_deadline, lease_name=lease_name, lease_namespace=lease_ns,
-        cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, rate_limits=rates,
+        cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, wasted_move_base_seconds=wasted_base,
+        wasted_move_max_seconds=wasted_max, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake,
         windows=windows, budgets=budgets, usage=usage,
