@@ -188,9 +188,26 @@ def test_pods_of_the_admission_second_that_were_ready_before_are_not_replacement
     before = [ready_pod("web-b", "n1", -1, -1), ready_pod("web-c", "n1", 0, 0)]  # Ready at T0, before T0 + 0.5
     (c,) = ledger.settle({KEY: [*before, ready_pod("web-d", "n2", 1, 2)]}, T0 + 3, 120, CLUSTER).checked
     assert (c.outcome, c.landed) == (ACHIEVED, "n2")
-    back = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 0.5, ready=2)  # back at 2 Ready without one
+    # 3 pods when the move began, back at 2 Ready without a new one: web-c (created and Ready in the
+    # admission's second) is one of the originals, not a replacement
+    back = Ledger().admit([Admission(wpod("web-a", "n1"), DUPLICATES, False, "node:n1:" + DUPLICATES, "n2", 3, 2)],
+                          T0 + 0.5)
     (c,) = back.settle({KEY: before}, T0 + 3, 120, CLUSTER).checked
     assert c.outcome == UNKNOWN and c.landed == ""  # (before the fix: "landed back on node n1", wasted)
+
+
+def test_a_fast_replacement_ready_in_the_admission_second_is_found() -> None:
+    """A replacement created and Ready within the second its eviction was admitted (a fast kubelet):
+    the Ready time's second is the admission's, yet it is the replacement (the workload has one pod
+    more than it had left). Before, it was taken for a pod that existed already: 'unknown'."""
+    raw = web("web-d", "n2", created=0)
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                    "lastTransitionTime": datetime.fromtimestamp(T0, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+    fast = Pod.from_api(raw)
+    ledger = Ledger().admit([Admission(wpod("web-a", "n1"), TAINTS, False, "node:n1:" + TAINTS, "n2", 3, 3)], T0 + 0.2)
+    others = [wpod("web-b", "n3"), wpod("web-c", "n3")]
+    (c,) = ledger.settle({KEY: [*others, fast]}, T0 + 2, 120, CLUSTER).checked
+    assert (c.outcome, c.landed) == (ACHIEVED, "n2")
 
 
 def test_a_bare_pod_has_no_replacement_to_follow() -> None:

@@ -44,6 +44,7 @@ from tests.realk8s.serve_stories import (
     NS,
     Serve,
     leader,
+    placement,
     policy_text,
     set_taints,
     set_unschedulable,
@@ -117,6 +118,22 @@ def scraped(control_plane: ControlPlane, scheduler: Proc, controller_manager: Pr
         prom.wait_for("kdesched_evictions_paced_total", timeout=30)
         prom.wait_for('kdesched_api_requests_total{code="429"}', timeout=30)
         prom.wait_for("kdesched_run_duration_seconds_count > 0", timeout=30)
+        # a move is checked by the next run that finds the workload back at its Ready count (a sweep
+        # in production, every 900 s): here a run requested over HTTP, as a person or CI would
+        request = urllib.request.Request(f"http://127.0.0.1:{serve.port}/", data=b"{}", method="POST", headers={
+            "ce-specversion": "1.0", "ce-type": "dev.kdesched.run.requested", "ce-source": "/tests/realprom",
+            "ce-id": "dashboard-check-moves", "content-type": "application/json"})
+        control_plane.wait_for(lambda: placement(c, "shop") == {"node-1": 3}, 60, what="shop's replacements Ready")
+        with urllib.request.urlopen(request, timeout=120) as resp:
+            answer = resp.read().decode()
+            assert resp.status == 200, answer
+        try:
+            prom.wait_for('kdesched_moves_total{outcome="achieved"}', timeout=60)
+        except AssertionError:
+            with urllib.request.urlopen(f"http://127.0.0.1:{serve.port}/metrics", timeout=10) as resp:
+                moves = [line for line in resp.read().decode().splitlines() if "moves" in line]
+            raise AssertionError(f"no checked move: /metrics {moves}; the run: {answer}") from None
+        prom.wait_for("kdesched_move_time_to_ready_seconds_count > 0", timeout=30)
         with urllib.request.urlopen(f"http://127.0.0.1:{serve.port}/metrics", timeout=10) as resp:
             text = resp.read().decode()
         yield prom, text

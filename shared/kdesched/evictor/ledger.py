@@ -579,28 +579,50 @@ def _ready_at(p: Pod) -> float | None:
     return None
 
 
-def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod]) -> dict[str, Pod]:
+def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int | None = None) -> dict[str, Pod]:
     """Each evicted pod's replacement (uid -> pod), from the workload's pods as the snapshot has
     them: the pods created after its eviction was admitted, matched in order (earliest eviction,
-    earliest replacement). ``creationTimestamp`` has second resolution: a pod created in the
-    admission's second counts unless it was Ready before the admission (then it existed before).
-    A pod created earlier is never a replacement: taking one for it would report the move landed
-    on that pod's node (found on a real control plane: a Deployment created a second before)."""
+    earliest replacement). ``creationTimestamp`` and the Ready condition's time have second
+    resolution, so a pod created in the admission's second is:
+
+    * never a replacement if it was Ready in an earlier second (it existed before);
+    * a replacement if it became Ready in a later second, or is not Ready yet;
+    * ambiguous if it became Ready in the admission's own second: a fast replacement, or one of a
+      Deployment's original pods created a moment before. Such a pod is taken only when no other
+      fits, and only up to ``spare`` of them: the pods the workload has beyond what it had left
+      after the evictions (None: no limit). A workload back at its count with no new pod has none.
+
+    A pod created in an earlier second is never a replacement: taking one for it would report the
+    move landed on that pod's node (found on a real control plane: a Deployment created a second
+    before)."""
     gone = {f.uid for f in inflight}
     candidates = sorted((p for p in pods if p.uid not in gone and not p.terminating and not p.terminal
                          and p.creation_time is not None), key=_created)
     out: dict[str, Pod] = {}
     used: set[str] = set()
+    ambiguous_left = len(candidates) if spare is None else spare
     for f in sorted(inflight, key=lambda f: f.at):
+        second = int(f.at)
+        clear: Pod | None = None
+        ambiguous: Pod | None = None
         for p in candidates:
-            if p.uid in used or _created(p) < int(f.at):
+            if p.uid in used or _created(p) < second:
                 continue
             ready_at = _ready_at(p)
-            if ready_at is not None and ready_at < f.at:
+            if ready_at is not None and int(ready_at) < second:
                 continue  # Ready before the eviction was admitted: it was there already
-            out[f.uid] = p
-            used.add(p.uid)
+            if ready_at is not None and int(ready_at) == second:
+                ambiguous = ambiguous or p
+                continue
+            clear = p
             break
+        chosen = clear
+        if chosen is None and ambiguous is not None and ambiguous_left > 0:
+            chosen = ambiguous
+            ambiguous_left -= 1
+        if chosen is not None:
+            out[f.uid] = chosen
+            used.add(chosen.uid)
     return out
 
 
@@ -611,7 +633,12 @@ def check_moves(key: str, mv: Move, inflight: Sequence[InFlight], pods: Sequence
     follow: not checked."""
     if key.startswith("Pod/"):
         return []
-    found = replacements(inflight, pods)
+    gone = {f.uid for f in inflight}
+    present = sum(1 for p in pods if p.uid not in gone and not p.terminating and not p.terminal)
+    # the pods beyond what the workload had left after these evictions (mv.expected: its count when
+    # the move began; 0 when unknown, then no limit is derived)
+    spare = present - (mv.expected - len(inflight)) if mv.expected else None
+    found = replacements(inflight, pods, spare)
     out: list[CheckedMove] = []
     for f in inflight:
         # the nodes the move was draining when this eviction was admitted: a node the move took on
