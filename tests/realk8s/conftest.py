@@ -17,14 +17,33 @@ from pathlib import Path
 import pytest
 
 from tests.realk8s import fixtures as shared
-from tests.realk8s.controlplane import SKIP_REASON, ControlPlane
+from tests.realk8s.cluster import Cluster
+from tests.realk8s.controlplane import SKIP_REASON, ControlPlane, Kubelet, Proc
 from tests.realk8s.fixtures import BIN_DIR, KIT_ERROR, REQUIRED
+from tests.realk8s.serve_stories import NS, Serve
 
 # the fixtures (tests/realk8s/fixtures.py, shared with tests/realknative)
 control_plane, cluster, kubelet = shared.control_plane, shared.cluster, shared.kubelet
 scheduler, controller_manager = shared.scheduler, shared.controller_manager
 
 HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def serves() -> Iterator[list[Serve]]:
+    """``kdesched serve`` processes a test starts (appended by the test), stopped after it."""
+    started: list[Serve] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
+         cluster: Cluster) -> Cluster:
+    """The whole control plane (scheduler, controller-manager, kubelet stand-in) and kdesched's namespace."""
+    cluster.namespace(NS)
+    return cluster
 
 # Absent binaries (and not required): collect nothing here and say so in ONE line at the end.
 SKIPPED = BIN_DIR is None and KIT_ERROR is None and not REQUIRED

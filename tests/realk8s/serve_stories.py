@@ -35,6 +35,7 @@ from tests.realk8s.controlplane import ControlPlane, now_rfc3339
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "kdesched"
+GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}  # a maintenance taint the test pods do not tolerate
 SERVE_SA = f"system:serviceaccount:{NS}:kdesched"
 UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
 NOT_READY = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},

@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.realk8s.cluster import Cluster
-from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
+from tests.realk8s.controlplane import ControlPlane, Kubelet
 from tests.realk8s.serve_stories import (
+    GPU,
     NS,
     UNINITIALIZED,
     ReadySampler,
@@ -43,23 +41,7 @@ from tests.realk8s.serve_stories import (
     write_file,
 )
 
-GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 LEDGER = "kdesched.dev/disruption-ledger"
-
-
-@pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
-         cluster: Cluster) -> Cluster:
-    cluster.namespace(NS)
-    return cluster
 
 
 def start(serves: list[Serve], tmp_path: Path, cp: ControlPlane, identity: str) -> Serve:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
@@ -24,9 +23,9 @@ from typing import Any, Self
 import pytest
 
 from tests.realk8s.cluster import Cluster, is_ready
-from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
+from tests.realk8s.controlplane import ControlPlane, Kubelet
 from tests.realk8s.serve_stories import (
-    NS,
+    GPU,
     ReadySampler,
     Serve,
     leader,
@@ -39,23 +38,6 @@ from tests.realk8s.serve_stories import (
     wait_placement,
     write_file,
 )
-
-GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
-         cluster: Cluster) -> Cluster:
-    cluster.namespace(NS)
-    return cluster
 
 
 def start(serves: list[Serve], tmp_path: Path, cp: ControlPlane, cluster: Cluster, **kdesched: Any) -> Serve:

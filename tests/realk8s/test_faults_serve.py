@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.faultproxy import FaultProxy
 from tests.realk8s.cluster import Cluster
-from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
+from tests.realk8s.controlplane import ControlPlane, Kubelet
 from tests.realk8s.serve_stories import (
+    GPU,
     NS,
     ReadySampler,
     Serve,
@@ -44,22 +44,6 @@ from tests.realk8s.serve_stories import (
 SEEDS = [int(s) for s in os.environ.get("KDESCHED_FAULT_SEEDS", "1,2").split(",") if s.strip()]
 SHARE = 0.3
 POOL = 4
-GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
-         cluster: Cluster) -> Cluster:
-    cluster.namespace(NS)
-    return cluster
-
-
-@pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for s in started:
-        s.stop()
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -20,34 +20,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
 import pytest
 
 from tests.realk8s.cluster import Cluster
-from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc
-from tests.realk8s.serve_stories import NS, Serve, leader, policy_text, set_taints, wait_placement, write_file
+from tests.realk8s.controlplane import ControlPlane, Kubelet
+from tests.realk8s.serve_stories import (
+    GPU,
+    NS,
+    Serve,
+    leader,
+    policy_text,
+    set_taints,
+    wait_placement,
+    write_file,
+)
 
-GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 BASE = 20.0  # the compressed back-off base (default: cooldown.workloadSeconds, 300 s)
 TAINTS = "RemovePodsViolatingNodeTaints"
-
-
-@pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet,
-         cluster: Cluster) -> Cluster:
-    cluster.namespace(NS)
-    return cluster
 
 
 class Incarnations:
