@@ -267,7 +267,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if usage_files:
         from dataclasses import replace as _replace
 
-        from kdesched.model.usage import load_usage_files
+        from kdesched.model.files import load_usage_files
 
         try:
             readings = load_usage_files(usage_files)

@@ -8,6 +8,9 @@ time) on its ``List``'s metadata. Ages (PodLifeTime, minPodAge, failed pods) the
 in a year as on the day the file was written: ``simulate`` uses it as its clock unless ``--now``
 is given. The examples record it; ``kubectl`` does not write it (add it with ``kubectl annotate``
 or by hand).
+
+It also reads the measured-usage files of ``simulate --usage`` (:func:`load_usage_files`, the
+same refusals: size, type, encoding), whose content :mod:`kdesched.model.usage` parses.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +33,7 @@ from kdesched.model.fastload import load_json_list
 from kdesched.model.gcpause import paused_gc
 from kdesched.model.records import parse_time
 from kdesched.model.snapshot import Snapshot
+from kdesched.model.usage import MAX_USAGE_FILE_BYTES, Usage, usage_from_document
 from kdesched.model.validate import DuplicateKey, SnapshotChecks, object_pairs
 
 SNAPSHOT_TIME = "kdesched.dev/snapshot-time"
@@ -449,3 +453,28 @@ def _finish(snap: Snapshot, taken_at: datetime | None, name: str) -> Snapshot:
                 f"decision (a node deleted just before the snapshot was taken leaves such pods for a moment)")
         snap = replace(snap, notes=(*snap.notes, note))
     return snap
+
+
+def load_usage_files(paths: Iterable[str]) -> Usage:
+    """``simulate --usage FILE``...: every file read, checked and merged; a bad file is a
+    :class:`ModelError` naming the file and the item/field."""
+    usage = Usage()
+    for path in paths:
+        try:
+            data = read_file_bytes(path, MAX_USAGE_FILE_BYTES)
+        except InputRefused as exc:
+            raise ModelError(path, str(exc)) from None
+        except FileNotFoundError:
+            raise ModelError(path, "no such file") from None
+        except IsADirectoryError:
+            raise ModelError(path, "is a directory, expected a JSON file") from None
+        except OSError as exc:
+            raise ModelError(path, f"cannot read: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(data)
+        except UnicodeDecodeError as exc:
+            raise ModelError(path, f"is not UTF-8 text: invalid byte at offset {exc.start}") from None
+        except json.JSONDecodeError as exc:
+            raise ModelError(path, f"is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        usage = usage.merged(usage_from_document(doc, path))
+    return usage

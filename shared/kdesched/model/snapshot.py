@@ -23,7 +23,7 @@ from kdesched.model.records import (
     PriorityClass,
 )
 
-if TYPE_CHECKING:  # kdesched.model.usage reads files, which import this module
+if TYPE_CHECKING:  # only a type here: simulate without --usage never needs the usage parsers
     from kdesched.model.usage import Usage
 
 _CLUSTER_SCOPED = ("Node", "PriorityClass", "Namespace")

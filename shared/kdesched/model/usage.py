@@ -22,15 +22,13 @@ A reading that could not be taken (metrics.k8s.io not served, Prometheus down) i
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kdesched.model.errors import ModelError
-from kdesched.model.files import InputRefused, read_file_bytes
 from kdesched.model.quantity import QuantityError, to_resource_int
 from kdesched.model.records import parse_time
 
@@ -319,28 +317,3 @@ def usage_from_document(doc: Any, name: str) -> Usage:
         return Usage(metrics=MetricsReadings(nodes=parse_node_metrics_list(doc, f"{name}: "), source=name))
     raise ModelError(name, f"is neither a NodeMetricsList, a PodMetricsList nor a Prometheus query answer "
                            f"(kind {kind!r}, keys {', '.join(sorted(map(str, doc))[:5]) or 'none'})")
-
-
-def load_usage_files(paths: Iterable[str]) -> Usage:
-    """``simulate --usage FILE``...: every file read, checked and merged; a bad file is a
-    :class:`ModelError` naming the file and the item/field."""
-    usage = Usage()
-    for path in paths:
-        try:
-            data = read_file_bytes(path, MAX_USAGE_FILE_BYTES)
-        except InputRefused as exc:
-            raise ModelError(path, str(exc)) from None
-        except FileNotFoundError:
-            raise ModelError(path, "no such file") from None
-        except IsADirectoryError:
-            raise ModelError(path, "is a directory, expected a JSON file") from None
-        except OSError as exc:
-            raise ModelError(path, f"cannot read: {exc.strerror or exc}") from None
-        try:
-            doc = json.loads(data)
-        except UnicodeDecodeError as exc:
-            raise ModelError(path, f"is not UTF-8 text: invalid byte at offset {exc.start}") from None
-        except json.JSONDecodeError as exc:
-            raise ModelError(path, f"is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        usage = usage.merged(usage_from_document(doc, path))
-    return usage
