@@ -386,6 +386,8 @@ class FakeApiServer:
                 return self._create(kind, namespace, body)
             if method == "PUT" and name:
                 return self._replace(kind, namespace, name, body)
+            if method == "DELETE" and name:
+                return self._delete(kind, namespace, name, body)
             raise Reply(405, f"method {method} not allowed on {path}")
 
     def _selectors(self, query: dict[str, str]) -> tuple[LabelSelector | None, list[tuple[str, str, str]]]:
@@ -480,6 +482,7 @@ class FakeApiServer:
         if not obj["metadata"].get("name") and not obj["metadata"].get("generateName"):
             raise Reply(400, "metadata.name: Required value: name or generateName is required")
         obj["metadata"].pop("resourceVersion", None)
+        self._check_annotations(obj)
         if obj["metadata"].get("name") and key_of(obj) in self.objects[kind]:
             name = obj["metadata"]["name"]
             raise Reply(409, f'{PLURAL[kind]} "{name}" already exists', details={"name": name})
@@ -496,6 +499,7 @@ class FakeApiServer:
             raise Reply(409, f'Operation cannot be fulfilled on {PLURAL[kind]} "{name}": the object has been '
                              "modified; please apply your changes to the latest version and try again")
         obj = copy.deepcopy(body)
+        self._check_annotations(obj)
         obj["kind"] = kind
         obj["metadata"].update({"name": name, "namespace": namespace or None,
                                 "uid": current["metadata"]["uid"],
@@ -504,6 +508,24 @@ class FakeApiServer:
             obj["metadata"].pop("namespace")
         obj["metadata"].pop("resourceVersion", None)
         return 200, copy.deepcopy(self._store(obj, "MODIFIED"))
+
+    def _delete(self, kind: str, namespace: str, name: str, body: Any) -> tuple[int, Any]:
+        current = self.objects[kind].get((namespace, name))
+        if current is None:
+            raise Reply(404, f'{PLURAL[kind]} "{name}" not found', details={"name": name, "kind": PLURAL[kind]})
+        wanted = ((body or {}).get("preconditions") or {}).get("resourceVersion") if isinstance(body, dict) else None
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise Reply(409, f'Operation cannot be fulfilled on {PLURAL[kind]} "{name}": the ResourceVersion in the '
+                             "precondition does not match")
+        return 200, copy.deepcopy(self._remove(kind, (namespace, name)))
+
+    @staticmethod
+    def _check_annotations(obj: dict[str, Any]) -> None:
+        """The real API server's limit: metadata.annotations at most 256 KiB in all (422 past it)."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+        if size > 256 * 1024:
+            raise Reply(422, f"metadata.annotations: Too long: must have at most 262144 bytes (got {size})")
 
     def _evict(self, namespace: str, name: str, body: Any) -> tuple[int, Any]:
         pod = self.objects["Pod"].get((namespace, name))

@@ -242,7 +242,7 @@ def test_consecutive_wasted_moves_count_up_one_per_wave_and_an_achieved_move_res
 def test_the_gate_refuses_a_backed_off_workload_for_that_strategy_only() -> None:
     ledger = Ledger(backoffs={backoff_key(KEY, TAINTS): Backoff(2, T0, "landed back on node n1")})
     a = wpod("web-a", "n1")
-    gate, log = make_gate(ledger, None, now=T0 + 599, workload_seconds=0, node_seconds=0, consume=False,
+    gate, log = make_gate(ledger, None, now=T0 + 599, workload_seconds=0, node_seconds=0,
                           backoff_base_seconds=BASE, backoff_max_seconds=CAP)
     why = gate(a, TAINTS, False)
     end = datetime.fromtimestamp(T0 + 600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -250,7 +250,7 @@ def test_the_gate_refuses_a_backed_off_workload_for_that_strategy_only() -> None
     assert log.refusals == [why] and log.cooldown_until == T0 + 600  # a node-scoped run is repeated then
     assert classify(why) == BACKOFF and refusal_kind(why) == "wasted-move-backoff"
     assert gate(a, DUPLICATES, False) is None  # another strategy is not held back
-    later, _ = make_gate(ledger, None, now=T0 + 600, workload_seconds=0, node_seconds=0, consume=False,
+    later, _ = make_gate(ledger, None, now=T0 + 600, workload_seconds=0, node_seconds=0,
                          backoff_base_seconds=BASE, backoff_max_seconds=CAP)
     assert later(a, TAINTS, False) is None
 

@@ -16,8 +16,8 @@ from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.continuation import node_scope
 from kdesched.reactor.controls import HEALTH_BRAKE
-from kdesched.reactor.ledger_store import LEDGER_ANNOTATION
-from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.ledger_store import LedgerStore
+from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 
@@ -73,10 +73,10 @@ def evicted(fake: FakeApiServer) -> list[str]:
 
 
 def ledger_of(fake: FakeApiServer) -> Ledger:
-    lease = fake.get("Lease", "kdesched", "kdesched") or {}
-    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
-    assert problem == ""
-    return ledger
+    with KubeClient.for_host(fake.url) as client:
+        read = LedgerStore(client, "kdesched", "kdesched").read()
+    assert read.problem == ""
+    return read.ledger
 
 
 def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
@@ -311,3 +311,35 @@ def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
     healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
     assert not controls.brake(Snapshot.build(healthy, []), True, Ledger().with_unhealthy(900.0), clock.t).holds
     assert controls.status() == ""
+
+
+@pytest.mark.parametrize("safety_on", [True, False])
+def test_a_budget_counts_a_pod_until_its_replacement_is_ready(fake_api: FakeApiServer, kube: KubeClient,
+                                                             safety_on: bool) -> None:
+    """0.1 counted ledger entries, which expired at replacementTimeoutSeconds while the replacement
+    was still Pending, and with ``safety.enabled: false`` the next settle ended the move at once
+    (its admission carried expected = ready = 0). A pod now counts until its workload is whole."""
+    fake_api.add(node_obj("p0", taints=[TAINT]), node_obj("p1", taints=[TAINT]), *[node_obj(f"s{i}") for i in range(3)])
+    fake_api.add(web("a-7d9f8-0", "p0", app="a"), web("a-7d9f8-1", "s0", app="a"),
+                 web("b-7d9f8-0", "p1", app="b"), web("b-7d9f8-1", "s0", app="b"))
+    clock = Clock(THU_10)
+    block: dict[str, Any] = {"disruptionBudgets": [{"name": "one", "maxUnavailable": 1}],
+                             "safety": {"replacementTimeoutSeconds": 60, **({} if safety_on else {"enabled": False})}}
+    r = reactor(kube, clock, **block)
+    taint_event(r, "p0")
+    assert evicted(fake_api) == ["a-7d9f8-0"]
+    replacement = web("a-7d9f8-2", "s1", app="a")
+    replacement["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # Pending, not Ready
+    fake_api.add(replacement)
+    for step in (5, 30, 65, 200):  # within, then well past, the replacement timeout
+        clock.t = THU_10 + step
+        out = taint_event(r, "p1", step)
+        assert evicted(fake_api) == ["a-7d9f8-0"], f"at +{step}s: {out['evictions']}"
+        assert any(b["reason"].startswith("budget:") for b in out["blocked"]), (step, out["blocked"])
+    # the workload is whole again: the next run that reads every pod (the sweep, a balance run)
+    # sees it and frees the budget; a node's run alone cannot tell (docs/safety.md)
+    replacement["status"]["conditions"] = READY
+    fake_api.update(replacement)
+    clock.t = THU_10 + 210
+    out = r.run_requested(Trigger(ev.PING, "sweep"), parse_sweep_data(None))
+    assert evicted(fake_api) == ["a-7d9f8-0", "b-7d9f8-0"], [b["reason"] for b in out["blocked"]]

@@ -90,7 +90,9 @@ class BudgetCheck:
         self.down_ns: dict[str, int] = {}
         self.down_strategy: dict[str, int] = {}
         for mv in ledger.moves.values():
-            for f in mv.inflight:
+            # in flight, and past the replacement timeout but not replaced yet (lingering): a pod
+            # counts until its workload is whole again, whatever the safety switch says
+            for f in (*mv.inflight, *mv.lingering):
                 self._count(_ns_of(f.pod), mv.strategy)
         self._selected: dict[tuple[int, str], bool] = {}
 

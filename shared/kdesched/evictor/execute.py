@@ -107,6 +107,12 @@ class OncePerInterval:
 PACED_EVENTS = OncePerInterval(PACED_EVENT_INTERVAL_SECONDS)
 
 Sleep = Callable[[float], None]
+MIN_ATTEMPT_SECONDS = 1.0  # an attempt needs at least this long before the deadline to be sent
+
+
+class DeadlinePassed(Exception):
+    """An eviction's admission deadline came before its next attempt (never retried)."""
+
 KeepGoing = Callable[[], "str | None"]
 """Asked before each eviction is started: None = go on, a string = why to stop (every eviction not
 started yet is then ``abandoned`` with that reason)."""
@@ -160,7 +166,11 @@ class Executor(Protocol):
     """Acts on a run's planned evictions; one outcome per eviction, in order, never raising for one."""
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]: ...
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
+        """``deadline`` (local monotonic seconds): no eviction is sent, and no attempt is under way,
+        after it; the ledger admitted the evictions until then (kdesched.reactor.admit)."""
+        ...
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
         """Report evictions the per-workload allowance held back (``paced``, with why): log, metrics
@@ -230,7 +240,8 @@ class RecordingExecutor:
         return 0
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
         out = []
         latch = _StopLatch(keep_going)
         for e in evictions:
@@ -367,11 +378,12 @@ class LiveExecutor:
 
     def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
                  sleep: Sleep = time.sleep, max_concurrent: int | None = None,
-                 event_retry: RetrySettings = EVENT_RETRY) -> None:
+                 event_retry: RetrySettings = EVENT_RETRY, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.retry = retry
         self.events = events
         self.sleep = sleep
+        self.clock = clock  # the deadline's clock (local monotonic)
         self.event_retry = event_retry
         self.max_concurrent = max_concurrent if max_concurrent is not None else client.max_concurrent_evictions
         if self.max_concurrent < 1:
@@ -394,17 +406,21 @@ class LiveExecutor:
             self._events_lost += sender.lost
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
         sender = self._event_sender(len(evictions))
         latch = _StopLatch(keep_going)
 
         def one(e: PlannedEviction) -> EvictionOutcome:
             why = latch.stop_reason()
+            if why is None and deadline is not None and self.clock() > deadline - MIN_ATTEMPT_SECONDS:
+                why = ("its admission's deadline passed before it could be sent (queued behind other evictions); "
+                       "the ledger no longer counts it, the next run re-decides")
             if why is not None:
                 outcome = _abandoned(e, why)
             else:
                 try:
-                    outcome = self._evict(e, grace_period_seconds)
+                    outcome = self._evict(e, grace_period_seconds, deadline)
                 except Exception as exc:  # one eviction's bug or surprise must not stop the others
                     log.exception("evicting %s failed unexpectedly", _label(e))
                     outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1,
@@ -441,7 +457,8 @@ class LiveExecutor:
                 self._drain(sender)
         return out
 
-    def _evict(self, e: PlannedEviction, grace_period_seconds: int | None) -> EvictionOutcome:
+    def _evict(self, e: PlannedEviction, grace_period_seconds: int | None,
+               deadline: float | None = None) -> EvictionOutcome:
         pod = e.pod
         annotations = {REASON_ANNOTATION: f"triggered by {e.profile}/{e.strategy}: {e.reason}",
                        REQUESTED_BY_ANNOTATION: REQUESTED_BY}
@@ -450,10 +467,18 @@ class LiveExecutor:
 
         def attempt() -> None:
             nonlocal attempts, lost
+            timeout: float | None = None
+            if deadline is not None:
+                # each attempt ends by the deadline, on the API server too (?timeout=): an eviction
+                # the ledger stopped counting can never land afterwards
+                timeout = deadline - self.clock()
+                if timeout < MIN_ATTEMPT_SECONDS:
+                    raise DeadlinePassed(f"its admission's deadline passed after {attempts} attempt(s)")
             attempts += 1
             try:
                 self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
-                                      grace_period_seconds=grace_period_seconds, annotations=annotations)
+                                      grace_period_seconds=grace_period_seconds, annotations=annotations,
+                                      **({"timeout": timeout} if timeout is not None else {}))
             except Unavailable as exc:
                 if exc.maybe_sent:
                     lost = lost or f"the answer to attempt {attempts} was lost ({exc.message})"
@@ -465,6 +490,12 @@ class LiveExecutor:
 
         try:
             _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
+        except DeadlinePassed as exc:
+            if lost:
+                confirmed = self._confirm(e, lost)
+                if confirmed is not None:
+                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            return _abandoned(e, f"{exc}; the ledger no longer counts it, the next run re-decides")
         except (NotFound, Conflict) as exc:
             if lost:
                 confirmed = self._confirm(e, lost)

@@ -562,8 +562,16 @@ class KubeClient:
         body = {"apiVersion": res.group_version, "kind": res.kind, **obj}
         return self._json("PUT", res.path(meta.get("namespace") if res.namespaced else None, name), body=body)
 
+    def delete_raw(self, kind: str, name: str, namespace: str | None = None, *, resource_version: str = "") -> None:
+        """DELETE one object; with ``resource_version``, Conflict if it changed meanwhile. NotFound if absent."""
+        res = resource_for(kind)
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if resource_version:
+            body["preconditions"] = {"resourceVersion": resource_version}
+        self._json("DELETE", res.path(namespace if res.namespaced else None, name), body=body)
+
     def evict_pod(self, namespace: str, name: str, *, uid: str | None, grace_period_seconds: int | None,
-                  annotations: Mapping[str, str]) -> None:
+                  annotations: Mapping[str, str], timeout: float | None = None) -> None:
         """POST a policy/v1 Eviction; the API server enforces PDBs (429) and the uid precondition (409).
 
         The uid precondition makes sure a same-named replacement (a StatefulSet pod) is never
@@ -580,7 +588,16 @@ class KubeClient:
         }
         if delete_options:
             body["deleteOptions"] = delete_options
-        self._json("POST", RESOURCES["Pod"].path(namespace, name, "eviction"), body=body)
+        path = RESOURCES["Pod"].path(namespace, name, "eviction")
+        if timeout is None:
+            self._json("POST", path, body=body)
+            return
+        # bounded on both sides: the API server abandons the request at ``timeout`` too (its
+        # request deadline, ?timeout=), so an eviction whose answer this client stopped waiting for
+        # cannot land later (an admission's deadline, kdesched.evictor.execute)
+        seconds = max(1, int(timeout))
+        resp = self._send("POST", path, query=[("timeout", f"{seconds}s")], body=body, timeout=seconds + 0.5)
+        self._read(resp)
 
     def create_event(self, *, namespace: str, name: str, uid: str | None = None, reason: str, note: str,
                      event_type: str = "Normal", action: str = EVENT_ACTION, kind: str = "Pod",

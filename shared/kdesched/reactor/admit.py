@@ -27,12 +27,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
+from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.errors import ApiError
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
@@ -43,12 +44,15 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.controls import Brake, Controlled, Controls
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
-from kdesched.reactor.limits import GateLog, RateLimiter, make_gate
+from kdesched.reactor.limits import ClusterBucket, GateLog, make_gate
 
 log = logging.getLogger("kdesched.reactor.admit")
 
 MAX_ATTEMPTS = 12  # conditional writes lost in a row before the run gives up (429: try again later)
 REFUSED = frozenset({400, 401, 403, 404, 422})  # the API server will not take the write: no retry
+# how long after its admission an eviction may still be sent: the executor's retry budget
+# (kdesched.evictor.execute.RetrySettings.max_total_seconds), enforced on every attempt
+DEFAULT_DEADLINE_SECONDS = 60.0
 EVICTED = frozenset({"evicted", "already-gone"})
 # refusals that last only while something else settles (a replacement getting Ready, another run's
 # eviction): a node-scoped run refused so repeats like a paced one (kdesched.reactor.continuation)
@@ -105,6 +109,9 @@ class Decided:
     notes: tuple[str, ...] = field(default_factory=tuple)
     controlled: Controlled | None = None  # what the controls deferred (the plan above is what they let through)
     brake: Brake = field(default_factory=lambda: Brake(False))
+    # local monotonic time after which no eviction of this run may be sent or still be under way:
+    # the ledger entries say the same in server time, so other runs know when it can no longer land
+    deadline: float | None = None
 
     @property
     def retry_at(self) -> float | None:
@@ -139,47 +146,66 @@ def pods_by_workload(snapshot: Snapshot, keys: Collection[str]) -> dict[str, lis
     return out
 
 
-def admissions_of(plan: RunPlan, scope: str) -> tuple[Admission, ...]:
-    """The plan's evictions as the ledger records them: wave 0 in flight, later waves held."""
+def admissions_of(plan: RunPlan, scope: str, snapshot: Snapshot | None = None) -> tuple[Admission, ...]:
+    """The plan's evictions as the ledger records them: wave 0 in flight, later waves held. Each
+    carries its workload's expected and Ready counts (the count its move settles back to), also
+    when the plan is not paced (``kdesched.safety.enabled: false``): a budget then still counts the
+    pod until its replacement is Ready, not until the next settle."""
     pacing = plan.pacing
     out: list[Admission] = []
+    counts: dict[str, tuple[int, int]] = {}
     for i, e in enumerate(plan.evictions):
         if pacing is None:
-            out.append(Admission(e.pod, e.strategy, False, scope))
+            expected, ready = _counts(e.pod, snapshot, counts)
+            out.append(Admission(e.pod, e.strategy, False, scope, "", expected, ready))
             continue
         step = pacing.steps[i]
         known = pacing.workloads.get(step.workload) if step.workload is not None else None
         status = known.status if known is not None else None
-        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope, step.destination,
-                             status.expected if status else 0, status.ready if status else 0))
+        expected, ready = (status.expected, status.ready) if status else _counts(e.pod, snapshot, counts)
+        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope, step.destination, expected, ready))
     return tuple(out)
 
 
+def _counts(pod: Pod, snapshot: Snapshot | None, memo: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """(pods, Ready pods) of ``pod``'s workload in the snapshot: what its move waits to get back to."""
+    if snapshot is None:
+        return 0, 0
+    key = workload_key(pod)
+    if key not in memo:
+        pods = pods_by_workload(snapshot, [key]).get(key, []) if not key.startswith("Pod/") else [pod]
+        live = [p for p in pods if not p.terminating and not p.terminal]
+        memo[key] = (len(live), sum(1 for p in live if pod_ready(p)))
+    return memo[key]
+
+
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
-           dry_run: bool, now: float, limiter: RateLimiter, cooldowns: Cooldowns, stop_when_spent: bool,
+           dry_run: bool, now: float, bucket: ClusterBucket | None, cooldowns: Cooldowns, stop_when_spent: bool,
            checkpoint: Callable[[], None] = lambda: None, controls: Controls | None = None,
-           trigger: str = "", clock: Callable[[], float] | None = None) -> Decided:
+           trigger: str = "", clock: Callable[[], float] | None = None,
+           deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> Decided:
     """Plan the run against the ledger and admit it (see the module docstring). ``trigger`` is the
     run's label (taints, affinity, rebalance, sweep, manual, continuation) that disruption windows
-    may filter on. Raises
+    may filter on; ``deadline_seconds``: how long after its admission an eviction may still be
+    sent (the executor enforces it: :attr:`Decided.deadline`). Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
     while True:
         attempts += 1
         read = store.read()
-        keys = [k for k, mv in read.ledger.moves.items() if mv.active]
+        # a run that lost a commit race plans as if its earlier write had not happened: what it
+        # admits now replaces it (kdesched.reactor.ledger_store)
+        current = read.ledger.without_run(run)
+        keys = [k for k, mv in current.moves.items() if mv.kept]
         pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
-        settled = read.ledger.settle(pods_of, now, safety.replacement_timeout_seconds,
-                                     snapshot.nodes if scope.complete else None)
+        settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
+                                 snapshot.nodes if scope.complete else None)
         ledger = settled.ledger
-        m.LEDGER_MOVES.set(len(ledger.moves))
+        m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
         brake = controls.brake(snapshot, scope.complete, ledger, now) if controls is not None else Brake(False)
-        # a dry run (or a repeat after a lost write) must not spend the real buckets: plan on a copy;
-        # the admitted evictions take their tokens once the write has succeeded
-        gate, gate_log = make_gate(ledger, limiter.clone(), now=now, workload_seconds=cooldowns.workload_seconds,
-                                   node_seconds=cooldowns.node_seconds, consume=True,
-                                   stop_when_spent=stop_when_spent,
+        gate, gate_log = make_gate(ledger, bucket, now=now, workload_seconds=cooldowns.workload_seconds,
+                                   node_seconds=cooldowns.node_seconds, stop_when_spent=stop_when_spent,
                                    backoff_base_seconds=cooldowns.backoff_base_seconds,
                                    backoff_max_seconds=cooldowns.backoff_max_seconds)
         plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
@@ -187,25 +213,26 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         controlled = (controls.apply(plan, brake, ledger, snapshot, trigger, now) if controls is not None
                       else Controlled(plan))
         plan = controlled.plan
-        admissions = admissions_of(plan, scope.key)
+        admissions = admissions_of(plan, scope.key, snapshot)
         notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
-        if dry_run or (not admissions and not settled.changed and not brake.record_unhealthy):
+        own = read.ledger.written_by(run)  # an earlier attempt's records to replace
+        if dry_run or (not admissions and not settled.changed and not brake.record_unhealthy and not own):
             return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake)
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
         stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
-        new = ledger.admit(admissions, stamp, run).prune(stamp, cooldowns.keep_seconds, cooldowns.max_entries,
-                                                         cooldowns.backoff_keep_seconds)
+        started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
+        new = ledger.admit(admissions, stamp, run, deadline_seconds).prune(
+            stamp, cooldowns.keep_seconds, cooldowns.max_entries, cooldowns.backoff_keep_seconds)
+        if bucket is not None:
+            new = replace(new, bucket=bucket.drawn(ledger.bucket, stamp, sum(1 for a in admissions if not a.held)))
         if brake.record_unhealthy:
             new = new.with_unhealthy(now)
         if _write(store, read, new, run):
-            for a in admissions:
-                if not a.held:
-                    limiter.charge(a.pod.node_name, a.pod.namespace)
             if attempts > 1:
                 notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                              "meanwhile; this plan was made again against them)")
             return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes), controlled,
-                           brake)
+                           brake, started + deadline_seconds)
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
@@ -214,16 +241,16 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
 
 def _write(store: LedgerStore, read: LedgerRead, new: Ledger, run: str) -> bool:
     """The conditional write. A failure that may or may not have been carried out (a 5xx, a dropped
-    connection) is settled by reading the record back: it holds this run's admissions (the write
-    went through, its answer was lost) or it does not (lost: plan again). Retrying is safe because
-    the write is conditional on the resourceVersion read. Only a refusal (403, 404, 422) raises."""
+    connection) is settled by reading the commit record back: this run's commit is there (the
+    write went through, its answer was lost) or it is not (plan again). Retrying is safe: every
+    write is conditional on what was read. Only a refusal (403, 404, 422) raises."""
     try:
-        return store.write(read, new)
+        return store.write(read, new, run)
     except ApiError as exc:
         if exc.status in REFUSED:
             raise
         log.info("ledger write: %s; reading it back", exc)
-        return bool(new.moves) and store.read().ledger.written_by(run)
+        return store.read().committed_by == run
 
 
 def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[EvictionOutcome]) -> str:

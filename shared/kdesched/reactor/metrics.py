@@ -60,6 +60,8 @@ LEDGER_WRITES = Counter("kdesched_ledger_writes_total",
                         "wrote it first; the run re-read and decided again).", ["result"], registry=REGISTRY)
 LEDGER_MOVES = Gauge("kdesched_ledger_moves", "Workloads with a move in progress in the disruption ledger, as this "
                      "process last read it.", registry=REGISTRY)
+LEDGER_RECORDS = Gauge("kdesched_ledger_records", "Workload records of the disruption ledger (one Lease each: moves in "
+                       "progress and cool-downs still running), as this process last read them.", registry=REGISTRY)
 CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         "Repeats of runs that held paced evictions (or were held by a cool-down), by outcome: "
                         "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out.",

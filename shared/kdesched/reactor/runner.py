@@ -79,7 +79,7 @@ from kdesched.reactor.events import (
 )
 from kdesched.reactor.ledger_store import LedgerStore
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.limits import RateLimiter
+from kdesched.reactor.limits import ClusterBucket
 from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
@@ -118,11 +118,12 @@ class Reactor:
         self.identity = identity or default_identity()
         self.wall_clock = wall_clock
         self.stop = stop or threading.Event()
-        self.limiter = RateLimiter(settings.rate_limits, mono_clock)
+        g = settings.rate_limits.global_
+        self.bucket = ClusterBucket(g.per_minute, g.burst) if g is not None else None
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
         self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
                                    max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
-                                   settings.history_max_entries, settings.wasted_move_base_seconds,
+                                   0, settings.wasted_move_base_seconds,  # 0: no entry cap (records per workload)
                                    settings.wasted_move_max_seconds)
         # the operator's controls at admission: health brake, disruption windows and budgets
         self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
@@ -367,7 +368,7 @@ class Reactor:
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
-                             limiter=self.limiter, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
+                             bucket=self.bucket, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
                              checkpoint=checkpoint, controls=self.controls, trigger=label,
                              clock=self.wall_clock)
             for why in decided.gate.refusals:
@@ -384,7 +385,7 @@ class Reactor:
             report = execute_plan(decided.plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
                                   grace_period_seconds=policy.grace_period_seconds,
                                   failure_events=policy.eviction_failure_event_notification, started=started,
-                                  keep_going=keep_going)
+                                  keep_going=keep_going, deadline=decided.deadline)
             if decided.controlled is not None:
                 report = with_deferred(report, decided.controlled)  # the evictions the controls deferred
             notes = list(decided.notes)

@@ -23,12 +23,14 @@ cooldown.nodeSeconds            300        no eviction from a node evicted from 
 cooldown.wastedMoveBaseSeconds  workload   a wasted move backs its workload off this long for the strategy
                                 seconds    (x2 per consecutive wasted move); default workloadSeconds, 300 if 0
 cooldown.wastedMoveMaxSeconds   3600       cap of that back-off (checked moves, docs/safety.md)
-rateLimits.global               60/min, burst 30   token bucket over every eviction of this instance
-rateLimits.perNode              12/min, burst 10   token bucket per source node
-rateLimits.perNamespace         30/min, burst 15   token bucket per namespace
+rateLimits.global               300/min,   one token bucket over every eviction, cluster-wide (kept in the
+                                burst 100  disruption ledger); null disables it
+rateLimits.perNode/perNamespace removed    0.1's per-process buckets: only null is accepted (the node
+                                           cool-down and namespace budgets cover them; docs/safety.md)
 topologyKeys                    []         extra node label keys that count as topology labels
 sweepIntervalSeconds            900        ``kdesched serve`` periodic full run (0 disables)
-historyMaxEntries               1000       bound of the eviction history kept in the Lease
+historyMaxEntries               1000       accepted for 0.1 policies; the ledger is split per workload and
+                                           has no entry cap any more (docs/design.md)
 safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
 healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
 disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
@@ -80,11 +82,10 @@ class BucketSettings:
 
 @dataclass(frozen=True, slots=True)
 class RateLimitSettings:
-    """Eviction rate limits per unit of time (None = that bucket is disabled)."""
+    """Eviction rate limits per unit of time (None = disabled): one cluster-wide bucket. A pool
+    maintenance of 200 pods in waves of 50 fits in its burst and refill (docs/safety.md)."""
 
-    global_: BucketSettings | None = BucketSettings(60, 30)
-    per_node: BucketSettings | None = BucketSettings(12, 10)
-    per_namespace: BucketSettings | None = BucketSettings(30, 15)
+    global_: BucketSettings | None = BucketSettings(300, 100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,11 +255,13 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
 
     rates_raw = r.mapping(block.get("rateLimits"), "kdesched.rateLimits", ("global", "perNode", "perNamespace"))
     defaults = RateLimitSettings()
-    rates = RateLimitSettings(
-        r.bucket(rates_raw, "global", "kdesched.rateLimits", defaults.global_),
-        r.bucket(rates_raw, "perNode", "kdesched.rateLimits", defaults.per_node),
-        r.bucket(rates_raw, "perNamespace", "kdesched.rateLimits", defaults.per_namespace),
-    )
+    rates = RateLimitSettings(r.bucket(rates_raw, "global", "kdesched.rateLimits", defaults.global_))
+    removed_buckets = (("perNode", "cooldown.nodeSeconds"),
+                       ("perNamespace", "disruptionBudgets with a namespaceSelector"))
+    for removed, instead in removed_buckets:
+        if rates_raw.get(removed) is not None:
+            errors.append(f"kdesched.rateLimits.{removed}: removed in 0.2 (a bucket per process bounded nothing "
+                          f"cluster-wide and stalled maintenances); use {instead}, or null (docs/safety.md)")
 
     topo: tuple[str, ...] = ()
     raw_topo = block.get("topologyKeys")
