@@ -66,6 +66,7 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
 from kdesched.reactor.events import PING, kinds_needed
+from kdesched.reactor.ledger_store import LEDGER_LABEL
 from kdesched.reactor.loaders import CachedLoader
 from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
@@ -323,6 +324,11 @@ class ReactorServer:
                 get_lease(self.client, ns, name)
             except (Forbidden, NotFound) as exc:
                 raise LeaseAccessError(lease_access_message(exc, "get", ns, name, names)) from None
+        try:  # the disruption ledger's workload records are LISTed by every evicting run
+            self.client.list_raw("Lease", namespace=ns, label_selector=f"{LEDGER_LABEL}={self.settings.lease_name}")
+        except (Forbidden, NotFound) as exc:
+            raise LeaseAccessError(lease_access_message(exc, "list", ns, f"(ledger records {LEDGER_LABEL}="
+                                                        f"{self.settings.lease_name})", names)) from None
         run_lock = LeaseLock(self.client, ns, self.settings.lease_name, self.identity,
                              self.settings.lease_duration_seconds)
         try:
