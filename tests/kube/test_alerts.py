@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import socket
 import time
 import urllib.parse
@@ -13,9 +14,12 @@ from typing import Any
 
 import pytest
 from kdesched.admission.alerts import AlertReason, judge, parse_alert_brake
+from kdesched.kube.client import KubeClient
 from kdesched.kube.prometheus import read_alerts, settle_query
+from kdesched.kube.usage import read_brake_alerts
 from kdesched.model.alerts import Alert
 
+from tests.fakeapi import FakeApiServer
 from tests.kube.test_usage import Stub, reply
 
 ALERTS = {"status": "success", "data": {"alerts": [
@@ -176,3 +180,20 @@ def test_https_with_a_missing_ca_file_names_the_setting(tmp_path: Path) -> None:
     assert r.error.startswith(f"cannot load the CA for Prometheus at https://127.0.0.1:1 (kdesched.alertBrake.caFile "
                               f"{str(tmp_path / 'nope.pem')!r}): ")
 
+
+
+def test_token_from_the_secret_as_metrics_providers(fake_api: FakeApiServer, kube: KubeClient, stub: Any,
+                                                    tmp_path: Path) -> None:
+    server = stub(routes())
+    fake_api.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": "mon"},
+                  "data": {"prometheusAuthToken": base64.b64encode(b"abc\n").decode()}})
+    r = read_brake_alerts(kube, server.url, secret_namespace="mon", secret_name="tok", settle_seconds=30)
+    assert r.error == "" and len(r.alerts) == 2 and r.recent
+    assert [h["Authorization"] for _, h in server.requests] == ["Bearer abc", "Bearer abc"]
+    token = tmp_path / "token"
+    token.write_text("from-file")
+    assert read_brake_alerts(kube, server.url, token_file=str(token)).error == ""
+    assert server.requests[-1][1]["Authorization"] == "Bearer from-file"
+    missing = read_brake_alerts(kube, server.url + "/", secret_namespace="mon", secret_name="nope")
+    assert missing.error == "the Prometheus token Secret mon/nope does not exist (kdesched.alertBrake.authToken)"
+    assert missing.source == server.url and len(server.requests) == 3  # Prometheus not asked

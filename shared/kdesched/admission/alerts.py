@@ -20,11 +20,14 @@ on Prometheus alerts for the same reason (``--alert-filter-regexp``, ``--alert-f
 * Prometheus unreachable, or an answer that cannot be read: the brake holds (fail closed, as kured:
   "Reboot blocked: prometheus query error"), saying why; ``failClosed: false`` lets evictions go on.
 
-Pure: the reading comes from :func:`kdesched.kube.prometheus.read_alerts`; :func:`judge` decides.
-Wiring (one line in the admission pipeline)::
+Pure: the reading comes from :func:`kdesched.kube.usage.read_brake_alerts` (the token as
+``metricsProviders`` takes it, then :func:`kdesched.kube.prometheus.read_alerts`); :func:`judge`
+decides. Wiring (one line in the admission pipeline, ``s = settings.alert_brake``)::
 
-    verdict = judge(read_alerts(s.url, token=token, token_file=s.token_file, ca_file=s.ca_file,
-                                timeout=s.timeout_seconds, settle_seconds=s.settle_seconds), s)
+    verdict = judge(read_brake_alerts(client, s.url, secret_namespace=s.token_secret_namespace,
+                                      secret_name=s.token_secret_name, token_file=s.token_file,
+                                      ca_file=s.ca_file, timeout=s.timeout_seconds,
+                                      settle_seconds=s.settle_seconds), s) if s.enabled else None
 
 A held verdict defers every eviction of the run (like the health brake) and asks to re-decide in
 ``retry_after`` seconds.
@@ -184,12 +187,13 @@ def parse_alert_brake(raw: Any, path: str = "kdesched.alertBrake") -> AlertBrake
     d = AlertBrakeSettings()
     enabled = f.boolean("enabled", d.enabled)
 
+    before = len(errors)
     url = f.string("url", "an http(s) URL")
     if url:
         problem = _url_problem(url)
         if problem:
             f.error("url", f"{problem}, got {_show(url)}")
-    elif enabled and block.get("url") is None:
+    elif enabled and len(errors) == before:
         f.error("url", "is required when the alert brake is enabled (Prometheus' base URL)")
 
     namespace = name = ""
