@@ -124,6 +124,25 @@ def test_prometheus_slow(stub: Any) -> None:
     assert r.error == f"Prometheus at {server.url} did not answer within 0.3s (kdesched.alertBrake.timeoutSeconds)"
 
 
+def test_a_trickling_answer_has_the_deadline_too(stub: Any) -> None:
+    def trickle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        try:
+            for _ in range(40):  # one byte every 0.1 s: each read is quick, the answer is not
+                h.wfile.write(b" ")
+                h.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+    server = stub(trickle)
+    started = time.monotonic()
+    r = read_alerts(server.url, timeout=0.5)
+    assert time.monotonic() - started < 1.5
+    assert r.error == f"Prometheus at {server.url} did not answer within 0.5s (kdesched.alertBrake.timeoutSeconds)"
+
+
 def test_huge_body_is_bounded(stub: Any) -> None:
     def huge(h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)

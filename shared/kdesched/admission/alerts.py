@@ -305,5 +305,5 @@ def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
                 f"alert brake: alert(s) {_filter_words(settings)} were {what} in Prometheus at {where} within "
                 f"alertBrake.settleSeconds ({settings.settle_seconds:g}s): {_named(dict.fromkeys(left, 1))}; "
                 f"evictions resume in {math.ceil(wait)}s if they stay resolved"),
-                wait, tuple(sorted(left)))
+                max(wait, 1.0), tuple(sorted(left)))
     return AlertVerdict(False)

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,6 +38,7 @@ MAX_ALERTS_BYTES = 32 << 20  # ~30,000 alerts with their labels and annotations;
 TIMEOUT_KEYS = {"kdesched.usage": "prometheusTimeoutSeconds"}
 CA_KEYS = {"kdesched.usage": "prometheusCAFile"}
 BODY_SNIPPET = 200
+READ_CHUNK = 1 << 16
 
 
 def tls_context(ca_file: str) -> ssl.SSLContext:
@@ -71,13 +73,27 @@ def _get_json(url: str, base: str, *, token: str, ca_file: str, timeout: float, 
     except (OSError, ssl.SSLError) as exc:
         return None, (f"cannot load the CA for {where} ({settings}.{CA_KEYS.get(settings, 'caFile')} "
                       f"{ca_file!r}): {exc}")
+    deadline = time.monotonic() + timeout
     try:
         if opener is not None:
             response = opener(request, timeout=timeout)
         else:
             response = urllib.request.urlopen(request, timeout=timeout, context=context)
         with response:
-            body = response.read(max_bytes + 1)
+            # the socket timeout bounds each read, not the answer: a server (or proxy) that trickles
+            # bytes would hold the run for as long as it likes, so the whole body has the deadline too
+            read = getattr(response, "read1", response.read)  # read1: what has arrived, not a full chunk
+            chunks: list[bytes] = []
+            size = 0
+            while size <= max_bytes:
+                chunk = read(min(READ_CHUNK, max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    return None, late
+            body = b"".join(chunks)
             status = response.status
     except urllib.error.HTTPError as exc:
         return None, f"{where} answered HTTP {exc.code} to {what}{_error_detail(exc)}"
