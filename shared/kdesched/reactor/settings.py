@@ -33,6 +33,7 @@ historyMaxEntries               1000       accepted for 0.1 policies; the ledger
                                            has no entry cap any more (docs/design.md)
 safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
 healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
+alertBrake                      disabled   kdesched.admission.alerts: no eviction while named Prometheus alerts fire
 disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
 disruptionBudgets               []         kdesched.evictor.budgets: at most N or N% unavailable through kdesched
 usage                           see below  kdesched.policy.usage: Prometheus CA and timeout, the young-node rule
@@ -49,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdesched.admission.alerts import AlertBrakeSettings, parse_alert_brake
 from kdesched.evictor.budgets import Budget
 from kdesched.evictor.health import HealthBrakeSettings
 from kdesched.evictor.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
@@ -114,6 +116,7 @@ class ReactorSettings:
     broker_url: str = ""
     safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
     health_brake: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
+    alert_brake: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)  # kdesched.admission.alerts
     windows: tuple[Window, ...] = ()
     budgets: tuple[Budget, ...] = ()
     usage: UsageSettings = field(default_factory=UsageSettings)  # kdesched.policy.usage
@@ -212,8 +215,8 @@ class _Reader:
 
 KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
               "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
-              "historyMaxEntries", "dryRun", "safety", "healthBrake", "disruptionWindows", "disruptionBudgets",
-              "usage")
+              "historyMaxEntries", "dryRun", "safety", "healthBrake", "alertBrake", "disruptionWindows",
+              "disruptionBudgets", "usage")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -273,6 +276,11 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
 
     events, overridden = validate_event_map(block.get("events"), policy, errors)
     brake = parse_health_brake(r, block.get("healthBrake"))
+    alert_brake = AlertBrakeSettings()
+    try:
+        alert_brake = parse_alert_brake(block.get("alertBrake"))
+    except PolicyError as exc:
+        errors.extend(exc.errors)
     windows = parse_windows(block.get("disruptionWindows"), errors)
     budgets = parse_budgets(block.get("disruptionBudgets"), errors)
 
@@ -302,7 +310,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, wasted_move_base_seconds=wasted_base,
         wasted_move_max_seconds=wasted_max, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake,
+        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake, alert_brake=alert_brake,
         windows=windows, budgets=budgets, usage=usage,
     )
 
