@@ -1,6 +1,6 @@
 """The alert brake: no eviction while Prometheus alerts the operator named are firing.
 
-Why: the health brake (:mod:`kdesched.evictor.health`) watches the nodes; what runs on them can be
+Why: the health brake (:mod:`kdesched.admission.health`) watches the nodes; what runs on them can be
 unwell while every node is Ready: a database resyncing a replica, an etcd member down, a storage
 pool degraded, an SLO burning. Moving pods then adds restarts and cold caches exactly where there
 is no slack, and the workload's own alerts are the best signal of that. kured holds node reboots
@@ -39,14 +39,16 @@ import enum
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from kdesched.admission.control import Check, RunContext
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.alerts import FIRING, Alert, AlertsReading
 from kdesched.policy.errors import PolicyError
 
-__all__ = ["Alert", "AlertBrakeSettings", "AlertReason", "AlertVerdict", "AlertsReading", "judge",
+__all__ = ["Alert", "AlertBrake", "AlertBrakeSettings", "AlertReason", "AlertVerdict", "AlertsReading", "judge",
            "parse_alert_brake"]
 
 KNOWN_KEYS = ("enabled", "url", "authToken", "tokenFile", "caFile", "timeoutSeconds", "alertFilterRegexp",
@@ -307,3 +309,33 @@ def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
                 f"evictions resume in {math.ceil(wait)}s if they stay resolved"),
                 max(wait, 1.0), tuple(sorted(left)))
     return AlertVerdict(False)
+
+
+# --- the pipeline's control ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AlertBrake:
+    """The pipeline's second control: no eviction while the alerts the operator named are firing.
+    The reading is taken by the reactor before the run decides (``RunContext.alerts``)."""
+
+    settings: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)
+    name: str = "alert-brake"
+
+    def start(self, ctx: RunContext) -> Check:
+        return _AlertCheck(self.settings, ctx)
+
+
+class _AlertCheck(Check):
+    def __init__(self, settings: AlertBrakeSettings, ctx: RunContext) -> None:
+        self.verdict: AlertVerdict | None = None
+        if settings.enabled:
+            reading = ctx.alerts if ctx.alerts is not None else AlertsReading(
+                source=settings.url, error="the alerts were not read for this run")
+            self.verdict = judge(reading, settings)
+        self.now = ctx.now
+
+    def run(self) -> Verdict | None:
+        v = self.verdict
+        if v is None or not v.holds:
+            return None
+        return Verdict(Reason.ALERT_BRAKE, v.message, self.now + (v.retry_after or 30.0))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kdesched.admission.pipeline import Pipeline
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import (
@@ -46,15 +47,16 @@ from kdesched.evictor.ledger import (
 )
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
-from kdesched.kube.usage import MetricsCollector, read_usage
+from kdesched.kube.usage import MetricsCollector, read_brake_alerts, read_usage
+from kdesched.model.alerts import AlertsReading
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes, waiting_workloads
+from kdesched.reactor.admit import Decided, Retention, RunScope, decide, record_outcomes, waiting_workloads
 from kdesched.reactor.classifier import digest_of
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.controls import Controls, NamespaceLabels, with_deferred
+from kdesched.reactor.controls import BrakeStatus, NamespaceLabels, with_deferred
 from kdesched.reactor.coordination import (
     Coalescer,
     KeyedCoalescers,
@@ -79,7 +81,6 @@ from kdesched.reactor.events import (
 )
 from kdesched.reactor.ledger_store import LedgerStore
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.limits import ClusterBucket
 from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
@@ -118,16 +119,12 @@ class Reactor:
         self.identity = identity or default_identity()
         self.wall_clock = wall_clock
         self.stop = stop or threading.Event()
-        g = settings.rate_limits.global_
-        self.bucket = ClusterBucket(g.per_minute, g.burst) if g is not None else None
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
-        self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
-                                   max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
-                                   0, settings.wasted_move_base_seconds,  # 0: no entry cap (records per workload)
-                                   settings.wasted_move_max_seconds)
-        # the operator's controls at admission: health brake, disruption windows and budgets
-        self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
-                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
+        # every control at admission, in one order, built once for this policy (kdesched.admission)
+        self.pipeline = Pipeline.build(settings.admission)
+        self.retention = Retention.of(settings.admission)
+        self.namespace_labels = NamespaceLabels(lambda: client.list_raw("Namespace").items)
+        self.brake_status = BrakeStatus(clock=wall_clock)  # the health brake's last decision, for /readyz
         # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
         self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
         self.balance_lock = threading.Lock()
@@ -331,12 +328,21 @@ class Reactor:
             with guard:
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
                 snapshot = self._with_usage(policy, snapshot)
-                # leased runs stop planning once the global bucket is empty (reactor.limits.make_gate)
+                # leased runs stop planning once the cluster-wide bucket is empty (kdesched.admission.bucket)
                 return self._decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, guard=guard,
                                                 stop_when_spent=True)
         except LockBusy:
             m.LOCK_BUSY.labels(label).inc()
             raise
+
+    def _alerts(self) -> AlertsReading | None:
+        """The alert brake's reading for one run (kdesched.admission.alerts), when it is on."""
+        s = self.settings.alert_brake
+        if not s.enabled:
+            return None
+        return read_brake_alerts(self.client, s.url, secret_namespace=s.token_secret_namespace,
+                                 secret_name=s.token_secret_name, token_file=s.token_file, ca_file=s.ca_file,
+                                 timeout=s.timeout_seconds, settle_seconds=s.settle_seconds)
 
     def _with_usage(self, policy: Policy, snapshot: Any) -> Any:
         """The snapshot plus the measured usage the policy balances on (LowNodeUtilization's
@@ -368,11 +374,12 @@ class Reactor:
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
-                             bucket=self.bucket, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint, controls=self.controls, trigger=label,
-                             clock=self.wall_clock)
-            for why in decided.gate.refusals:
-                m.REFUSALS.labels(m.refusal_kind(why)).inc()
+                             pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
+                             checkpoint=checkpoint, trigger=label, clock=self.wall_clock,
+                             namespace_labels=self.namespace_labels, alerts=self._alerts(),
+                             brake_status=self.brake_status)
+            for verdict in decided.admission.refused:
+                m.REFUSALS.labels(verdict.reason.value).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:
@@ -415,11 +422,13 @@ class Reactor:
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
-        until = decided.gate.cooldown_until if cooldown_repeat else None
+        until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
             # the controls deferred evictions: re-decide when they may pass (reactor.controls)
-            until, why = decided.retry_at, "the health brake" if decided.brake.holds else "a disruption window or budget"
+            brake = decided.admission.brake
+            until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
+                                            else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
         return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
 
@@ -449,7 +458,7 @@ class Reactor:
             if c.seconds is not None:
                 m.MOVE_READY.labels(c.strategy).observe(c.seconds)
         backoffs = decided.settled.ledger.backoffs
-        cd = self.cooldowns
+        cd = self.settings.admission
 
         def backoff_note(c: CheckedMove) -> str:
             b = backoffs.get(backoff_key(c.workload, c.strategy))

@@ -230,7 +230,7 @@ class ReactorServer:
         if self.cache is not None and not self.cache.disabled and self.cache.unsynced():
             return False, f"leader, {self.cache.describe()}"
         cache = f"; {self.cache.describe()}" if self.cache is not None else ""
-        brake = self.reactor.controls.status()  # the health brake holds evictions: ready all the same
+        brake = self.reactor.brake_status.status()  # the health brake holds evictions: ready all the same
         return True, f"leader, watching {len(self.classifier)} node(s){cache}" + (f"; {brake}" if brake else "")
 
     @property

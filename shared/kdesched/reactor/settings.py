@@ -32,10 +32,10 @@ sweepIntervalSeconds            900        ``kdesched serve`` periodic full run 
 historyMaxEntries               1000       accepted for 0.1 policies; the ledger is split per workload and
                                            has no entry cap any more (docs/design.md)
 safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
-healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
+healthBrake                     see below  kdesched.admission.health: no eviction while > 20% of nodes (or a zone) is down
 alertBrake                      disabled   kdesched.admission.alerts: no eviction while named Prometheus alerts fire
-disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
-disruptionBudgets               []         kdesched.evictor.budgets: at most N or N% unavailable through kdesched
+disruptionWindows               []         kdesched.admission.windows: cron schedule + duration, allow or forbid
+disruptionBudgets               []         kdesched.admission.budgets: at most N or N% unavailable through kdesched
 usage                           see below  kdesched.policy.usage: Prometheus CA and timeout, the young-node rule
 events                          see events.DEFAULT_EVENT_STRATEGIES
 ==============================  =========  ==================================================
@@ -51,9 +51,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdesched.admission.alerts import AlertBrakeSettings, parse_alert_brake
-from kdesched.evictor.budgets import Budget
-from kdesched.evictor.health import HealthBrakeSettings
-from kdesched.evictor.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
+from kdesched.admission.bucket import ClusterBucket
+from kdesched.admission.budgets import Budget
+from kdesched.admission.health import HealthBrakeSettings
+from kdesched.admission.pipeline import AdmissionSettings
+from kdesched.admission.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
 from kdesched.model.errors import ModelError
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
@@ -120,6 +122,16 @@ class ReactorSettings:
     windows: tuple[Window, ...] = ()
     budgets: tuple[Budget, ...] = ()
     usage: UsageSettings = field(default_factory=UsageSettings)  # kdesched.policy.usage
+
+    @property
+    def admission(self) -> AdmissionSettings:
+        """The admission pipeline's settings (kdesched.admission.pipeline), from this block."""
+        g = self.rate_limits.global_
+        return AdmissionSettings(self.health_brake, self.alert_brake, self.cooldown_workload_seconds,
+                                 self.cooldown_node_seconds, self.wasted_move_base_seconds,
+                                 self.wasted_move_max_seconds,
+                                 ClusterBucket(g.per_minute, g.burst) if g is not None else None,
+                                 self.windows, self.budgets)
 
     @property
     def lease_renew_deadline(self) -> float:
@@ -353,7 +365,7 @@ def _plugin_names() -> tuple[str, ...]:
 
 def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
     """``kdesched.disruptionWindows``: a list of {name?, schedule, duration, action, timeZone?,
-    strategies?, triggers?} (kdesched.evictor.windows)."""
+    strategies?, triggers?} (kdesched.admission.windows)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -404,7 +416,7 @@ def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
 
 def parse_budgets(raw: Any, errors: list[str]) -> tuple[Budget, ...]:
     """``kdesched.disruptionBudgets``: a list of {name?, maxUnavailable, namespaceSelector? |
-    strategies?} (kdesched.evictor.budgets)."""
+    strategies?} (kdesched.admission.budgets)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
