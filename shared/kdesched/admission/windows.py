@@ -136,7 +136,7 @@ def _field(part: str, name: str, low: int, high: int, names: dict[str, int]) -> 
         rng, _, step_text = item.partition("/")
         step = 1
         if _:
-            if not step_text.isdigit() or int(step_text) < 1:
+            if not (step_text.isascii() and step_text.isdigit()) or int(step_text) < 1:
                 raise CronError(f"{name}: step must be a positive integer, got {step_text!r}")
             step = int(step_text)
         if rng in ("*", "?"):
@@ -157,7 +157,7 @@ def _value(text: str, name: str, low: int, high: int, names: dict[str, int]) -> 
     key = text.lower()
     if key in names:
         return names[key]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise CronError(f"{name}: {text!r} is not a number" + (f" or a name ({', '.join(names)})" if names else ""))
     v = int(text)
     if not low <= v <= high:
