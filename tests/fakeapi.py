@@ -105,6 +105,14 @@ class Reply(Exception):
             self.body = status_body(code, message, details)
 
 
+def _seconds(text: str) -> float | None:
+    """A ``?timeout=`` value (``5s``, ``1m``) in seconds, None when absent or not understood."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        return float(text[:-1]) * units[text[-1]]
+    return None
+
+
 def status_body(code: int, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": REASONS.get(code, "Unknown"), "code": code}
@@ -345,6 +353,13 @@ class FakeApiServer:
                 return None
             entry = scripted.popleft()
         if isinstance(entry, Fault):
+            limit = _seconds(query.get("timeout", ""))
+            if entry.delay and limit is not None and entry.delay > limit:
+                # the real API server abandons a request at its ?timeout= (its request deadline):
+                # 504, and nothing carried out
+                time.sleep(limit)
+                raise Reply(504, f"Timeout: request did not complete within the requested timeout - context "
+                                 f"deadline exceeded ({limit:g}s)")
             if entry.delay:
                 time.sleep(entry.delay)
             if entry.drop and not entry.after:

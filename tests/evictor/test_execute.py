@@ -421,3 +421,59 @@ def test_events_that_cannot_be_posted_are_counted(fake_api: FakeApiServer, kube:
     assert outcome.result == "evicted"  # an Event never fails an eviction
     assert live.events_lost == 1 and events_lost_count("T-event-lost") == before + 1
     assert len(fake_api.requests("POST", "/apis/events.k8s.io/v1/namespaces/default/events")) == 4  # EVENT_RETRY
+
+
+class Clock:
+    """A monotonic clock the injected sleep moves forward."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_no_attempt_is_sent_after_the_admissions_deadline(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """0.1 checked its 60 s retry budget only between attempts, and another process declared the
+    admission abandoned after 75 s while an attempt could still land. Each attempt now ends by the
+    deadline (and tells the API server so), and none starts after it."""
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [503, 503, 503])
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    live = LiveExecutor(kube, RetrySettings(max_attempts=5, initial_backoff_seconds=4, max_backoff_seconds=4,
+                                            max_total_seconds=60), sleep=sleep, clock=clock)
+    (outcome,) = live.execute([e], deadline=clock.t + 6)
+    assert outcome.result == "abandoned" and "deadline passed after 2 attempt(s)" in outcome.message
+    sent = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert len(sent) == 2  # the third would have started past the deadline
+    assert [r.query["timeout"] for r in sent] == ["6s", "2s"]  # each bounded by what was left
+    assert fake_api.get("Pod", "p", "default") is not None  # nothing landed
+
+
+def test_a_queued_eviction_past_the_deadline_is_not_sent(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    e = planned(fake_api, "p")
+    clock = Clock()
+    live = LiveExecutor(kube, FAST, sleep=Sleeps(), clock=clock)
+    (outcome,) = live.execute([e], deadline=clock.t + 0.5)
+    assert outcome.result == "abandoned" and "deadline passed before it could be sent" in outcome.message
+    assert not [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+
+
+def test_an_attempt_slower_than_the_deadline_cannot_land_later(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The server is slow: the attempt is abandoned by both sides at the deadline (the API server at
+    its ?timeout=), the pod is read back still there, and the admission is given back."""
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [Fault(delay=5.0)])
+    live = LiveExecutor(kube, RetrySettings(max_attempts=3, initial_backoff_seconds=0.1, max_backoff_seconds=0.1,
+                                            max_total_seconds=60), sleep=Sleeps())
+    import time
+
+    started = time.monotonic()
+    (outcome,) = live.execute([e], deadline=time.monotonic() + 2.2)
+    assert time.monotonic() - started < 4.5
+    assert outcome.result == "abandoned" and "deadline passed" in outcome.message
+    assert fake_api.get("Pod", "p", "default") is not None
