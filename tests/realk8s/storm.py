@@ -58,6 +58,7 @@ from kdesched.reactor.whynot import classify as why_not_kind
 
 from tests.realk8s.cluster import Cluster, is_ready, node_obj, pdb_obj, workload_obj
 from tests.realk8s.controlplane import ControlPlane, RawApi, now_rfc3339
+from tests.realk8s.ledger_view import ledger_text
 from tests.realk8s.serve_stories import NOT_READY, NS, REPO, UNSCHEDULABLE, free_port, node_path
 
 NAMESPACE = "default"
@@ -70,7 +71,7 @@ MIN_USABLE = 5  # usable nodes (Ready, uncordoned, not storm-tainted) the genera
 MIN_GOLD = 2  # of which carry the gold label
 MAX_ADDED = 2
 MAX_GAP_SECONDS = 1.5
-LEDGER = "kdesched.dev/disruption-ledger"
+LEDGER = "the disruption ledger (records + commit Lease)"
 REPORTING_CONTROLLER = "kdesched.dev/descheduler"
 EVICTION_ACTION = "Descheduled"
 NOT_EVICTIONS = frozenset({"EvictionPaced", "EvictionFailed"})  # kdesched Events that are not an eviction
@@ -408,8 +409,10 @@ def take_sample(api: RawApi) -> Sample:
 
 
 def read_ledger(api: RawApi) -> str:
-    lease = api.get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched") or {}
-    return str(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER) or "(no ledger)")
+    try:
+        return ledger_text(api, NS) or "(no ledger)"
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only: the sample says why it has none
+        return f"(ledger unreadable: {exc})"
 
 
 @dataclass(frozen=True, slots=True)
