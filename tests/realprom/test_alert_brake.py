@@ -119,3 +119,42 @@ def test_prometheus_stopped_holds_every_eviction(alerting: Prometheus) -> None:
     assert v.holds and v.reason is AlertReason.UNREADABLE and v.retry_after == 30.0
     assert f"no eviction is admitted until Prometheus at {url} answers (alertBrake.failClosed)" in v.message
     assert not judge(down, settings(url, alertFilterRegexp="^NoSuchAlert$", failClosed=False)).holds
+
+
+def test_a_taint_run_is_deferred_while_the_named_alert_fires(alerting: Prometheus) -> None:
+    """The brake as the pipeline asks it (kdesched.admission.pipeline, control 2): a Reactor with
+    ``kdesched.alertBrake`` on, a taint event, the real Prometheus: every eviction is deferred with
+    the alert's name while it fires, and goes once the filter names an alert that does not fire."""
+    from kdesched.kube.client import KubeClient
+    from kdesched.reactor import events as ev
+    from kdesched.reactor.requests import Trigger, parse_node_event
+    from kdesched.reactor.runner import Reactor
+    from kdesched.reactor.settings import parse_settings
+
+    from tests.builders import node_obj, pod_obj
+    from tests.fakeapi import FakeApiServer
+    from tests.reactor.policies import default_like_policy
+
+    taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    wait_reading(alerting.url, lambda r: "KdeschedTestFiring" in states(r))
+    with FakeApiServer() as fake, KubeClient.for_host(fake.url) as client:
+        fake.add(node_obj("gpu-1", taints=[taint]), node_obj("n2"), node_obj("n3"),
+                 pod_obj("web-0", "gpu-1", owner_name="web-7d9f8"))
+
+        def taint_run(name: str, filt: str) -> dict[str, Any]:
+            block = {"settleSeconds": 0.05, "alertBrake": {"enabled": True, "url": alerting.url,
+                                                           "alertFilterRegexp": filt}}
+            policy = default_like_policy(kdesched=block)
+            r = Reactor(policy, parse_settings(block, policy=policy, env={}), client, identity=name)
+            try:
+                return r.node_event(Trigger(ev.TAINTS_CHANGED, name), parse_node_event({"node": "gpu-1"}))
+            finally:
+                r.stop.set()
+                r.continuations.cancel_all()
+
+        held = taint_run("held", "^KdeschedTestFiring$")
+        assert [e["result"] for e in held["evictions"]] == ["deferred"]
+        assert "KdeschedTestFiring" in held["evictions"][0]["message"]
+        assert not [r for r in fake.requests("POST") if r.path.endswith("/eviction")]
+        free = taint_run("free", "^NoSuchAlert$")
+        assert [e["result"] for e in free["evictions"]] == ["evicted"]
