@@ -294,7 +294,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(f"--event: {exc}") from None
         # the event map may name strategies no profile enables: run them as the function would
-        policy = event_policy(policy, scope.strategies)
+        from kdesched.policy.safety import Path as SafetyPath
+
+        policy = event_policy(policy, scope.strategies, loaded.settings.safety.resolve(SafetyPath.EVENT))
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         event_note = f"event {etype} on {node} runs {', '.join(scope.strategies) or 'nothing'}: {scope.reason}"
         log.info("%s", event_note)

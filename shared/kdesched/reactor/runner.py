@@ -200,7 +200,7 @@ class Reactor:
         if trigger.type == PING:
             strategies, nodes = None, None
         try:
-            policy = event_policy(self.policy, strategies) if strategies else self.policy
+            policy = event_policy(self.policy, strategies, self.safety) if strategies else self.policy
         except EventScopeError as exc:
             raise RequestError(str(exc), "data.strategies") from None
         dry_run = self._dry() or bool(dry)
@@ -248,7 +248,7 @@ class Reactor:
         strategies = tuple(names)
         if not strategies:
             return empty_result(self._dry(), "the event map runs nothing for this event", triggers)
-        policy = event_policy(self.policy, strategies)
+        policy = event_policy(self.policy, strategies, self.safety)
         return self._leased_run(policy, strategies, None, self._dry(), "rebalance", triggers)
 
     def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, RunResult]:
@@ -276,7 +276,7 @@ class Reactor:
         if not strategies:
             return empty_result(dry_run, reason, triggers)
         try:
-            policy = event_policy(self.policy, strategies)
+            policy = event_policy(self.policy, strategies, self.safety)
         except EventScopeError as exc:
             raise RequestError(str(exc), "strategies") from None
         if any(extension_point(s) == "balance" for s in strategies):
@@ -307,7 +307,7 @@ class Reactor:
                 _NodeReq(trigger, None, tuple(strategies))).result
         else:
             trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
-            policy = event_policy(self.policy, scope.strategies) if scope.strategies else self.policy
+            policy = event_policy(self.policy, scope.strategies, self.safety) if scope.strategies else self.policy
             result = self._balance_locked("continuation", lambda: self._leased_run(
                 policy, scope.strategies, scope.nodes, self._dry(), "continuation", [trigger]))
         results = [e.get("result") for e in result.evictions]
