@@ -562,7 +562,8 @@ class LiveExecutor:
         if o.result == "abandoned":
             log.warning("not evicting %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
             return
-        log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
+        log.warning("could not evict %s (strategy=%s profile=%s) [%s]: %s", _label(e), e.strategy, e.profile, o.result,
+                    o.message)
         if failure_events and self.events:
             sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
                         reason=FAILURE_EVENT_REASON, event_type="Warning",

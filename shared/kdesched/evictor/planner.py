@@ -135,7 +135,7 @@ class PlanningEvictor:
             # upstream EvictPod refuses a pod without a UID before checking any limit
             why = "pod has no metadata.uid; the Eviction API call could not be preconditioned on it"
             self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.NO_UID))
-            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.NO_UID, why)
             return False
         self.counter.check(pod)  # raises the limit errors
         # a paced eviction held for a later wave is not sent in this run: the gate checks its
@@ -149,14 +149,14 @@ class PlanningEvictor:
                 raise
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused.message, refused.reason))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, refused.reason, refused.message)
                 return False
         pdbs = [] if api_ignores_pdbs(pod) else self.state.snapshot.pdbs_for(pod)
         if len(pdbs) > 1:
             names = ", ".join(f"{b.namespace}/{b.name}" for b in pdbs)
             why = f"pod is covered by {len(pdbs)} PodDisruptionBudgets ({names}); the API server refuses to evict it"
             self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.MULTIPLE_PDBS))
-            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.MULTIPLE_PDBS, why)
             return False
         pdbs = [pdb for pdb in pdbs if spends_budget(pod, pdb)]
         for pdb in pdbs:
@@ -167,14 +167,14 @@ class PlanningEvictor:
                 why = (f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows {pdb.disruptions_allowed} "
                        f"disruption(s) and {used} are already planned")
                 self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.PDB))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.PDB, why)
                 return False
         destination = None
         if self.pacer is not None:
             destination, nowhere = self.pacer.destination(pod)
             if nowhere:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere, Reason.NOWHERE_TO_GO))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, nowhere)
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.NOWHERE_TO_GO, nowhere)
                 return False
         for pdb in pdbs:
             key = (pdb.namespace, pdb.name)
