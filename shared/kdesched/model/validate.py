@@ -23,15 +23,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kdesched.model.errors import ModelError
+from kdesched.model.names import SUBDOMAIN_PATTERN, dns_label_problem, dns_subdomain_problem
 from kdesched.model.records import Pod
 
 SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL = re.compile(_LABEL)
-_DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_DNS_SUBDOMAINS = re.compile(rf"{_LABEL}(\.{_LABEL})*(\n{_LABEL}(\.{_LABEL})*)*")  # names joined by newlines
+# names joined by newlines, checked in one match (kdesched.model.names holds the one DNS rule)
+_DNS_SUBDOMAINS = re.compile(rf"{SUBDOMAIN_PATTERN}(\n{SUBDOMAIN_PATTERN})*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_VALUES = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?(\n(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?)*")
@@ -75,26 +74,7 @@ def object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # --- the API server's name rules (k8s.io/apimachinery/pkg/util/validation) -------------------------
-
-
-def dns_subdomain_problem(value: str) -> str | None:
-    """IsDNS1123Subdomain: at most 253 characters, lowercase DNS labels joined by dots."""
-    if len(value) > 253:
-        return f"must be at most 253 characters, got {len(value)}"
-    if _DNS_SUBDOMAIN.fullmatch(value) is None:
-        return (f"must be a DNS subdomain (lowercase letters, digits, '-' and '.', starting and ending with a "
-                f"letter or digit), got {value!r}")
-    return None
-
-
-def dns_label_problem(value: str) -> str | None:
-    """IsDNS1123Label: at most 63 characters, lowercase letters, digits and '-'."""
-    if len(value) > 63:
-        return f"must be at most 63 characters, got {len(value)}"
-    if _DNS_LABEL.fullmatch(value) is None:
-        return (f"must be a DNS label (lowercase letters, digits and '-', starting and ending with a letter or "
-                f"digit), got {value!r}")
-    return None
+# (DNS labels and subdomains: kdesched.model.names)
 
 
 def qualified_name_problem(value: str) -> str | None:
