@@ -51,6 +51,7 @@ from kdesched.model.files import (
     refuse_duplicate_keys,
 )
 from kdesched.model.selectors import parse_selector
+from kdesched.model.validate import DuplicateKey, object_pairs
 from kdesched.policy import v1alpha1
 from kdesched.policy.args import INT32_MAX, SYSTEM_CRITICAL_PRIORITY, UINT_MAX, Fields, show
 from kdesched.policy.errors import PolicyError
@@ -114,8 +115,10 @@ def parse_yaml(text: str, source: str) -> Any:
     try:
         docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
     except yaml.YAMLError as exc:
-        try:
-            docs = [json.loads(text)]
+        try:  # JSON that YAML does not take (e.g. tabs); a key twice stays refused (DuplicateKey)
+            docs = [json.loads(text, object_pairs_hook=object_pairs)]
+        except DuplicateKey as dup:
+            raise PolicyError([f"not valid JSON: {dup}"], source) from None
         except (ValueError, RecursionError):
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
