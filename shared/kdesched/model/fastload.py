@@ -376,6 +376,10 @@ def _pod(item: _Item) -> Pod:
     _CONTAINER_NAMES.extend(map(_name_of, spec.containers or ()))
     if spec.initContainers:
         _CONTAINER_NAMES.extend(map(_name_of, spec.initContainers))
+    if spec.initContainers or (spec.containers is not None and len(spec.containers) > 1):
+        names_here = [*map(_name_of, spec.containers or ()), *map(_name_of, spec.initContainers or ())]
+        if len(set(names_here)) != len(names_here):
+            raise _Slow  # a container name twice in one Pod: validate.py reports it, as the API server does
     volumes = []
     for v in spec.volumes or ():
         kind = next((k for k in v if k != "name"), "")

@@ -217,6 +217,23 @@ class _Checks:
             self.obj(res.get("requests"), f"{at}.resources.requests")
             self.obj(res.get("limits"), f"{at}.resources.limits")
 
+    def container_names_once(self, spec: Mapping[str, Any]) -> None:
+        """Container names are unique across a Pod's containers and initContainers (the API
+        server's ``Duplicate value``)."""
+        first: dict[str, str] = {}
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            for i, c in enumerate(items if isinstance(items, list) else ()):
+                name = c.get("name") if isinstance(c, Mapping) else None
+                if not isinstance(name, str) or not name:
+                    continue  # reported by containers()
+                at = f"spec.{key}[{i}].name"
+                if name in first:
+                    self.add(at, f"Duplicate value: {name!r} (the name of {first[name]}); container names are "
+                                 f"unique in a Pod")
+                else:
+                    first[name] = at
+
     def pod(self, raw: Mapping[str, Any]) -> None:
         meta = self.metadata(raw, "Pod")
         self.owner_references(meta)
@@ -224,6 +241,7 @@ class _Checks:
         if isinstance(raw.get("spec"), Mapping):  # a missing spec is one problem, not two
             self.containers(spec, "containers", required=True)
             self.containers(spec, "initContainers", required=False)
+            self.container_names_once(spec)
         node_name = self.string(spec.get("nodeName"), "spec.nodeName")
         if node_name:
             problem = dns_subdomain_problem(node_name)
@@ -312,6 +330,9 @@ _KIND_CHECKS = {
     "Pod": _Checks.pod, "Node": _Checks.node, "PodDisruptionBudget": _Checks.pdb,
     "PriorityClass": _Checks.priority_class, "Namespace": _Checks.namespace, "PersistentVolumeClaim": _Checks.pvc,
 }
+
+
+_KINDS_BY_LOWER = {kind.lower(): kind for kind in _KIND_CHECKS}
 
 
 def object_problems(kind: str, raw: Mapping[str, Any]) -> list[Problem]:
@@ -498,6 +519,10 @@ class SnapshotChecks:
                                f"as --policy")
             return False
         if kind not in _KIND_CHECKS:
+            known = _KINDS_BY_LOWER.get(kind.lower())
+            if known is not None:  # "pod": the API server knows no such kind (kinds are case-sensitive)
+                self.report(where, f"kind: {kind!r} is not a kind (kinds are case-sensitive): write {known}")
+                return False
             return True  # a kind kdesched does not read: skipped with a note by Snapshot.from_objects
         problems = object_problems(kind, raw)
         if problems:
