@@ -22,7 +22,6 @@ from typing import Any
 from kdesched_functions import FUNCTIONS
 
 from kdesched.cli.flags import NumberFlag, address
-from kdesched.model.names import is_dns_label
 
 log = logging.getLogger("kdesched.cli.serve")
 
@@ -223,6 +222,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
     namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)
+    from kdesched.model.names import is_dns_label  # here: `kdesched function` never loads the model package
+
     if not is_dns_label(namespace):
         raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
