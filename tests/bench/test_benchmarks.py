@@ -5,9 +5,10 @@ noticed when a refactoring broke one (``bench/bench_serve_cache.py`` died with `
 module 'kdesched.reactor.runner' has no attribute 'plan_run'``, and the serve warm-cache figures
 could no longer be reproduced). Here each runs as a user would run it (a subprocess of
 ``python bench/NAME.py``), on a few nodes, against the fake API server where it needs one; the
-ones that need a real control plane, the upstream binary or Knative run in the real tiers
-(tests/realk8s/test_benchmarks_real.py). The figures are not checked, only that each benchmark
-completes and prints its result.
+ones that need a real control plane, the upstream binary or Knative run in the real tiers, on
+their fixtures (tests/realk8s/test_benchmarks_real.py, tests/realk8s/test_benchmark_differential.py,
+tests/realknative/test_benchmark_knative.py). The figures are not checked, only that each
+benchmark completes and prints its result.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ FAST: dict[str, tuple[list[str], str]] = {
     "bench_function_start": (["--functions", "deadletter", "--targets", "both", "--repeat", "1",
                               "--out", "{tmp}/start.json"], "| deadletter |"),
 }
-# run by tests/realk8s/test_benchmarks_real.py (and bench_knative_taint by the Knative tier's kit)
+# run in the real tiers (tests/realk8s/test_benchmark*.py, tests/realknative/test_benchmark_knative.py)
 REAL = {"bench_reaction", "bench_run_vs_upstream", "differential", "bench_knative_taint"}
 NEEDS_CLUSTER_FILE = {"bench_decode", "bench_balance_decision"}
 
