@@ -332,7 +332,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     else ``$KUBECONFIG`` / ``~/.kube/config``.
     """
     # imported here, not at module level: the CLI builds its flags from this module, and
-    # ``kdesched simulate`` must not pay ~0.2 s for a client it never uses
+    # ``kdesched simulate`` must not pay the import of a client it never uses (docs/benchmarks.md)
     from kubernetes import config as k8s_config
     from kubernetes.client import Configuration
     from kubernetes.config.config_exception import ConfigException

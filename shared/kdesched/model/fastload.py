@@ -4,8 +4,8 @@ Why: at 150,000 pods the realistic snapshot is 580 MB of JSON, and decoding it w
 library (every field into dicts, then the validating record parsers) was most of ``simulate``'s
 time. msgspec splits the ``items`` array without building anything, then decodes each Pod into
 typed structs that hold only the fields :meth:`Pod.from_api` reads (managedFields and status
-details are skipped by its C scanner): 5.6 us per pod against 9.2 for ``orjson`` (which builds
-every dict, and only of whole documents) and 21 for ``json`` (docs/benchmarks.md, "Decoding").
+details are skipped by its C scanner): faster than ``orjson`` (which builds every dict, and only
+of whole documents) and ``json`` (the figures: docs/benchmarks.md, "Decoding").
 
 The file is memory-mapped and the pages of items already turned into records are returned to the
 kernel as loading proceeds, so the records do not sit next to a second copy of the file. (A
