@@ -38,21 +38,21 @@ def is_dns_subdomain(value: object) -> bool:
             and _DNS_SUBDOMAIN.fullmatch(value) is not None)
 
 
+def _problem(value: str, pattern: re.Pattern[str], limit: int, what: str) -> str | None:
+    if len(value) > limit:
+        return f"must be at most {limit} characters, got {len(value)}"
+    if pattern.fullmatch(value) is None:
+        return f"must be a {what}, got {value!r}"
+    return None
+
+
 def dns_subdomain_problem(value: str) -> str | None:
     """Why ``value`` is not a DNS subdomain, in the words of the snapshot checks; None if it is."""
-    if len(value) > DNS_SUBDOMAIN_MAX:
-        return f"must be at most {DNS_SUBDOMAIN_MAX} characters, got {len(value)}"
-    if _DNS_SUBDOMAIN.fullmatch(value) is None:
-        return (f"must be a DNS subdomain (lowercase letters, digits, '-' and '.', starting and ending with a "
-                f"letter or digit), got {value!r}")
-    return None
+    return _problem(value, _DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, "DNS subdomain (lowercase letters, digits, '-' and "
+                    "'.', starting and ending with a letter or digit)")
 
 
 def dns_label_problem(value: str) -> str | None:
     """Why ``value`` is not a DNS label, in the words of the snapshot checks; None if it is."""
-    if len(value) > DNS_LABEL_MAX:
-        return f"must be at most {DNS_LABEL_MAX} characters, got {len(value)}"
-    if _DNS_LABEL.fullmatch(value) is None:
-        return (f"must be a DNS label (lowercase letters, digits and '-', starting and ending with a letter or "
-                f"digit), got {value!r}")
-    return None
+    return _problem(value, _DNS_LABEL, DNS_LABEL_MAX, "DNS label (lowercase letters, digits and '-', starting "
+                    "and ending with a letter or digit)")
