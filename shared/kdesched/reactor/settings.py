@@ -64,7 +64,6 @@ DRY_RUN_ENV = "KDESCHED_DRY_RUN"
 BROKER_ENV = ("K_SINK", "KDESCHED_BROKER_URL")
 
 
-
 @dataclass(frozen=True, slots=True)
 class BucketSettings:
     """One token bucket: ``per_minute`` tokens refilled per minute, at most ``burst`` stored."""
