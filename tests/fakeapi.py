@@ -64,7 +64,8 @@ class Fault:
 
     ``code``: answer with this Status (``message``, ``details``, ``retry_after``); 0 = carry the
     request out normally. ``drop``: close the connection without an answer; with ``after`` the
-    request is carried out first (the answer is lost). ``delay``: seconds to wait first."""
+    request is carried out first (the answer is lost). ``after`` with a ``code``: carried out, then
+    answered with that Status. ``delay``: seconds to wait first."""
 
     code: int = 0
     message: str = ""
@@ -364,7 +365,7 @@ class FakeApiServer:
                 time.sleep(entry.delay)
             if entry.drop and not entry.after:
                 raise Dropped
-            if entry.code >= 300:
+            if entry.code >= 300 and not entry.after:
                 raise Reply(entry.code, entry.message or f"scripted failure {entry.code}",
                             retry_after=entry.retry_after, details=entry.details)
             return entry if entry.after else None
@@ -378,6 +379,9 @@ class FakeApiServer:
         fault = self.admit(method, path, query, body, headers)
         result = self._handle(method, path, query, body)
         if fault is not None and fault.after:
+            if fault.code >= 300:  # carried out, then answered with an error (a 500 after etcd wrote)
+                raise Reply(fault.code, fault.message or f"scripted failure {fault.code}",
+                            retry_after=fault.retry_after, details=fault.details)
             raise Dropped  # carried out; the answer is lost
         return result
 

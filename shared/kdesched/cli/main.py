@@ -160,7 +160,8 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
             base = load_policy(path, check_block=(lambda raw, _: block_problems(raw, None)) if profiles
                                else block_problems)
         if profiles:
-            from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
+            from kdesched.policy.load import expand_presets
+            from kdesched.policy.presets import PresetCustomizations, merge_policies
 
             preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
             policy = merge_policies(base, preset) if base is not None else preset

@@ -57,6 +57,7 @@ from kdesched.admission.health import HealthBrakeSettings
 from kdesched.admission.pipeline import AdmissionSettings
 from kdesched.admission.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
 from kdesched.model.errors import ModelError
+from kdesched.model.names import is_dns_label, is_dns_subdomain
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.safety import SafetySettings, parse_safety
@@ -67,9 +68,6 @@ LEASE_NAME_ENV = "KDESCHED_LEASE_NAME"
 LEASE_NAMESPACE_ENV = "KDESCHED_LEASE_NAMESPACE"
 DRY_RUN_ENV = "KDESCHED_DRY_RUN"
 BROKER_ENV = ("K_SINK", "KDESCHED_BROKER_URL")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,9 +297,9 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     # environment: names of the Lease, dry-run switch, broker address
     lease_name = env.get(LEASE_NAME_ENV) or "kdesched"
     lease_ns = env.get(LEASE_NAMESPACE_ENV) or env.get("POD_NAMESPACE") or "kdesched"
-    if len(lease_name) > 253 or not _DNS_SUBDOMAIN.match(lease_name):
+    if not is_dns_subdomain(lease_name):
         errors.append(f"{LEASE_NAME_ENV}: must be a DNS subdomain name, got {_show(lease_name)}")
-    if len(lease_ns) > 63 or not _DNS_LABEL.match(lease_ns):
+    if not is_dns_label(lease_ns):
         errors.append(f"{LEASE_NAMESPACE_ENV}: must be a namespace name (DNS label), got {_show(lease_ns)}")
     dry_reasons = ["kdesched.dryRun: true in the policy"] if dry_run else []
     env_dry = env.get(DRY_RUN_ENV, "")
