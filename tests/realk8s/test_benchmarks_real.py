@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_reaction, bench_run_vs_upstream
+from bench import bench_admissions, bench_reaction, bench_run_vs_upstream
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane
 
@@ -47,3 +47,14 @@ def test_bench_run_vs_upstream_at_a_tiny_size(control_plane: ControlPlane, tmp_p
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]
     assert "kdesched" in out and "upstream" in out
+
+
+def test_bench_admissions_at_a_tiny_size(control_plane: ControlPlane, cluster: Cluster,
+                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python bench/bench_admissions.py --tiny`` with the session's API server in place of the one
+    it would start: writers in processes admitting through the ledger's records and commit Lease."""
+    monkeypatch.setattr(bench_admissions, "ControlPlane", lambda _bins: _this_control_plane(control_plane))
+    code = bench_admissions.main(["--tiny"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "1 writer(s):" in out and "2 writer(s):" in out and "conflicts per admission" in out
