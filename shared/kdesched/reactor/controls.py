@@ -84,7 +84,7 @@ class Controls:
     def __init__(self, brake: HealthBrakeSettings | None = None, windows: Sequence[Window] = (),
                  budgets: Sequence[Budget] = (),
                  namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _ns: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 *, clock: Callable[[], float]) -> None:  # the API server's (runner: client.clock.now)
         self.brake_settings = brake or HealthBrakeSettings()
         self.windows = Windows(windows)
         self.budgets = tuple(budgets)

@@ -106,8 +106,11 @@ class Reactor:
 
     def __init__(self, policy: Policy, settings: ReactorSettings, client: KubeClient, *,
                  executor_factory: Callable[[bool], Executor] | None = None, loader: SnapshotLoader = default_loader,
-                 identity: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 identity: str | None = None, wall_clock: Callable[[], float] | None = None,
                  mono_clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> None:
+        """``wall_clock``: the time of everything written to the ledger and compared with it (and
+        with the cluster's own timestamps); default the API server's clock (``client.clock``,
+        :mod:`kdesched.kube.clock`), never this process's own, which may be minutes off the others'."""
         # the event path's safety defaults (kdesched.policy.safety), resolved once for this process
         self.safety = settings.safety.resolve(SafetyPath.EVENT)
         self.policy, self.safety_note = exclude_control_plane_taints(policy, self.safety)
@@ -116,7 +119,8 @@ class Reactor:
         self.executor_factory = executor_factory or self._default_executor
         self.loader = loader
         self.identity = identity or default_identity()
-        self.wall_clock = wall_clock
+        self.wall_clock = wall_clock if wall_clock is not None else client.clock.now
+        m.follow_clock(client.clock)
         self.stop = stop or threading.Event()
         self.limiter = RateLimiter(settings.rate_limits, mono_clock)
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
@@ -126,9 +130,9 @@ class Reactor:
                                    settings.wasted_move_max_seconds)
         # the operator's controls at admission: health brake, disruption windows and budgets
         self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
-                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
+                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=self.wall_clock)
         # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
-        self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
+        self.why_not = WhyNotEvents(client.post_event, wall=self.wall_clock)
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set
