@@ -131,3 +131,39 @@ def test_the_lease_is_stamped_on_the_servers_clock(fake_api: FakeApiServer, kube
         at = parse_time(spec[field], field)
         assert at is not None and abs(at.timestamp() - server_now(fake_api)) < 2, spec
     assert abs(datetime.now(UTC).timestamp() + HOUR - server_now(fake_api)) < 1
+
+
+def test_a_process_an_hour_ahead_does_not_keep_the_health_brake_settling(fake_api: FakeApiServer) -> None:
+    """The issue's case: the process that saw the cluster unhealthy has its own clock an hour ahead.
+    Its "last unhealthy" in the ledger is the API server's time, so once the cluster has been
+    healthy for settleSeconds another process (on time) moves again; before, it waited an hour."""
+    from kdesched.kube.clock import ServerClock
+
+    from tests.builders import node_obj
+    from tests.reactor.test_controls import pool as brake_pool
+
+    brake_pool(fake_api, 1, spares=6, down=3)  # 3 of 10 nodes NotReady: the brake holds
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2, "healthBrake": {"settleSeconds": 2}}
+    policy = default_like_policy(kdesched=block)
+    ahead = KubeClient.for_host(fake_api.url)
+    ahead.clock = ServerClock(wall=lambda: time.time() + HOUR)  # its own wall clock: an hour ahead
+    on_time = KubeClient.for_host(fake_api.url)
+    try:
+        first = Reactor(policy, parse_settings(block, policy=policy, env={}), ahead, identity="ahead")
+        second = Reactor(policy, parse_settings(block, policy=policy, env={}), on_time, identity="on-time")
+        STARTED.extend([first, second])
+        out = taint_event(first, "p0")
+        assert [e["result"] for e in out["evictions"]] == ["deferred"]
+        first.continuations.cancel_all()  # the on-time process decides next, not this one's repeat
+        unhealthy_at = ledger_of(fake_api).unhealthy_at
+        assert unhealthy_at is not None and abs(unhealthy_at - time.time()) < 2  # the server's time, not +1 h
+        for i in range(3):  # the nodes come back
+            fake_api.update(node_obj(f"d{i}"))
+        # the settle time, plus what two young estimates may disagree by (each within half a second:
+        # a few answers in the same second of Date; docs/reactor.md "One clock", precision)
+        time.sleep(2 + 1.2)
+        out = taint_event(second, "p0")
+        assert [e["result"] for e in out["evictions"]] == ["evicted"], [e.get("message") for e in out["evictions"]]
+    finally:
+        ahead.close()
+        on_time.close()
