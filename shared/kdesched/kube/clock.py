@@ -37,6 +37,7 @@ decides anything, so no decision is made on it in practice.
 from __future__ import annotations
 
 import email.utils
+import functools
 import logging
 import threading
 import time
@@ -51,9 +52,10 @@ WARN_OFFSET_SECONDS = 5.0  # a local clock this far off the API server's is logg
 DATE_RESOLUTION = 1.0  # RFC 7231 dates are whole seconds
 
 
+@functools.lru_cache(maxsize=8)  # the answers of one second share their Date: parsed once
 def parse_http_date(value: str | None) -> float | None:
-    """An HTTP ``Date`` (RFC 7231 IMF-fixdate, or the obsolete RFC 850 / asctime forms) as epoch
-    seconds, or None when it is missing or not a date."""
+    """An HTTP ``Date`` (RFC 7231 IMF-fixdate, or the obsolete RFC 850 form) as epoch seconds, or
+    None when it is missing or not a date (asctime's form carries no zone: not taken)."""
     if not value:
         return None
     try:
