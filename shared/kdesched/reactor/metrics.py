@@ -6,9 +6,14 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from kdesched.evictor.metrics import REGISTRY
+
+if TYPE_CHECKING:
+    from kdesched.kube.clock import ServerClock
 
 EVENTS = Counter("kdesched_reactor_events_total", "CloudEvents received by a function, by function, type and status.",
                  ["function", "type", "status"], registry=REGISTRY)
@@ -64,3 +69,14 @@ MOVES = Counter("kdesched_moves_total", "Checked moves, by strategy and outcome:
 MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction's admission to its replacement "
                        "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
                        buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+
+CLOCK_OFFSET = Gauge("kdesched_clock_offset_seconds", "This process's wall clock minus the API server's, as estimated "
+                     "from the Date of its answers (positive: this process is ahead). kdesched writes and compares "
+                     "every shared time on the API server's clock, so an offset changes no decision; NaN before the "
+                     "first answer.", registry=REGISTRY)
+
+
+def follow_clock(clock: ServerClock) -> None:
+    """Serve ``clock``'s offset as :data:`CLOCK_OFFSET` (read at scrape time; the latest call wins:
+    one process has one API client, and its siblings share its clock)."""
+    CLOCK_OFFSET.set_function(lambda: clock.offset_seconds() if clock.synced else float("nan"))
