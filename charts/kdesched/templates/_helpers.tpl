@@ -133,5 +133,6 @@ capabilities:
 
 {{/* Dry-run: dryRun, or the upstream chart's cmdOptions carrying dry-run. */}}
 {{- define "kdesched.dryRun" -}}
-{{- if or .Values.dryRun (hasKey .Values.cmdOptions "dry-run") -}}true{{- else -}}false{{- end -}}
+{{- $opt := and (hasKey (.Values.cmdOptions | default dict) "dry-run") (ne (toString (get (.Values.cmdOptions | default dict) "dry-run")) "false") -}}
+{{- if or .Values.dryRun $opt -}}true{{- else -}}false{{- end -}}
 {{- end -}}
