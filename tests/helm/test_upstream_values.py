@@ -121,3 +121,15 @@ def test_upstream_dry_run_option_is_kept(helm: Path, binary: str, option: Any, d
     objs = template(helm, {"kind": "CronJob", "cmdOptions": {"dry-run": option, "v": 3}}, binary=binary)
     args = find_obj(objs, "CronJob", "kdesched")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ("--dry-run" in args) is dry
+
+
+def test_install_notes_list_the_ignored_upstream_keys(helm: Path) -> None:
+    """`helm install` (Helm 4's client-side dry run needs no cluster) says which keys it ignored."""
+    done = run_helm(helm, "helm", "install", "descheduler", str(CHART), "--dry-run=client", "-n", "kube-system",
+                    "-f", str(UPSTREAM_VALUES))
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "mode cronjob" in notes and '"*/5 * * * *"' in notes
+    ignored = notes.split("Ignored (upstream descheduler chart values that mean nothing to kdesched): ", 1)[1]
+    assert ignored.split()[:6] == ["cmdOptions,", "ports,", "securityContext,", "livenessProbe,", "service,",
+                                   "serviceMonitor"]
