@@ -14,7 +14,9 @@ unpacked by its ``unpack.sh`` (checksums verified) into ``~/.cache/kdesched-helm
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -63,7 +65,9 @@ def find_helm(env: Mapping[str, str] | None = None) -> Path | None:
 
 @cache
 def _helm_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="kdesched-helm-home-"))
+    home = Path(tempfile.mkdtemp(prefix="kdesched-helm-home-"))
+    atexit.register(shutil.rmtree, home, True)
+    return home
 
 
 def helm_env(kubeconfig: Path | None = None) -> dict[str, str]:

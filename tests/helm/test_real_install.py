@@ -264,15 +264,17 @@ def test_knative_mode_installs_and_uninstalls_with_helm_4(helm: Path, control_pl
 
 # -- standalone: installed with Helm 3, serve leads and acts on a taint --------------------------------
 
+@pytest.mark.parametrize("binary", ["helm3", "helm"])
 def test_standalone_install_serve_leads_within_30s_and_acts_on_a_taint(
-        helm: Path, control_plane: ControlPlane, real: Cluster, processes: list[Rendered], tmp_path: Path) -> None:
-    """helm3 install (mode standalone), then the Deployment's command line run locally as the chart's
+        helm: Path, binary: str, control_plane: ControlPlane, real: Cluster, processes: list[Rendered],
+        tmp_path: Path) -> None:
+    """helm install (mode standalone; Helm 3 as the issue asks, and Helm 4), then the Deployment's command line run locally as the chart's
     service account: Ready (/readyz 200) and holding the Lease kdesched-leader within 30 s of the
     start of `helm install`; a taint on gpu-1 moves both shop pods to node-1."""
     story = taint(control_plane, real)  # nodes node-1, gpu-1; shop x2 on gpu-1 (the seed taint story)
     before = uids(real, "shop")
     started = time.monotonic()
-    out = helm_ok(helm, "helm3", control_plane, "install", "kdesched", str(CHART), "-n", NS, "--create-namespace",
+    out = helm_ok(helm, binary, control_plane, "install", "kdesched", str(CHART), "-n", NS, "--create-namespace",
                   "--set", "mode=standalone")
     installed = time.monotonic() - started
     assert "mode standalone" in out
@@ -296,7 +298,7 @@ def test_standalone_install_serve_leads_within_30s_and_acts_on_a_taint(
         raise AssertionError(f"{exc}: /readyz {serve.readyz()}, leader {leader(real)!r}, log:\n"
                              f"{serve.log.read_text()[-3000:]}") from exc
     ready = time.monotonic() - started
-    print(f"\nhelm3 install {installed:.2f} s; serve Ready and leading {ready:.2f} s after the install started")
+    print(f"\n{binary} install {installed:.2f} s; serve Ready and leading {ready:.2f} s after the install started")
     assert ready <= READY_TARGET
     lease = get(real, f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched-leader")
     assert lease["spec"]["holderIdentity"].startswith(pod["metadata"]["name"])
@@ -314,18 +316,23 @@ def test_standalone_install_serve_leads_within_30s_and_acts_on_a_taint(
 
 # -- cronjob: the Job's command evicts what `kdesched run` would -------------------------------------------
 
+@pytest.mark.parametrize("one_off", [False, True], ids=["cronjob", "one-off-job"])
 def test_cronjob_run_evicts_what_kdesched_run_would(helm: Path, control_plane: ControlPlane, real: Cluster,
-                                                    tmp_path: Path) -> None:
-    """helm3 install (mode cronjob). No Job controller runs here, so the CronJob's job template command
-    is run locally as the chart's service account. First the same command with --dry-run says what
-    `kdesched run` would evict; then the real run evicts exactly those pods."""
+                                                    tmp_path: Path, one_off: bool) -> None:
+    """helm3 install (mode cronjob, as a CronJob or a one-off Job). No Job controller runs here, so the
+    job's pod command is run locally as the chart's service account. First the same command with
+    --dry-run says what `kdesched run` would evict; then the real run evicts exactly those pods."""
     story = taint(control_plane, real)
     story.change()  # gpu-1 is tainted before the run: both shop pods violate it
     helm_ok(helm, "helm3", control_plane, "install", "kdesched", str(CHART), "-n", NS, "--create-namespace",
-            "--set", "mode=cronjob", "--set", "schedule=*/5 * * * *")
-    cron = get(real, f"/apis/batch/v1/namespaces/{NS}/cronjobs/kdesched")
-    assert cron["spec"]["schedule"] == "*/5 * * * *"
-    job = Rendered(control_plane, real, cron["spec"]["jobTemplate"]["spec"]["template"]["spec"], tmp_path)
+            "--set", "mode=cronjob", "--set", "schedule=*/5 * * * *", "--set", f"cronjob.oneOff={str(one_off).lower()}")
+    if one_off:
+        pod_spec = get(real, f"/apis/batch/v1/namespaces/{NS}/jobs/kdesched-run-1")["spec"]["template"]["spec"]
+    else:
+        cron = get(real, f"/apis/batch/v1/namespaces/{NS}/cronjobs/kdesched")
+        assert cron["spec"]["schedule"] == "*/5 * * * *"
+        pod_spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    job = Rendered(control_plane, real, pod_spec, tmp_path)
     assert job.container["args"][:3] == ["run", "--policy", POLICY_PATH]
     planned = job.run("--dry-run", "--output", "json")
     assert planned.returncode == 0, planned.stderr
