@@ -268,6 +268,11 @@ def test_contradictions_fail_with_a_message(helm: Path, binary: str) -> None:
     deckhouse = template_raw(helm, {"policy": (REPO / "examples/policies/deckhouse-values.yaml").read_text(),
                                     "kdesched": {"dryRun": True}}, binary=binary)
     assert deckhouse.returncode != 0 and "kdesched: the policy is a" in deckhouse.stderr
+    for text in ("- a list", "foo: ["):
+        broken = template_raw(helm, {"policy": text}, binary=binary)
+        assert broken.returncode != 0 and "policy: not a YAML mapping" in broken.stderr, broken.stderr
+    empty = template(helm, {"policy": {}}, binary=binary)  # an empty mapping, like "", is the default policy
+    assert rendered_policy(empty) == (CHART / "files" / "default-policy.yaml").read_text()
 
 
 # -- one source of truth: the chart renders knative/ --------------------------------------------------

@@ -63,8 +63,14 @@ default policy. `kdesched:` values are merged over the policy's own kdesched blo
 {{- fail "policy and deschedulerPolicy are both set: give the policy once (deschedulerPolicy is the upstream chart's key, policy kdesched's)" -}}
 {{- end -}}
 {{- $text = printf "apiVersion: %q\nkind: \"DeschedulerPolicy\"\n%s\n" .Values.deschedulerPolicyAPIVersion (tpl (toYaml .Values.deschedulerPolicy) . | trim) -}}
+{{- else if not .Values.policy -}}
+{{- $text = .Files.Get "files/default-policy.yaml" -}}
 {{- else if kindIs "string" .Values.policy -}}
-{{- $text = .Values.policy | default (.Files.Get "files/default-policy.yaml") -}}
+{{- $text = .Values.policy -}}
+{{- $parsed := fromYaml $text -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "policy: not a YAML mapping (%s)" (get $parsed "Error")) -}}
+{{- end -}}
 {{- else -}}
 {{- $text = toYaml .Values.policy -}}
 {{- end -}}
