@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import bisect
 import copy
+import email.utils
 import itertools
 import json
 import socket
@@ -64,7 +65,8 @@ class Fault:
 
     ``code``: answer with this Status (``message``, ``details``, ``retry_after``); 0 = carry the
     request out normally. ``drop``: close the connection without an answer; with ``after`` the
-    request is carried out first (the answer is lost). ``delay``: seconds to wait first."""
+    request is carried out first (the answer is lost). ``after`` with a ``code``: carried out, then
+    answered with that Status. ``delay``: seconds to wait first."""
 
     code: int = 0
     message: str = ""
@@ -105,6 +107,14 @@ class Reply(Exception):
             self.body = status_body(code, message, details)
 
 
+def _seconds(text: str) -> float | None:
+    """A ``?timeout=`` value (``5s``, ``1m``) in seconds, None when absent or not understood."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        return float(text[:-1]) * units[text[-1]]
+    return None
+
+
 def status_body(code: int, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": REASONS.get(code, "Unknown"), "code": code}
@@ -132,6 +142,9 @@ class FakeApiServer:
         self.scripts: dict[tuple[str, str], deque[int | tuple[int, float] | Fault]] = {}
         self.report_remaining = True  # False: LIST pages omit remainingItemCount (as the server may)
         self.metrics_served = True  # False: metrics.k8s.io is not served (no metrics-server): 404
+        # every answer carries Date (RFC 7231), as the real API server's: this server's clock is the
+        # local one plus clock_offset seconds (a server whose clock differs from the client's)
+        self.clock_offset = 0.0
         self._bookmarks = 0
         # eviction concurrency: how many eviction requests are being handled at once, the most seen,
         # and an optional gate that holds them until that many are in flight (see gather_evictions)
@@ -345,11 +358,18 @@ class FakeApiServer:
                 return None
             entry = scripted.popleft()
         if isinstance(entry, Fault):
+            limit = _seconds(query.get("timeout", ""))
+            if entry.delay and limit is not None and entry.delay > limit:
+                # the real API server abandons a request at its ?timeout= (its request deadline):
+                # 504, and nothing carried out
+                time.sleep(limit)
+                raise Reply(504, f"Timeout: request did not complete within the requested timeout - context "
+                                 f"deadline exceeded ({limit:g}s)")
             if entry.delay:
                 time.sleep(entry.delay)
             if entry.drop and not entry.after:
                 raise Dropped
-            if entry.code >= 300:
+            if entry.code >= 300 and not entry.after:
                 raise Reply(entry.code, entry.message or f"scripted failure {entry.code}",
                             retry_after=entry.retry_after, details=entry.details)
             return entry if entry.after else None
@@ -363,6 +383,9 @@ class FakeApiServer:
         fault = self.admit(method, path, query, body, headers)
         result = self._handle(method, path, query, body)
         if fault is not None and fault.after:
+            if fault.code >= 300:  # carried out, then answered with an error (a 500 after etcd wrote)
+                raise Reply(fault.code, fault.message or f"scripted failure {fault.code}",
+                            retry_after=fault.retry_after, details=fault.details)
             raise Dropped  # carried out; the answer is lost
         return result
 
@@ -386,6 +409,8 @@ class FakeApiServer:
                 return self._create(kind, namespace, body)
             if method == "PUT" and name:
                 return self._replace(kind, namespace, name, body)
+            if method == "DELETE" and name:
+                return self._delete(kind, namespace, name, body)
             raise Reply(405, f"method {method} not allowed on {path}")
 
     def _selectors(self, query: dict[str, str]) -> tuple[LabelSelector | None, list[tuple[str, str, str]]]:
@@ -480,6 +505,7 @@ class FakeApiServer:
         if not obj["metadata"].get("name") and not obj["metadata"].get("generateName"):
             raise Reply(400, "metadata.name: Required value: name or generateName is required")
         obj["metadata"].pop("resourceVersion", None)
+        self._check_annotations(obj)
         if obj["metadata"].get("name") and key_of(obj) in self.objects[kind]:
             name = obj["metadata"]["name"]
             raise Reply(409, f'{PLURAL[kind]} "{name}" already exists', details={"name": name})
@@ -496,6 +522,7 @@ class FakeApiServer:
             raise Reply(409, f'Operation cannot be fulfilled on {PLURAL[kind]} "{name}": the object has been '
                              "modified; please apply your changes to the latest version and try again")
         obj = copy.deepcopy(body)
+        self._check_annotations(obj)
         obj["kind"] = kind
         obj["metadata"].update({"name": name, "namespace": namespace or None,
                                 "uid": current["metadata"]["uid"],
@@ -504,6 +531,24 @@ class FakeApiServer:
             obj["metadata"].pop("namespace")
         obj["metadata"].pop("resourceVersion", None)
         return 200, copy.deepcopy(self._store(obj, "MODIFIED"))
+
+    def _delete(self, kind: str, namespace: str, name: str, body: Any) -> tuple[int, Any]:
+        current = self.objects[kind].get((namespace, name))
+        if current is None:
+            raise Reply(404, f'{PLURAL[kind]} "{name}" not found', details={"name": name, "kind": PLURAL[kind]})
+        wanted = ((body or {}).get("preconditions") or {}).get("resourceVersion") if isinstance(body, dict) else None
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise Reply(409, f'Operation cannot be fulfilled on {PLURAL[kind]} "{name}": the ResourceVersion in the '
+                             "precondition does not match")
+        return 200, copy.deepcopy(self._remove(kind, (namespace, name)))
+
+    @staticmethod
+    def _check_annotations(obj: dict[str, Any]) -> None:
+        """The real API server's limit: metadata.annotations at most 256 KiB in all (422 past it)."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+        if size > 256 * 1024:
+            raise Reply(422, f"metadata.annotations: Too long: must have at most 262144 bytes (got {size})")
 
     def _evict(self, namespace: str, name: str, body: Any) -> tuple[int, Any]:
         pod = self.objects["Pod"].get((namespace, name))
@@ -617,6 +662,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` of every answer (send_response adds it): the fake's clock (``clock_offset``)."""
+        when = time.time() + self.fake.clock_offset if timestamp is None else timestamp
+        return email.utils.formatdate(when, usegmt=True)
 
     def _dispatch(self) -> None:
         split = urlsplit(self.path)

@@ -306,26 +306,29 @@ def _refresh_below(pacer: Pacer) -> None:
 def execute_plan(plan: RunPlan, executor: Executor, *, dry_run: bool, trigger: str = "manual",
                  grace_period_seconds: int | None = None, failure_events: bool = False,
                  started: float | None = None, reader: WorkloadReader | None = None,
-                 waves: WaveSettings | None = None, keep_going: KeepGoing | None = None) -> RunReport:
+                 waves: WaveSettings | None = None, keep_going: KeepGoing | None = None,
+                 deadline: float | None = None) -> RunReport:
     """Carry a plan out through ``executor`` (live or recording) and report.
 
     A paced plan (safety on) is carried out in waves: ``reader`` reads workloads back (live) and
     ``waves`` says how long held evictions may wait; without them nothing waits and held evictions
     are reported ``paced`` (what the event path wants). ``keep_going`` is asked before each
     eviction is started (:class:`~kdesched.evictor.execute.LiveExecutor`): a reason to stop makes
-    the rest ``abandoned``. The report counts the Events the executor could not post."""
+    the rest ``abandoned``. ``deadline`` (local monotonic): the admission's; nothing is sent, and no
+    attempt is under way, after it. The report counts the Events the executor could not post."""
     t0 = started if started is not None else time.perf_counter()
     lost_before = executor.events_lost
     for refusal in plan.refusals:
-        record_refused(refusal.reason, strategy=refusal.strategy, namespace=refusal.pod.namespace)
+        record_refused(refusal.kind, strategy=refusal.strategy, namespace=refusal.pod.namespace)
     with paused_gc():  # outcomes are many small cycle-free objects on a large heap
         if plan.pacing is None:
             outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,
-                                        failure_events=failure_events, keep_going=keep_going)
+                                        failure_events=failure_events, keep_going=keep_going,
+                                        **({"deadline": deadline} if deadline is not None else {}))
         else:
             settings = waves or WaveSettings(plan.pacing.safety.replacement_timeout_seconds, budget_seconds=0)
             outcomes = execute_waves(plan.evictions, plan.pacing, executor, dry_run=dry_run, reader=reader,
                                      settings=settings, grace_period_seconds=grace_period_seconds,
-                                     failure_events=failure_events, keep_going=keep_going)
+                                     failure_events=failure_events, keep_going=keep_going, deadline=deadline)
     return RunReport(plan, tuple(outcomes), dry_run, trigger, time.perf_counter() - t0,
                      events_lost=executor.events_lost - lost_before)

@@ -30,10 +30,14 @@ EVICTOR: frozenset[Grant] = frozenset({
 })
 LEASE: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "get", "kdesched"),
-    ("coordination.k8s.io", "leases", "update", "kdesched"),
     ("coordination.k8s.io", "leases", "get", "kdesched-leader"),  # kdesched serve's leader election
-    ("coordination.k8s.io", "leases", "update", "kdesched-leader"),
-    ("coordination.k8s.io", "leases", "create", None),  # create cannot be limited by name
+    ("coordination.k8s.io", "leases", "get", "kdesched-ledger"),  # the disruption ledger's commit record
+    # the ledger's workload records are named by a hash of the workload: list, update and delete
+    # cannot be limited by name (bounded by the Role's namespace); create never can
+    ("coordination.k8s.io", "leases", "list", None),
+    ("coordination.k8s.io", "leases", "update", None),
+    ("coordination.k8s.io", "leases", "delete", None),
+    ("coordination.k8s.io", "leases", "create", None),
 })
 CLASSIFIER_RECORD: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "get", "kdesched-classifier"),  # the classifier's node record
@@ -180,13 +184,15 @@ def test_evicting_functions_and_standalone_share_the_same_identity() -> None:
 
 
 def test_lease_name_matches_the_role() -> None:
+    from kdesched.reactor.ledger_store import COMMIT_SUFFIX
     from kdesched.reactor.serve import LEADER_SUFFIX
     from kdesched.reactor.settings import parse_settings
 
     lease_rule_names = {name for (_, _, _, name) in LEASE if name}
-    # exactly the Leases the code uses by default: the run Lease and serve's leader Lease
+    # exactly the Leases the code uses by default: the run Lease, serve's leader Lease, the ledger's commit
     default = parse_settings({}, env={}).lease_name
-    assert lease_rule_names == {default, f"{default}{LEADER_SUFFIX}"} == {"kdesched", "kdesched-leader"}
+    assert lease_rule_names == {default, f"{default}{LEADER_SUFFIX}", f"{default}{COMMIT_SUFFIX}"} == {
+        "kdesched", "kdesched-leader", "kdesched-ledger"}
     for doc in by_kind(install("knative"), "Service", "serving.knative.dev"):
         env = {e["name"]: e.get("value") for e in main_container(doc)["env"]}
         assert env["KDESCHED_LEASE_NAME"] in lease_rule_names

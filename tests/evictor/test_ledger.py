@@ -58,7 +58,12 @@ def test_without_every_pod_only_the_timeouts_apply() -> None:
     ledger = admitted(Ledger(), wpod("web-a", "n1"))
     assert ledger.settle(None, T0 + 119, 120).ledger.move(KEY) is not None
     expired = ledger.settle(None, T0 + 121, 120)
-    assert [f.pod for _, f in expired.expired] == ["default/web-a"] and expired.ledger.move(KEY) is None
+    move = expired.ledger.move(KEY)
+    assert [f.pod for _, f in expired.expired] == ["default/web-a"]
+    # no longer holding the allowance, but budgets count it until the workload is whole again
+    assert move is not None and not move.active and [f.pod for f in move.lingering] == ["default/web-a"]
+    whole = expired.ledger.settle({KEY: [wpod("web-b", "n2"), wpod("web-c", "n3", created=5)]}, T0 + 130, 120)
+    assert whole.ledger.move(KEY) is None
 
 
 def test_held_pods_are_given_up_at_the_timeout_and_dropped_when_gone() -> None:
@@ -108,9 +113,14 @@ def test_after_the_move_a_new_trigger_is_held_until_the_cool_down_ends() -> None
     assert "cool-down: workload" in (ledger.cooldown_refusal(b, TAINTS, T0 + 60, 300, 0) or "")
     assert ledger.cooldown_ends(b, T0 + 60, 300, 0) == T0 + 300
     assert ledger.cooldown_refusal(b, TAINTS, T0 + 301, 300, 0) is None
-    # the node cool-down too (another workload on the node the move evicted from)
+    # the node cool-down holds a pod that came to the node after kdesched evicted from it (a
+    # replacement placed back: flapping), and another strategy taking its turn on the node ...
+    newcomer = pod("db-1", "n1", owner_name="db", created=10)  # 10 s after the eviction (T0 = NOW)
+    assert "cool-down: node n1" in (ledger.cooldown_refusal(newcomer, TAINTS, T0 + 60, 0, 300) or "")
     other = pod("db-0", "n1", owner_name="db")
-    assert "cool-down: node n1" in (ledger.cooldown_refusal(other, TAINTS, T0 + 60, 0, 300) or "")
+    assert "cool-down: node n1" in (ledger.cooldown_refusal(other, "RemoveDuplicates", T0 + 60, 0, 300) or "")
+    # ... but not the same strategy draining the pods that were there already (a maintenance)
+    assert ledger.cooldown_refusal(other, TAINTS, T0 + 60, 0, 300) is None
 
 
 def test_outcomes_that_did_not_happen_are_taken_back() -> None:
@@ -208,14 +218,15 @@ def test_an_admission_never_carried_out_goes_back_to_held_after_the_eviction_bud
     """Its run died between admitting and evicting (a leader killed mid-run): while it is recent the
     pod counts as that run's eviction; once older than any eviction's retries with the pod still
     there, the move takes it back as held (and goes on with it, cool-down or not)."""
-    from kdesched.evictor.ledger import STALE_ADMISSION_SECONDS
+    from kdesched.evictor.ledger import CLOCK_MARGIN_SECONDS, STALE_ADMISSION_SECONDS
 
     a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
     ledger = admitted(Ledger(), a)
-    assert ledger.in_flight(a.uid, T0 + 10) and not ledger.in_flight(a.uid, T0 + STALE_ADMISSION_SECONDS)
+    assert ledger.in_flight(a.uid, T0 + 10)
+    assert not ledger.in_flight(a.uid, T0 + STALE_ADMISSION_SECONDS + CLOCK_MARGIN_SECONDS)
     fresh = ledger.settle({KEY: [a, b]}, T0 + 10, 120)
     assert not fresh.abandoned and fresh.ledger.move(KEY).inflight  # type: ignore[union-attr]
-    late = ledger.settle({KEY: [a, b]}, T0 + STALE_ADMISSION_SECONDS + 1, 120)
+    late = ledger.settle({KEY: [a, b]}, T0 + STALE_ADMISSION_SECONDS + CLOCK_MARGIN_SECONDS + 1, 120)
     move = late.ledger.move(KEY)
     assert [f.pod for _, f in late.abandoned] == ["default/web-a"]
     assert move is not None and move.inflight == () and [h.uid for h in move.held] == [a.uid]

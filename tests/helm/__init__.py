@@ -15,6 +15,7 @@ unpacked by its ``unpack.sh`` (checksums verified) into ``~/.cache/kdesched-helm
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import subprocess
@@ -53,8 +54,12 @@ def find_helm(env: Mapping[str, str] | None = None) -> Path | None:
         unpack = candidate / "unpack.sh"
         if unpack.is_file():
             cache_dir = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdesched-helm"
-            done = subprocess.run(["bash", str(unpack), str(cache_dir)], capture_output=True, text=True,
-                                  timeout=300, check=False)
+            cache_dir.parent.mkdir(parents=True, exist_ok=True)
+            # one unpack at a time: pytest-xdist workers (the fast loop) all look for the kit at start
+            with open(cache_dir.parent / ".kdesched-helm.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                done = subprocess.run(["bash", str(unpack), str(cache_dir)], capture_output=True, text=True,
+                                      timeout=300, check=False)
             if done.returncode != 0:
                 raise RuntimeError(f"{unpack} failed: {done.stderr.strip() or done.stdout.strip()}")
             out = Path(done.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from kdesched.evictor.ledger import Ledger
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.ledger_store import LEDGER_ANNOTATION, LedgerRead, LedgerStore
+from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
 from kdesched.reactor.requests import Trigger, parse_node_event
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
@@ -66,10 +66,10 @@ def evicted(fake: FakeApiServer) -> list[str]:
 
 
 def ledger_of(fake: FakeApiServer) -> Ledger:
-    lease = fake.get("Lease", "kdesched", "kdesched") or {}
-    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
-    assert problem == ""
-    return ledger
+    with KubeClient.for_host(fake.url) as client:
+        read = LedgerStore(client, "kdesched", "kdesched").read()
+    assert read.problem == ""
+    return read.ledger
 
 
 def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
@@ -113,7 +113,7 @@ class RacingStore(LedgerStore):
         self.rival = rival
         self.lost = 0
 
-    def write(self, read: LedgerRead, ledger: Ledger) -> bool:
+    def write(self, read: LedgerRead, ledger: Ledger, run: str = "") -> bool:
         if not self.lost:
             self.lost += 1
             from kdesched.evictor.ledger import Admission
@@ -122,7 +122,7 @@ class RacingStore(LedgerStore):
             other = fresh.ledger.admit([Admission(self.rival, "RemovePodsViolatingNodeTaints", False, "node:p1:x",
                                                   "", 2, 2)], time.time())
             assert super().write(fresh, other)
-        return super().write(read, ledger)
+        return super().write(read, ledger, run)
 
 
 def test_a_lost_write_plans_again_against_the_winner(fake_api: FakeApiServer, kube: KubeClient) -> None:
@@ -140,7 +140,7 @@ def test_a_lost_write_plans_again_against_the_winner(fake_api: FakeApiServer, ku
 
 class FailingExecutor(RecordingExecutor):
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: Any = None) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: Any = None, deadline: float | None = None) -> list[EvictionOutcome]:
         return [EvictionOutcome(e, "failed", "the API server said no", 1) for e in evictions]
 
 
@@ -266,15 +266,15 @@ class LostAnswerStore(LedgerStore):
         self.carried_out = carried_out
         self.dropped = 0
 
-    def write(self, read: LedgerRead, ledger: Ledger) -> bool:
+    def write(self, read: LedgerRead, ledger: Ledger, run: str = "") -> bool:
         from kdesched.kube.errors import Unavailable
 
         if not self.dropped:
             self.dropped += 1
             if self.carried_out:
-                assert super().write(read, ledger)
+                assert super().write(read, ledger, run)
             raise Unavailable("connection reset after the request was sent", maybe_sent=True)
-        return super().write(read, ledger)
+        return super().write(read, ledger, run)
 
 
 @pytest.mark.parametrize("carried_out", [True, False])

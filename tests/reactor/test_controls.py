@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.continuation import node_scope
 from kdesched.reactor.controls import HEALTH_BRAKE
-from kdesched.reactor.ledger_store import LEDGER_ANNOTATION
-from kdesched.reactor.requests import Trigger, parse_node_event
+from kdesched.reactor.ledger_store import LedgerStore
+from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import parse_settings
 
@@ -73,10 +74,10 @@ def evicted(fake: FakeApiServer) -> list[str]:
 
 
 def ledger_of(fake: FakeApiServer) -> Ledger:
-    lease = fake.get("Lease", "kdesched", "kdesched") or {}
-    ledger, problem = Ledger.from_annotation(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION))
-    assert problem == ""
-    return ledger
+    with KubeClient.for_host(fake.url) as client:
+        read = LedgerStore(client, "kdesched", "kdesched").read()
+    assert read.problem == ""
+    return read.ledger
 
 
 def taint_event(r: Reactor, node: str, i: int = 0) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_
     assert ledger_of(fake_api).unhealthy_at == pytest.approx(THU_10, abs=0.01)
     assert ledger_of(fake_api).moves == {}  # nothing admitted, nothing held
     assert HEALTH_BRAKE.labels("share")._value.get() == 1  # type: ignore[attr-defined]
-    assert "health brake" in r.controls.status() and "not a failure" in r.controls.status()
+    assert "health brake" in r.brake_status.status() and "not a failure" in r.brake_status.status()
 
     for i in range(3):  # the nodes come back
         fake_api.update(node_obj(f"d{i}"))
@@ -116,7 +117,7 @@ def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_
     clock.t += 31  # settled: the move happens
     out = taint_event(r, "p0", 2)
     assert results(out) == [("web-7d9f8-0", "evicted")] and evicted(fake_api) == ["web-7d9f8-0"]
-    assert r.controls.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
+    assert r.brake_status.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
 
 
 def test_another_process_honours_the_settle_time_through_the_ledger(fake_api: FakeApiServer, kube: KubeClient) -> None:
@@ -238,12 +239,13 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
 
     posted: list[dict[str, Any]] = []
     clock = Clock(0.0)
-    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock)
+    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock, wall=clock)
     pods = [Pod.from_api(web(f"web-7d9f8-{i}", "p0")) for i in range(7)]
     reasons = ["cool-down: workload Deployment/default/web lost a pod 3s ago", "nowhere to go: no other Ready node",
                "budget: disruption budget (maxUnavailable 1, cluster-wide) allows 1", "rate limit: global"]
-    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0]) for p in pods[:6]) + tuple(
-        Refusal(pods[6], TAINTS, "default", r) for r in reasons[1:])
+    kinds = [Reason.COOLDOWN_WORKLOAD, Reason.NOWHERE_TO_GO, Reason.BUDGET, Reason.RATE_LIMIT]
+    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0], kinds[0]) for p in pods[:6]) + tuple(
+        Refusal(pods[6], TAINTS, "default", r, k) for r, k in zip(reasons[1:], kinds[1:], strict=True))
     plan = RunPlan((), refusals, (), (), (), (), {}, datetime.now(UTC))
     report = RunReport(plan, (), False)
     assert events.run_done(report, "p0") == 3  # cool-down (6 pods in one Event), nowhere to go, budget
@@ -295,19 +297,54 @@ def test_a_paced_moves_repeats_post_eviction_paced_once_a_minute_per_pod(fake_ap
 
 
 def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
+    from kdesched.admission.control import RunContext
+    from kdesched.admission.health import HealthBrakeSettings, brake_state
     from kdesched.model.records import Node
     from kdesched.model.snapshot import Snapshot
-    from kdesched.reactor.controls import Controls
+    from kdesched.reactor.controls import BrakeStatus
 
     clock = Clock(1000.0)
-    controls = Controls(clock=clock)
-    nodes = [Node.from_api(node_obj(f"n{i}", ready=i > 2)) for i in range(10)]
-    brake = controls.brake(Snapshot.build(nodes, []), True, Ledger(), clock.t)
-    assert brake.holds and brake.record_unhealthy and brake.until == 1060.0
-    assert controls.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in \
-        controls.status()
-    clock.t = 1061.0
-    assert "as of 61s ago; it may have lifted since" in controls.status()
+    status = BrakeStatus(clock=clock)
+    nodes = [Node.from_api(node_obj(f"n{i}", ready=i >= 3)) for i in range(10)]
+    state = brake_state(HealthBrakeSettings(), RunContext(Ledger(), Snapshot.build(nodes, []), clock.t))
+    status.remember(state, clock.t)
+    assert status.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in status.status()
+    clock.t += 61
+    assert "as of 61s ago; it may have lifted since" in status.status()
     healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
-    assert not controls.brake(Snapshot.build(healthy, []), True, Ledger().with_unhealthy(900.0), clock.t).holds
-    assert controls.status() == ""
+    state = brake_state(HealthBrakeSettings(), RunContext(Ledger().with_unhealthy(900.0), Snapshot.build(healthy, []),
+                                                          clock.t))
+    assert not state.holds
+    status.remember(state, clock.t)
+    assert status.status() == ""
+
+@pytest.mark.parametrize("safety_on", [True, False])
+def test_a_budget_counts_a_pod_until_its_replacement_is_ready(fake_api: FakeApiServer, kube: KubeClient,
+                                                             safety_on: bool) -> None:
+    """0.1 counted ledger entries, which expired at replacementTimeoutSeconds while the replacement
+    was still Pending, and with ``safety.enabled: false`` the next settle ended the move at once
+    (its admission carried expected = ready = 0). A pod now counts until its workload is whole."""
+    fake_api.add(node_obj("p0", taints=[TAINT]), node_obj("p1", taints=[TAINT]), *[node_obj(f"s{i}") for i in range(3)])
+    fake_api.add(web("a-7d9f8-0", "p0", app="a"), web("a-7d9f8-1", "s0", app="a"),
+                 web("b-7d9f8-0", "p1", app="b"), web("b-7d9f8-1", "s0", app="b"))
+    clock = Clock(THU_10)
+    block: dict[str, Any] = {"disruptionBudgets": [{"name": "one", "maxUnavailable": 1}],
+                             "safety": {"replacementTimeoutSeconds": 60, **({} if safety_on else {"enabled": False})}}
+    r = reactor(kube, clock, **block)
+    taint_event(r, "p0")
+    assert evicted(fake_api) == ["a-7d9f8-0"]
+    replacement = web("a-7d9f8-2", "s1", app="a")
+    replacement["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # Pending, not Ready
+    fake_api.add(replacement)
+    for step in (5, 30, 65, 200):  # within, then well past, the replacement timeout
+        clock.t = THU_10 + step
+        out = taint_event(r, "p1", step)
+        assert evicted(fake_api) == ["a-7d9f8-0"], f"at +{step}s: {out['evictions']}"
+        assert any(b["reason"].startswith("budget:") for b in out["blocked"]), (step, out["blocked"])
+    # the workload is whole again: the next run that reads every pod (the sweep, a balance run)
+    # sees it and frees the budget; a node's run alone cannot tell (docs/safety.md)
+    replacement["status"]["conditions"] = READY
+    fake_api.update(replacement)
+    clock.t = THU_10 + 210
+    out = r.run_requested(Trigger(ev.PING, "sweep"), parse_sweep_data(None))
+    assert evicted(fake_api) == ["a-7d9f8-0", "b-7d9f8-0"], [b["reason"] for b in out["blocked"]]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kdesched.admission.bucket import ClusterBucket
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor.coordination import (
@@ -28,8 +29,6 @@ from kdesched.reactor.coordination import (
     ShuttingDown,
     Tenure,
 )
-from kdesched.reactor.limits import RateLimiter, TokenBucket
-from kdesched.reactor.settings import BucketSettings, RateLimitSettings
 
 from tests.fakeapi import FakeApiServer
 
@@ -45,42 +44,21 @@ class FakeClock:
 # --- token buckets -------------------------------------------------------------------------------
 
 
-def test_token_bucket_refills_at_rate_up_to_burst() -> None:
-    clock = FakeClock()
-    b = TokenBucket(rate=0.5, burst=2, clock=clock)
-    assert b.take() and b.take() and not b.take()
-    assert b.seconds_until() == pytest.approx(2.0)
-    clock.t += 2
-    assert b.take() and not b.take()
-    clock.t += 100
-    assert b.tokens() == 2  # never more than burst
+def test_cluster_bucket_refills_at_rate_up_to_burst() -> None:
+    b = ClusterBucket(per_minute=30, burst=2)  # 0.5 a second
+    assert b.tokens(None, 100.0) == 2  # never drawn from: full
+    state = b.drawn(None, 100.0, 2)
+    assert state == (0.0, 100.0) and b.tokens(state, 100.0) == 0
+    assert b.seconds_until(b.tokens(state, 100.0)) == pytest.approx(2.0)
+    assert b.tokens(state, 102.0) == pytest.approx(1.0)
+    assert b.tokens(state, 1000.0) == 2  # never more than burst
+    assert b.drawn(state, 1000.0, 0) is None  # full again: nothing to record
 
 
-@pytest.mark.parametrize("rate,burst", [(0, 1), (-1, 1), (1, 0)])
-def test_token_bucket_rejects_bad_settings(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError):
-        TokenBucket(rate, burst)
-
-
-def test_rate_limiter_checks_all_buckets_before_taking() -> None:
-    clock = FakeClock()
-    rl = RateLimiter(RateLimitSettings(BucketSettings(60, 10), BucketSettings(60, 2), None), clock)
-    assert rl.admit("n1", "a") is None and rl.admit("n1", "b") is None
-    why = rl.admit("n1", "c")
-    assert why is not None and "per-node" in why and "n1" in why
-    # the refused attempt took nothing from the global bucket: 8 left for other nodes
-    assert all(rl.admit(f"m{i}", "a") is None for i in range(8))
-    assert "global" in (rl.admit("x", "a") or "")
-    clock.t += 1  # one token per second globally
-    assert rl.admit("y", "a") is None
-
-
-def test_rate_limiter_peek_does_not_consume() -> None:
-    rl = RateLimiter(RateLimitSettings(BucketSettings(60, 1), None, None), FakeClock())
-    assert rl.admit("n", "ns", consume=False) is None
-    assert rl.admit("n", "ns", consume=False) is None
-    assert rl.admit("n", "ns") is None
-    assert rl.admit("n", "ns") is not None
+def test_cluster_bucket_draw_may_go_below_zero_but_not_past_minus_burst() -> None:
+    b = ClusterBucket(per_minute=60, burst=3)
+    assert b.drawn(None, 0.0, 5) == (-2.0, 0.0)  # admitted elsewhere already: the bucket owes them
+    assert b.drawn(None, 0.0, 50) == (-3.0, 0.0)
 
 
 # --- coalescer -----------------------------------------------------------------------------------
@@ -446,13 +424,6 @@ def test_lease_held_by_another_holder_is_busy(fake_api: FakeApiServer, kube: Kub
     with pytest.raises(LockBusy) as err, guard:
         pass
     assert "someone-else" in str(err.value)
-
-
-def test_dry_run_clone_spends_a_copy() -> None:
-    rl = RateLimiter(RateLimitSettings(BucketSettings(1, 2), None, None), FakeClock())
-    dry = rl.clone()
-    assert dry.admit("n", "a") is None and dry.admit("n", "a") is None and dry.admit("n", "a") is not None
-    assert rl.admit("n", "a") is None and rl.admit("n", "a") is None  # the real budget is untouched
 
 
 # --- leading edge, on a fake clock ---------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
+from kdesched.policy.errors import PolicyError
 from kdesched.reactor import events as ev
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.requests import (
@@ -140,13 +141,25 @@ def test_cooldown_holds_a_workload_against_a_new_trigger_once_its_move_ended(fak
     assert evicted(fake_api) == ["web-1"]
 
 
-def test_rate_limit_blocks_beyond_the_burst(fake_api: FakeApiServer, kube: KubeClient) -> None:
-    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
-    fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(4)])
-    r = reactor(kube, {"rateLimits": {"perNode": {"perMinute": 1, "burst": 2}}})
-    out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
-    assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
-    assert all("rate limit" in b["reason"] for b in out["blocked"])
+def test_the_removed_per_node_bucket_is_refused_naming_it(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    with pytest.raises(PolicyError) as err:
+        reactor(kube, {"rateLimits": {"perNode": {"perMinute": 1, "burst": 2}}})
+    assert "kdesched.rateLimits.perNode: removed in 0.2" in str(err.value)
+    reactor(kube, {"rateLimits": {"perNode": None, "perNamespace": None}})  # null: accepted, as before
+
+
+def test_the_bucket_is_cluster_wide_two_processes_share_it(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """0.1's buckets were per process: N function instances allowed N times the rate. The bucket's
+    state is in the ledger, so a second process finds it drawn."""
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2", taints=[TAINT]), node_obj("n3"), node_obj("n4"))
+    fake_api.add(*[pod_obj(f"p{i}", "n1", owner_name=f"o{i}") for i in range(3)])
+    fake_api.add(*[pod_obj(f"q{i}", "n2", owner_name=f"r{i}") for i in range(3)])
+    limits = {"rateLimits": {"global": {"perMinute": 1, "burst": 4}}}
+    first = reactor(kube, limits).node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
+    with KubeClient.for_host(fake_api.url) as other:
+        second = reactor(other, limits).node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
+    assert len(first["evictions"]) == 3 and len(second["evictions"]) == 1 and len(second["blocked"]) == 2
+    assert all("cluster-wide eviction bucket" in b["reason"] for b in second["blocked"])
 
 
 def test_a_node_run_refuses_pod_by_pod_when_the_global_bucket_is_empty(fake_api: FakeApiServer,
@@ -157,7 +170,7 @@ def test_a_node_run_refuses_pod_by_pod_when_the_global_bucket_is_empty(fake_api:
     r = reactor(kube, {"rateLimits": {"global": {"perMinute": 1, "burst": 2}, "perNode": None}})
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
-    assert all("global eviction bucket" in b["reason"] for b in out["blocked"])
+    assert all("cluster-wide eviction bucket" in b["reason"] for b in out["blocked"])
 
 
 def test_a_leased_run_stops_planning_once_the_global_bucket_is_empty(fake_api: FakeApiServer,
@@ -172,9 +185,8 @@ def test_a_leased_run_stops_planning_once_the_global_bucket_is_empty(fake_api: F
     assert len(evicted(fake_api)) == 2 == len(out["evictions"])
     assert out["blocked"] == []  # the three other intolerant pods were not planned to be refused
     notes = " | ".join(out["notes"])
-    assert "RemovePodsViolatingNodeTaints: rate limit: global eviction bucket is empty" in notes
-    assert "this run plans no further evictions" in notes
-    assert "LowNodeUtilization: not run: rate limit: global eviction bucket is empty" in notes
+    assert "RemovePodsViolatingNodeTaints: rate limit: the cluster-wide eviction bucket" in notes
+    assert "LowNodeUtilization: not run: rate limit: the cluster-wide eviction bucket" in notes
 
 
 def lnu_cluster(fake: FakeApiServer) -> None:

@@ -6,13 +6,15 @@ rule as reads): throttling (429 without a PDB cause), 502/503/504, a 5xx with Re
 dropped connections, with exponential backoff and jitter inside a total time budget, honouring
 Retry-After. A PodDisruptionBudget's 429 is retried too, within the same budget: upstream does not
 retry within a cycle, but an event-driven run may be the only run for a while, so a PDB that is
-briefly at its limit (a rollout in progress) gets a few bounded chances here. Anything
-deterministic (403, 400, 422, an eviction's 500 without Retry-After, 501) fails at once.
+briefly at its limit (a rollout in progress) gets a few bounded chances here. So is a 500 without
+Retry-After (the server may have failed after acting: it is confirmed as a lost answer is), except
+the API server's "more than one PodDisruptionBudget", which says the same for as long as both
+PDBs exist. Anything deterministic (403, 400, 422, that 500, 501) fails at once.
 
 Each outcome says what happened and why (``result`` and ``cause``): ``blocked`` is only a PDB's
 refusal, ``throttled`` a 429 that no PDB sent, ``failed`` a server error, a lost connection or a
 refusal, each with its cause. An eviction whose answer was lost (the connection dropped after the
-request was written, or a gateway timed out) is confirmed before it is reported: the pod is read
+request was written, a gateway timed out, or a 500) is confirmed before it is reported: the pod is read
 back, and gone, replaced or terminating means ``evicted`` (with its Event), so only a pod that was
 already gone before kdesched's first request is ``already-gone``.
 
@@ -107,6 +109,12 @@ class OncePerInterval:
 PACED_EVENTS = OncePerInterval(PACED_EVENT_INTERVAL_SECONDS)
 
 Sleep = Callable[[float], None]
+MIN_ATTEMPT_SECONDS = 1.0  # an attempt needs at least this long before the deadline to be sent
+
+
+class DeadlinePassed(Exception):
+    """An eviction's admission deadline came before its next attempt (never retried)."""
+
 KeepGoing = Callable[[], "str | None"]
 """Asked before each eviction is started: None = go on, a string = why to stop (every eviction not
 started yet is then ``abandoned`` with that reason)."""
@@ -160,7 +168,11 @@ class Executor(Protocol):
     """Acts on a run's planned evictions; one outcome per eviction, in order, never raising for one."""
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]: ...
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
+        """``deadline`` (local monotonic seconds): no eviction is sent, and no attempt is under way,
+        after it; the ledger admitted the evictions until then (kdesched.reactor.admit)."""
+        ...
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:
         """Report evictions the per-workload allowance held back (``paced``, with why): log, metrics
@@ -230,7 +242,8 @@ class RecordingExecutor:
         return 0
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
         out = []
         latch = _StopLatch(keep_going)
         for e in evictions:
@@ -279,9 +292,21 @@ def _retrying(settings: RetrySettings, retry: Callable[[BaseException], bool], s
     )
 
 
+# the API server's 500 for a pod under two PodDisruptionBudgets: the same answer for as long as both exist
+MULTIPLE_PDBS_MESSAGE = "more than one PodDisruptionBudget"
+
+
+def _plain_500(exc: BaseException) -> bool:
+    """A 500 that may have been a passing failure (etcd, a webhook) after the server acted: read
+    the pod back and retry it, unlike the deterministic 500 of a pod under more than one PDB."""
+    return (isinstance(exc, ApiError) and exc.status == 500
+            and MULTIPLE_PDBS_MESSAGE.lower() not in (exc.message or "").lower())
+
+
 def _eviction_retryable(exc: BaseException) -> bool:
-    """Transient by the one rule, or a PDB's refusal (a budget comes back within the retry budget)."""
-    return is_transient(exc, read=False) or is_pdb_refusal(exc)
+    """Transient by the one rule, a PDB's refusal (a budget comes back within the retry budget), or
+    a 500 other than the two-PDB one (its outcome is confirmed by reading the pod back)."""
+    return is_transient(exc, read=False) or is_pdb_refusal(exc) or _plain_500(exc)
 
 
 class _EventSender:
@@ -367,11 +392,12 @@ class LiveExecutor:
 
     def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
                  sleep: Sleep = time.sleep, max_concurrent: int | None = None,
-                 event_retry: RetrySettings = EVENT_RETRY) -> None:
+                 event_retry: RetrySettings = EVENT_RETRY, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.retry = retry
         self.events = events
         self.sleep = sleep
+        self.clock = clock  # the deadline's clock (local monotonic)
         self.event_retry = event_retry
         self.max_concurrent = max_concurrent if max_concurrent is not None else client.max_concurrent_evictions
         if self.max_concurrent < 1:
@@ -394,17 +420,21 @@ class LiveExecutor:
             self._events_lost += sender.lost
 
     def execute(self, evictions: Sequence[PlannedEviction], *, grace_period_seconds: int | None = None,
-                failure_events: bool = False, keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+                failure_events: bool = False, keep_going: KeepGoing | None = None,
+                deadline: float | None = None) -> list[EvictionOutcome]:
         sender = self._event_sender(len(evictions))
         latch = _StopLatch(keep_going)
 
         def one(e: PlannedEviction) -> EvictionOutcome:
             why = latch.stop_reason()
+            if why is None and deadline is not None and self.clock() > deadline - MIN_ATTEMPT_SECONDS:
+                why = ("its admission's deadline passed before it could be sent (queued behind other evictions); "
+                       "the ledger no longer counts it, the next run re-decides")
             if why is not None:
                 outcome = _abandoned(e, why)
             else:
                 try:
-                    outcome = self._evict(e, grace_period_seconds)
+                    outcome = self._evict(e, grace_period_seconds, deadline)
                 except Exception as exc:  # one eviction's bug or surprise must not stop the others
                     log.exception("evicting %s failed unexpectedly", _label(e))
                     outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1,
@@ -441,7 +471,8 @@ class LiveExecutor:
                 self._drain(sender)
         return out
 
-    def _evict(self, e: PlannedEviction, grace_period_seconds: int | None) -> EvictionOutcome:
+    def _evict(self, e: PlannedEviction, grace_period_seconds: int | None,
+               deadline: float | None = None) -> EvictionOutcome:
         pod = e.pod
         annotations = {REASON_ANNOTATION: f"triggered by {e.profile}/{e.strategy}: {e.reason}",
                        REQUESTED_BY_ANNOTATION: REQUESTED_BY}
@@ -450,10 +481,18 @@ class LiveExecutor:
 
         def attempt() -> None:
             nonlocal attempts, lost
+            timeout: float | None = None
+            if deadline is not None:
+                # each attempt ends by the deadline, on the API server too (?timeout=): an eviction
+                # the ledger stopped counting can never land afterwards
+                timeout = deadline - self.clock()
+                if timeout < MIN_ATTEMPT_SECONDS:
+                    raise DeadlinePassed(f"its admission's deadline passed after {attempts} attempt(s)")
             attempts += 1
             try:
                 self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
-                                      grace_period_seconds=grace_period_seconds, annotations=annotations)
+                                      grace_period_seconds=grace_period_seconds, annotations=annotations,
+                                      **({"timeout": timeout} if timeout is not None else {}))
             except Unavailable as exc:
                 if exc.maybe_sent:
                     lost = lost or f"the answer to attempt {attempts} was lost ({exc.message})"
@@ -461,10 +500,18 @@ class LiveExecutor:
             except ApiError as exc:
                 if exc.status == 504:  # a gateway gave up waiting: the API server may have acted
                     lost = lost or f"attempt {attempts} timed out at a gateway (504)"
+                elif _plain_500(exc):  # it may have acted before failing: confirmed like a lost answer
+                    lost = lost or f"attempt {attempts} was answered 500 ({exc.message or exc.reason})"
                 raise
 
         try:
             _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
+        except DeadlinePassed as exc:
+            if lost:
+                confirmed = self._confirm(e, lost)
+                if confirmed is not None:
+                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            return _abandoned(e, f"{exc}; the ledger no longer counts it, the next run re-decides")
         except (NotFound, Conflict) as exc:
             if lost:
                 confirmed = self._confirm(e, lost)
@@ -531,7 +578,8 @@ class LiveExecutor:
         if o.result == "abandoned":
             log.warning("not evicting %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
             return
-        log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
+        log.warning("could not evict %s (strategy=%s profile=%s) [%s]: %s", _label(e), e.strategy, e.profile, o.result,
+                    o.message)
         if failure_events and self.events:
             sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
                         reason=FAILURE_EVENT_REASON, event_type="Warning",

@@ -26,7 +26,7 @@ Per workload, a :class:`Move`:
 
 And the cool-downs (workload -> last eviction, node -> last eviction), which were the "eviction
 history" before, and ``unhealthy_at``: the last time a run saw the cluster unhealthy enough for the
-health brake (:mod:`kdesched.evictor.health`), so that every process waits the same settle time
+health brake (:mod:`kdesched.admission.health`), so that every process waits the same settle time
 before evicting again. A record without it (written before it existed) parses as "never".
 
 **Checked moves** (:class:`CheckedMove`): when :meth:`Ledger.settle` ends a move's in-flight pods
@@ -53,11 +53,22 @@ from kdesched.evictor.workloads import Workload, pod_ready, workload_of
 from kdesched.model.records import Node, Pod
 from kdesched.model.scheduling import matches_node_selector
 
-LEDGER_VERSION = 2
+LEDGER_VERSION = 2  # the single-annotation record of 0.1 (read once, then split: kdesched.reactor.ledger_store)
+RECORD_VERSION = 3  # the records the ledger is stored as since (WorkloadRecord, ClusterRecord)
 MAX_HELD_PER_MOVE = 200  # held pods remembered per workload (a larger move re-plans the rest anyway)
-# an admission whose pod is still there (not terminating) this long after is taken for abandoned: longer
-# than one eviction's retries (evictor.execute.RetrySettings.max_total_seconds, 60 s) plus a margin
+MAX_INFLIGHT_PER_MOVE = 1000  # pods of one workload in flight at once: bounds one record (docs/design.md)
+# the bytes one workload's in-flight and lingering entries may take in its record; with the held
+# pods and node cool-downs trimmed to fit (kdesched.reactor.ledger_store) a record stays under
+# RECORD_MAX_BYTES, far below the API server's 256 KiB of annotations, whatever the names' length
+MAX_INFLIGHT_BYTES = 128 * 1024
+RECORD_MAX_BYTES = 192 * 1024
+MAX_LINGERING_PER_MOVE = 200  # timed-out evictions still counted by budgets, per workload
+# an admission written before admissions carried their deadline (ledger records of 0.1) is taken for
+# abandoned this long after it, if its pod is still there: one eviction's retries (60 s) plus a margin
 STALE_ADMISSION_SECONDS = 75.0
+# the uncertainty of the API server's clock as a process estimates it (kdesched.kube.clock: the Date
+# header's one-second resolution plus a round trip), added before another process's deadline is judged
+CLOCK_MARGIN_SECONDS = 5.0
 MAX_BACKOFFS = 200  # back-off entries kept, the oldest beyond dropped: ~50 kB at most of 256 kB of annotations
 MAX_WHY = 120  # characters of a wasted move's reason kept in a back-off entry
 
@@ -92,10 +103,23 @@ class InFlight:
     requests: Mapping[str, int] = field(default_factory=dict)  # reserved there, plus one pod slot
     run: str = ""  # the admitting run (a write whose answer was lost is recognised by it)
     scope: str = ""  # the run scope that admitted it (the move goes on from there if it was abandoned)
+    # when its eviction can no longer land (epoch seconds, API server clock): the executor sends no
+    # attempt after it and bounds each attempt by it (kdesched.evictor.execute); 0: an older record
+    deadline: float = 0.0
+
+    @property
+    def lands_by(self) -> float:
+        """The latest time its eviction can still be carried out."""
+        return self.deadline if self.deadline > 0 else self.at + STALE_ADMISSION_SECONDS
+
+    def may_still_land(self, now: float) -> bool:
+        """Can the admitting run still be evicting this pod? Judged with the clock margin: another
+        process's estimate of the server clock may be a little off ours."""
+        return now < self.lands_by + CLOCK_MARGIN_SECONDS
 
     def to_json(self) -> list[Any]:
         return [self.uid, self.pod, self.node, round(self.at, 3), self.destination, dict(self.requests), self.run,
-                self.scope]
+                self.scope, round(self.deadline, 3)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,17 +149,38 @@ class Move:
     ready: int  # and how many of them were Ready: the count to get back to
     inflight: tuple[InFlight, ...] = ()
     held: tuple[Held, ...] = ()
+    # evictions past the replacement timeout whose workload is not whole yet: they no longer hold
+    # the workload's allowance (the snapshot shows the pods still down), but disruption budgets
+    # count them until the workload is back at its Ready count (kdesched.admission.budgets)
+    lingering: tuple[InFlight, ...] = ()
 
     @property
     def active(self) -> bool:
         return bool(self.inflight or self.held)
+
+    @property
+    def kept(self) -> bool:
+        """Does the record still need this move (active, or evictions budgets still count)?"""
+        return bool(self.inflight or self.held or self.lingering)
+
+    def inflight_bytes(self) -> int:
+        """What its in-flight and lingering entries take in the record (bounded by the gate)."""
+        return sum(len(json.dumps(f.to_json(), separators=(",", ":"))) + 1 for f in (*self.inflight, *self.lingering))
+
 
     def inflight_uids(self) -> frozenset[str]:
         return frozenset(f.uid for f in self.inflight)
 
     def to_json(self) -> dict[str, Any]:
         return {"s": self.strategy, "t0": round(self.started, 3), "p": round(self.progress, 3), "e": self.expected,
-                "r": self.ready, "f": [f.to_json() for f in self.inflight], "h": [h.to_json() for h in self.held]}
+                "r": self.ready, "f": [f.to_json() for f in self.inflight], "h": [h.to_json() for h in self.held],
+                **({"l": [f.to_json() for f in self.lingering]} if self.lingering else {})}
+
+
+def entry_bytes(pod: Pod, scope_hint: int = 96) -> int:
+    """An upper estimate of one in-flight entry of ``pod`` in its record (uid, names, the node twice,
+    requests, run, scope, times)."""
+    return 160 + len(pod.namespace) + len(pod.name) + 3 * len(pod.node_name) + scope_hint + 24 * len(pod.requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +305,90 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """One workload's share of the ledger, as one object in the cluster holds it: its move (in
+    flight, held, lingering), its cool-down, the node cool-downs its evictions started, and its
+    wasted-move back-offs. Bounded by the workload, never by the cluster: at most
+    :data:`MAX_INFLIGHT_PER_MOVE` in flight, :data:`MAX_HELD_PER_MOVE` held,
+    :data:`MAX_LINGERING_PER_MOVE` lingering, a node per pod it evicted within the cool-down, a
+    back-off per strategy (docs/design.md, "The disruption ledger at scale")."""
+
+    key: str
+    move: Move | None = None
+    last: float | None = None  # the workload's last eviction (its cool-down)
+    nodes: Mapping[str, tuple[float, str]] = field(default_factory=dict)  # node -> (last eviction, strategy)
+    backoffs: Mapping[str, Backoff] = field(default_factory=dict)  # strategy -> consecutive wasted moves
+
+    @property
+    def empty(self) -> bool:
+        return self.move is None and self.last is None and not self.nodes and not self.backoffs
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": RECORD_VERSION, "k": self.key, **({"m": self.move.to_json()} if self.move is not None else {}),
+                **({"o": round(self.last, 3)} if self.last is not None else {}),
+                **({"n": {n: [round(t, 3), s] for n, (t, s) in sorted(self.nodes.items())}} if self.nodes else {}),
+                **({"b": {k: b.to_json() for k, b in sorted(self.backoffs.items())}} if self.backoffs else {})}
+
+    def to_text(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+
+    def fitted(self, limit: int = RECORD_MAX_BYTES) -> WorkloadRecord:
+        """The record trimmed to ``limit`` bytes: the oldest node cool-downs, then the last held pods
+        go (a held pod is planned again by the next run; a node's cool-down is a courtesy). In-flight
+        and lingering entries are never dropped: the gate bounds them (MAX_INFLIGHT_BYTES)."""
+        rec = self
+        while len(rec.to_text()) > limit:
+            if rec.nodes:
+                oldest = sorted(rec.nodes.items(), key=lambda kv: kv[1][0])
+                rec = replace(rec, nodes=dict(oldest[max(1, len(oldest) // 4):]))
+            elif rec.move is not None and rec.move.held:
+                held = rec.move.held
+                rec = replace(rec, move=replace(rec.move, held=held[:len(held) * 3 // 4]))
+            else:
+                break
+        return rec
+
+    @classmethod
+    def from_text(cls, text: str) -> WorkloadRecord:
+        """Parse one record; ValueError naming what is wrong."""
+        try:
+            raw: Any = json.loads(text)
+            if not isinstance(raw, Mapping) or raw.get("v") != RECORD_VERSION:
+                raise ValueError(f"not a version {RECORD_VERSION} workload record")
+            last = raw.get("o")
+            return cls(str(raw["k"]), _move(raw["m"]) if raw.get("m") is not None else None,
+                       float(last) if last is not None else None,
+                       {str(n): (float(v[0]), str(v[1])) for n, v in (raw.get("n") or {}).items()},
+                       {str(k): Backoff(int(v[0]), float(v[1]), str(v[2])) for k, v in (raw.get("b") or {}).items()})
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    """What the ledger holds for the whole cluster, in one small object of fixed size: the health
+    brake's last unhealthy time, the cluster-wide eviction bucket, and node cool-downs of a record
+    written before the ledger was split by workload (they expire with the cool-down)."""
+
+    unhealthy_at: float | None = None
+    bucket: tuple[float, float] | None = None
+    nodes: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": RECORD_VERSION, **({"u": round(self.unhealthy_at, 3)} if self.unhealthy_at is not None else {}),
+                **({"q": [round(self.bucket[0], 3), round(self.bucket[1], 3)]} if self.bucket is not None else {}),
+                **({"n": {n: [round(t, 3), s] for n, (t, s) in sorted(self.nodes.items())}} if self.nodes else {})}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ClusterRecord:
+        if not isinstance(raw, Mapping) or raw.get("v") != RECORD_VERSION:
+            raise ValueError(f"not a version {RECORD_VERSION} cluster record")
+        u, q = raw.get("u"), raw.get("q")
+        return cls(float(u) if u is not None else None, (float(q[0]), float(q[1])) if q is not None else None,
+                   {str(n): (float(v[0]), str(v[1])) for n, v in (raw.get("n") or {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger:
     """The whole record. Immutable: every change returns a new ledger."""
 
@@ -268,6 +397,9 @@ class Ledger:
     nodes: Mapping[str, float] = field(default_factory=dict)  # node -> last eviction (cool-down)
     unhealthy_at: float | None = None  # the health brake: last time a run saw the cluster unhealthy
     backoffs: Mapping[str, Backoff] = field(default_factory=dict)  # backoff_key(workload, strategy) -> wasted moves
+    node_strategies: Mapping[str, str] = field(default_factory=dict)  # node -> the strategy of its last eviction
+    # the cluster-wide eviction bucket (kdesched.rateLimits.global): (tokens, at), None = full
+    bucket: tuple[float, float] | None = None
 
     # -- reading -----------------------------------------------------------------------------------
     def move(self, key: str) -> Move | None:
@@ -298,7 +430,7 @@ class Ledger:
         """Is this pod admitted for eviction by some run already, recently enough that the run may
         still be evicting it (its eviction is that run's)? An older admission of a pod still there
         was abandoned (its process died between admitting and evicting): see :meth:`settle`."""
-        return bool(uid) and any(f.uid == uid and now - f.at < STALE_ADMISSION_SECONDS
+        return bool(uid) and any(f.uid == uid and f.may_still_land(now)
                                  for mv in self.moves.values() for f in mv.inflight)
 
     def continuing(self, pod: Pod, key: str, strategy: str) -> bool:
@@ -316,6 +448,11 @@ class Ledger:
     def cooldown_refusal(self, pod: Pod, strategy: str, now: float, workload_seconds: float,
                          node_seconds: float) -> str | None:
         """Why the cool-downs hold ``pod`` back from ``strategy`` now, or None."""
+        return (self.workload_cooldown(pod, strategy, now, workload_seconds)
+                or self.node_cooldown(pod, strategy, now, node_seconds))
+
+    def workload_cooldown(self, pod: Pod, strategy: str, now: float, workload_seconds: float) -> str | None:
+        """Why the workload's cool-down (or another strategy's move of it) holds ``pod`` back, or None."""
         key = workload_key(pod)
         if self.continuing(pod, key, strategy):
             return None
@@ -327,10 +464,25 @@ class Ledger:
         if workload_seconds > 0 and last is not None and now - last < workload_seconds:
             return (f"cool-down: workload {key} lost a pod {max(0, int(now - last))}s ago "
                     f"(cooldown.workloadSeconds {workload_seconds:g})")
+        return None
+
+    def node_cooldown(self, pod: Pod, strategy: str, now: float, node_seconds: float) -> str | None:
+        """Why the node cool-down holds ``pod`` back, or None (a pod continuing its move never)."""
+        if self.continuing(pod, workload_key(pod), strategy):
+            return None
         last = self.nodes.get(pod.node_name)
         if node_seconds > 0 and pod.node_name and last is not None and now - last < node_seconds:
-            return (f"cool-down: node {pod.node_name} was evicted from {max(0, int(now - last))}s ago "
-                    f"(cooldown.nodeSeconds {node_seconds:g})")
+            # the node cool-down stops flapping: a pod that came to the node after kdesched evicted
+            # from it (a replacement placed back, a newcomer), or another strategy taking its turn
+            # on the node. It does not stop the same strategy draining the pods that were there
+            # already: a maintenance taint empties its nodes at pacing speed (docs/safety.md)
+            by = self.node_strategies.get(pod.node_name, "")
+            created = pod.creation_time
+            newcomer = created is not None and created.timestamp() >= last
+            if newcomer or (by and by != strategy):
+                what = "arrived after" if newcomer else f"is judged by {strategy}, not {by}, after"
+                return (f"cool-down: node {pod.node_name} was evicted from {max(0, int(now - last))}s ago and "
+                        f"this pod {what} that (cooldown.nodeSeconds {node_seconds:g})")
         return None
 
     def cooldown_ends(self, pod: Pod, now: float, workload_seconds: float, node_seconds: float) -> float | None:
@@ -370,42 +522,50 @@ class Ledger:
         abandoned: list[tuple[str, InFlight]] = []
         checked: list[CheckedMove] = []
         for key, mv in self.moves.items():
-            inflight, held, progress = mv.inflight, mv.held, mv.progress
+            inflight, held, progress, lingering = mv.inflight, mv.held, mv.progress, mv.lingering
             if inflight and pods_of is not None:
-                # an admission older than any eviction's retries whose pod is still there, not
-                # terminating: its run died between admitting and evicting. The pod goes back to
-                # the move's held pods, so the move goes on (and is not stopped by its cool-down)
+                # an admission whose eviction can no longer land (past its deadline, kdesched.evictor.execute)
+                # and whose pod is still there, not terminating: its run died between admitting and
+                # evicting, or gave up. The pod goes back to the move's held pods, so the move goes on
+                # (and is not stopped by its cool-down)
                 alive = {p.uid for p in pods_of.get(key, ()) if not p.terminating and not p.terminal}
-                stale = tuple(f for f in inflight if now - f.at >= STALE_ADMISSION_SECONDS and f.uid in alive)
+                stale = tuple(f for f in inflight if not f.may_still_land(now) and f.uid in alive)
                 if stale:
                     inflight = tuple(f for f in inflight if f not in stale)
                     held += tuple(Held(f.uid, f.pod, f.node, f.scope, now, f.run) for f in stale
                                   if f.scope and all(h.uid != f.uid for h in held))
                     abandoned += [(key, f) for f in stale]
-            if inflight and pods_of is not None:
-                gone = frozenset(f.uid for f in inflight)
+            whole = False
+            if pods_of is not None:
+                gone = frozenset(f.uid for f in (*inflight, *lingering))
                 ready = sum(1 for p in pods_of.get(key, ()) if p.uid not in gone and pod_ready(p))
-                if ready >= mv.ready:
-                    done.append(key)
-                    checked += check_moves(key, mv, inflight, pods_of.get(key, ()), nodes or {}, now,
-                                           timeout_seconds, timed_out=False)
-                    inflight, progress = (), now
+                whole = ready >= mv.ready
+            if inflight and whole:
+                done.append(key)
+                checked += check_moves(key, mv, inflight, pods_of.get(key, ()) if pods_of is not None else (),
+                                       nodes or {}, now, timeout_seconds, timed_out=False)
+                inflight, progress = (), now
             if inflight:
-                keep = tuple(f for f in inflight if now - f.at < timeout_seconds)
+                # past the replacement timeout, and past the point where its eviction could still land
+                keep = tuple(f for f in inflight if now - f.at < timeout_seconds or f.may_still_land(now))
                 gone_now = tuple(f for f in inflight if f not in keep)
                 expired += [(key, f) for f in gone_now]
                 if gone_now and pods_of is not None:
                     checked += check_moves(key, mv, gone_now, pods_of.get(key, ()), nodes or {}, now,
                                            timeout_seconds, timed_out=True)
                 inflight = keep
+                # budgets still count them until the workload is whole again
+                lingering = (*lingering, *gone_now)[-MAX_LINGERING_PER_MOVE:]
+            if lingering and (whole or (pods_of is not None and not pods_of.get(key))):
+                lingering = ()  # whole again (or the workload is gone): nothing of it is down
             if held and pods_of is not None:
                 present = {p.uid for p in pods_of.get(key, ())}
                 held = tuple(h for h in held if h.uid in present)  # a held pod that is gone needs no move
             if held and not inflight and now - progress >= timeout_seconds:
                 timed_out += [(key, h) for h in held]
                 held = ()
-            if inflight or held:
-                moves[key] = replace(mv, inflight=inflight, held=held, progress=progress)
+            if inflight or held or lingering:
+                moves[key] = replace(mv, inflight=inflight, held=held, progress=progress, lingering=lingering)
         ledger = replace(self, moves=moves, backoffs=_backoffs_after(self.backoffs, checked, now))
         return Settled(ledger, tuple(done), tuple(timed_out), tuple(expired), tuple(abandoned), tuple(checked))
 
@@ -417,15 +577,17 @@ class Ledger:
         return any(f.run == run for mv in self.moves.values() for f in mv.inflight) or any(
             h.run == run for mv in self.moves.values() for h in mv.held)
 
-    def admit(self, admissions: Iterable[Admission], now: float, run: str = "") -> Ledger:
-        """Record a run's admitted (in flight) and held evictions, and the cool-downs they start."""
+    def admit(self, admissions: Iterable[Admission], now: float, run: str = "", deadline_seconds: float = 0.0) -> Ledger:
+        """Record a run's admitted (in flight) and held evictions, and the cool-downs they start.
+        ``deadline_seconds``: how long after ``now`` the admitted evictions may still land (the
+        executor's deadline, kdesched.evictor.execute); each in-flight entry carries it."""
         moves = dict(self.moves)
-        workloads, nodes = dict(self.workloads), dict(self.nodes)
+        workloads, nodes, node_by = dict(self.workloads), dict(self.nodes), dict(self.node_strategies)
         for a in admissions:
             key = workload_key(a.pod)
             mv = moves.get(key)
             if mv is None or not mv.active:
-                mv = Move(a.strategy, now, now, a.expected, a.ready)
+                mv = Move(a.strategy, now, now, a.expected, a.ready, lingering=mv.lingering if mv is not None else ())
             held = tuple(h for h in mv.held if h.uid != a.pod.uid)
             pod = f"{a.pod.namespace}/{a.pod.name}"
             if a.held:
@@ -434,14 +596,31 @@ class Ledger:
                 mv = replace(mv, held=held)
             else:
                 requests = dict(a.pod.requests) if a.destination else {}
-                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests, run, a.scope)
+                entry = InFlight(a.pod.uid, pod, a.pod.node_name, now, a.destination, requests, run, a.scope,
+                                 now + deadline_seconds if deadline_seconds > 0 else 0.0)
                 mv = replace(mv, held=held, inflight=(*(f for f in mv.inflight if f.uid != a.pod.uid), entry),
                              progress=now)
                 workloads[key] = now
                 if a.pod.node_name:
                     nodes[a.pod.node_name] = now
+                    node_by[a.pod.node_name] = a.strategy
             moves[key] = mv
-        return replace(self, moves=moves, workloads=workloads, nodes=nodes)
+        return replace(self, moves=moves, workloads=workloads, nodes=nodes, node_strategies=node_by)
+
+    def without_run(self, run: str) -> Ledger:
+        """The ledger without the admissions and held pods ``run`` wrote: a run whose commit lost a
+        race re-plans as if it had written nothing (its earlier write of a workload's record is then
+        replaced by what it admits now; kdesched.reactor.ledger_store)."""
+        if not run:
+            return self
+        moves: dict[str, Move] = {}
+        for key, mv in self.moves.items():
+            if any(f.run == run for f in mv.inflight) or any(h.run == run for h in mv.held):
+                mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.run != run),
+                             held=tuple(h for h in mv.held if h.run != run))
+            if mv.kept:
+                moves[key] = mv
+        return replace(self, moves=moves)
 
     def with_unhealthy(self, at: float) -> Ledger:
         """The ledger with the health brake's "last seen unhealthy" moved to ``at`` (never back)."""
@@ -471,7 +650,7 @@ class Ledger:
                 if scope and not any(h.uid == pod.uid for h in held) and len(held) < MAX_HELD_PER_MOVE:
                     held += (Held(pod.uid, f"{pod.namespace}/{pod.name}", pod.node_name, scope, admitted_at),)
                 mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != pod.uid), held=held)
-                if mv.active:
+                if mv.kept:
                     moves[key] = mv
                 else:
                     del moves[key]
@@ -492,16 +671,73 @@ class Ledger:
         tables = []
         for table in (self.workloads, self.nodes):
             kept = {k: t for k, t in table.items() if now - t < keep_seconds}
-            if len(kept) > max_entries:
+            if 0 < max_entries < len(kept):
                 kept = dict(sorted(kept.items(), key=lambda kv: kv[1])[len(kept) - max_entries:])
             tables.append(kept)
         backoffs = {k: b for k, b in self.backoffs.items() if backoff_keep_seconds <= 0 or now - b.at < backoff_keep_seconds}
-        if len(backoffs) > MAX_BACKOFFS:
+        if max_entries > 0 and len(backoffs) > MAX_BACKOFFS:
             backoffs = dict(sorted(backoffs.items(), key=lambda kv: kv[1].at)[len(backoffs) - MAX_BACKOFFS:])
-        return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1], backoffs=backoffs)
+        node_by = {k: v for k, v in self.node_strategies.items() if k in tables[1]}
+        return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1], backoffs=backoffs,
+                       node_strategies=node_by)
 
     def __bool__(self) -> bool:
         return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None or self.backoffs)
+
+    # -- the records it is stored as (kdesched.reactor.ledger_store) -------------------------------
+    def split(self, owners: Mapping[str, str] = {}) -> tuple[dict[str, WorkloadRecord], ClusterRecord]:
+        """The ledger as one record per workload plus the small cluster record. A node's cool-down
+        goes with the workload whose eviction started it (the in-flight entry of that time), else
+        with the workload ``owners`` (node -> workload key, from :func:`join`) says held it, else
+        (a record of 0.1) into the cluster record, where it lasts until it is pruned."""
+        moves: dict[str, Move] = dict(self.moves)
+        last: dict[str, float] = dict(self.workloads)
+        backoffs: dict[str, dict[str, Backoff]] = {}
+        for bkey, b in self.backoffs.items():
+            workload, _, strategy = bkey.partition("|")
+            backoffs.setdefault(workload, {})[strategy] = b
+        started: dict[tuple[str, float], str] = {}
+        for key in sorted(moves):
+            for f in moves[key].inflight:
+                started.setdefault((f.node, round(f.at, 3)), key)
+        nodes: dict[str, dict[str, tuple[float, str]]] = {}
+        loose: dict[str, tuple[float, str]] = {}
+        for node, t in self.nodes.items():
+            entry = (t, self.node_strategies.get(node, ""))
+            owner = started.get((node, round(t, 3))) or owners.get(node)
+            if owner:
+                nodes.setdefault(owner, {})[node] = entry
+            else:
+                loose[node] = entry
+        records: dict[str, WorkloadRecord] = {}
+        for key in set(moves) | set(last) | set(backoffs) | set(nodes):
+            mv = moves.get(key)
+            records[key] = WorkloadRecord(key, mv if mv is not None and mv.kept else None, last.get(key),
+                                          nodes.get(key, {}), backoffs.get(key, {}))
+        return records, ClusterRecord(self.unhealthy_at, self.bucket, loose)
+
+    @classmethod
+    def join(cls, records: Iterable[WorkloadRecord], cluster: ClusterRecord) -> tuple[Ledger, dict[str, str]]:
+        """The whole ledger from its records, and which workload record holds each node's cool-down
+        (for :meth:`split`). A node two records name takes the later time."""
+        moves: dict[str, Move] = {}
+        workloads: dict[str, float] = {}
+        backoffs: dict[str, Backoff] = {}
+        nodes: dict[str, tuple[float, str]] = dict(cluster.nodes)
+        owners: dict[str, str] = {}
+        for r in records:
+            if r.move is not None:
+                moves[r.key] = r.move
+            if r.last is not None:
+                workloads[r.key] = r.last
+            for strategy, b in r.backoffs.items():
+                backoffs[backoff_key(r.key, strategy)] = b
+            for node, entry in r.nodes.items():
+                if node not in nodes or entry[0] > nodes[node][0]:
+                    nodes[node] = entry
+                    owners[node] = r.key
+        return cls(moves, workloads, {n: e[0] for n, e in nodes.items()}, cluster.unhealthy_at, backoffs,
+                   {n: e[1] for n, e in nodes.items() if e[1]}, cluster.bucket), owners
 
     # -- the record --------------------------------------------------------------------------------
     def to_annotation(self) -> str:
@@ -510,7 +746,8 @@ class Ledger:
                            "n": {k: round(t, 3) for k, t in sorted(self.nodes.items())},
                            **({} if self.unhealthy_at is None else {"u": round(self.unhealthy_at, 3)}),
                            **({"b": {k: b.to_json() for k, b in sorted(self.backoffs.items())}} if self.backoffs
-                              else {})},
+                              else {}),
+                           **({"ns": dict(sorted(self.node_strategies.items()))} if self.node_strategies else {})},
                           separators=(",", ":"))
 
     @classmethod
@@ -535,7 +772,8 @@ class Ledger:
             backoffs = {str(k): Backoff(int(v[0]), float(v[1]), str(v[2]))
                         for k, v in (raw.get("b") or {}).items()}  # absent before checked moves
             return cls(moves, _times(raw.get("o")), _times(raw.get("n")),
-                       None if unhealthy is None else float(unhealthy), backoffs), ""
+                       None if unhealthy is None else float(unhealthy), backoffs,
+                       {str(k): str(v) for k, v in (raw.get("ns") or {}).items()}), ""
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             return cls(), f"the disruption ledger is malformed ({type(exc).__name__}: {exc}); starting from an empty one"
 
@@ -559,13 +797,17 @@ def _times(raw: Any) -> dict[str, float]:
 
 
 def _move(raw: Mapping[str, Any]) -> Move:
-    inflight = tuple(InFlight(str(f[0]), str(f[1]), str(f[2]), float(f[3]), str(f[4]),
-                              {str(k): int(v) for k, v in dict(f[5]).items()}, str(f[6]) if len(f) > 6 else "",
-                              str(f[7]) if len(f) > 7 else "")
-                     for f in raw.get("f") or ())
     held = tuple(Held(str(h[0]), str(h[1]), str(h[2]), str(h[3]), float(h[4]), str(h[5]) if len(h) > 5 else "")
                  for h in raw.get("h") or ())
-    return Move(str(raw["s"]), float(raw["t0"]), float(raw["p"]), int(raw["e"]), int(raw["r"]), inflight, held)
+    return Move(str(raw["s"]), float(raw["t0"]), float(raw["p"]), int(raw["e"]), int(raw["r"]),
+                tuple(_inflight(f) for f in raw.get("f") or ()), held,
+                tuple(_inflight(f) for f in raw.get("l") or ()))
+
+
+def _inflight(f: Sequence[Any]) -> InFlight:
+    return InFlight(str(f[0]), str(f[1]), str(f[2]), float(f[3]), str(f[4]),
+                    {str(k): int(v) for k, v in dict(f[5]).items()}, str(f[6]) if len(f) > 6 else "",
+                    str(f[7]) if len(f) > 7 else "", float(f[8]) if len(f) > 8 else 0.0)
 
 
 def _created(p: Pod) -> float:

@@ -103,7 +103,7 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
                   reader: WorkloadReader | None, settings: WaveSettings, grace_period_seconds: int | None = None,
                   failure_events: bool = False, sleep: Callable[[float], None] = time.sleep,
                   clock: Callable[[], float] = time.monotonic,
-                  keep_going: KeepGoing | None = None) -> list[EvictionOutcome]:
+                  keep_going: KeepGoing | None = None, deadline: float | None = None) -> list[EvictionOutcome]:
     """Evict ``evictions`` wave by wave; outcomes come back in the plan's order. ``keep_going`` is
     handed to each batch's ``execute`` (asked before each eviction is started) and asked before
     each poll: once it names a reason, every held batch is ``abandoned`` at once, without waiting."""
@@ -116,7 +116,8 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
         if not batch:
             return
         results = executor.execute([evictions[i] for i in batch], grace_period_seconds=grace_period_seconds,
-                                   failure_events=failure_events, keep_going=keep_going)
+                                   failure_events=failure_events, keep_going=keep_going,
+                                   **({"deadline": deadline} if deadline is not None else {}))
         for i, o in zip(batch, results, strict=True):
             out[i] = o
             w = steps[i].workload

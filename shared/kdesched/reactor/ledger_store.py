@@ -1,83 +1,300 @@
-"""Where the disruption ledger lives: an annotation of the run Lease, written with optimistic concurrency.
+"""Where the disruption ledger lives: one small Lease per workload being moved, committed through one
+small Lease, with optimistic concurrency.
 
 Why: every evicting run of every process (several pods of the ``taints`` function, ``rebalance``
 and ``affinity`` beside it, a revision rollout, ``serve`` replicas around a leader change) must
-admit its evictions against the same record, atomically. The API server gives that for free: a
-replace carrying the ``resourceVersion`` that was read fails with 409 Conflict if anyone wrote the
-object in between, so a run whose write fails re-reads and decides again; no run holds a lock
-while it plans. The record sits on the run Lease (``kdesched`` in the Lease namespace) because the
-RBAC of every deployment already grants get/update/create on it, and it is small (pruned to the
-moves in progress and the cool-downs still running).
+admit its evictions against the same state, atomically. Until 0.1 that state was one annotation
+of the run Lease, and the API server refuses an object's annotations over 256 KiB (422): 50
+Deployments under 20 tainted nodes already needed about 262 kB, and past it every run failed. Now
+no object grows with the cluster or the maintenance:
 
-A write never takes the Lease's holder: it replaces the object as read, spec included, so a
-concurrent renewal by the holder makes one of the two writes fail with 409 and retry, and neither
-is lost.
+* a **workload record** per workload kdesched is moving or has just moved (a Lease named
+  ``<lease>-w-<hash of the workload key>``, labelled ``kdesched.dev/ledger=<lease>``): its move (in
+  flight, held, lingering), its cool-down, the node cool-downs its evictions started, its wasted-move
+  back-offs (:class:`~kdesched.evictor.ledger.WorkloadRecord`, bounded by the workload). A record
+  whose move has ended and whose cool-downs have run out is deleted by the next write;
+* the **commit record** (the Lease ``<lease>-ledger``): the health brake's last unhealthy time and
+  the cluster-wide eviction bucket, a few hundred bytes, and the point every admission commits at.
+
+A run reads the commit record, then LISTs the workload records (so it sees every record a
+committed run wrote), and plans on their union (:meth:`Ledger.join`). It writes each workload
+record it changes on the ``resourceVersion`` it read (409: someone changed that workload; re-plan),
+and last replaces the commit record on the version it read. Only then does it evict. Two runs that
+admit at once both write their records, and only one commit wins: the other re-reads, sees the
+winner's admissions, and plans again, so admissions are serialised exactly as with one record,
+budgets and reservations included. A loser's records stay visible meanwhile as in flight (the
+cautious reading); it replaces them when it plans again (:meth:`Ledger.without_run`), and a
+process that dies there leaves entries that lapse at their deadline like any abandoned admission.
+
+Why Leases and not a CRD: Leases are built in (nothing to install before kdesched can evict, no
+cluster-scoped object to upgrade), small, and the RBAC stays in kdesched's own namespace;
+``kubectl get leases -n kdesched -l kdesched.dev/ledger`` lists the moves, each record's holder
+field summarising it ("RemovePodsViolatingNodeTaints: 1 in flight, 2 held").
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.ledger import ClusterRecord, Ledger, WorkloadRecord
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import Conflict
+from kdesched.kube.errors import ApiError, Conflict, NotFound
 from kdesched.kube.lease import get_lease
 from kdesched.reactor import metrics as m
 
 log = logging.getLogger("kdesched.reactor.ledger")
 
-LEDGER_ANNOTATION = "kdesched.dev/disruption-ledger"
-OLD_HISTORY_ANNOTATION = "kdesched.dev/eviction-history"  # before 0.2: cool-downs only; dropped on write
+LEDGER_LABEL = "kdesched.dev/ledger"  # on every workload record; its value is the run Lease's name
+RECORD_ANNOTATION = "kdesched.dev/ledger-record"  # a workload record's JSON
+WORKLOAD_ANNOTATION = "kdesched.dev/workload"  # its workload key, readable (the name is a hash)
+CLUSTER_ANNOTATION = "kdesched.dev/ledger-cluster"  # the commit record's JSON
+COMMIT_SUFFIX = "-ledger"
+LEDGER_ANNOTATION = "kdesched.dev/disruption-ledger"  # 0.1: the whole ledger on the run Lease (read, then split)
+OLD_HISTORY_ANNOTATION = "kdesched.dev/eviction-history"  # before 0.1: cool-downs only; dropped
+MAX_DELETES_PER_WRITE = 100  # ended records removed by one write; the rest by the next (reads skip nothing)
+REFUSED = frozenset({400, 401, 403, 404, 422})  # the API server will not take the write: no retry
+
+
+def record_name(lease_name: str, key: str) -> str:
+    """The workload record's Lease name: a hash of the key (DNS-safe, fixed length, no collision in practice)."""
+    return f"{lease_name}-w-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A workload record as read: its object's name and version, and its text (to know what changed)."""
+
+    name: str
+    version: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerRead:
-    """The ledger as read, with what a conditional write needs (the Lease object, None if absent)."""
+    """The ledger as read, with what a conditional write needs."""
 
     ledger: Ledger
-    lease: dict[str, Any] | None
-    problem: str = ""  # the record could not be parsed: the run says so in its report
+    lease: dict[str, Any] | None  # the commit record's Lease (None: not created yet)
+    records: Mapping[str, Stored] = field(default_factory=dict)  # workload key -> as stored
+    owners: Mapping[str, str] = field(default_factory=dict)  # node -> the workload record holding its cool-down
+    problem: str = ""  # a record could not be parsed: the run says so in its report
+    legacy: dict[str, Any] | None = None  # the run Lease still carrying a 0.1 ledger annotation
 
     @property
     def version(self) -> str:
         return str(((self.lease or {}).get("metadata") or {}).get("resourceVersion") or "")
 
+    @property
+    def committed_by(self) -> str:
+        """The run that made the last commit (a write whose answer was lost is recognised by it)."""
+        text = (((self.lease or {}).get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ANNOTATION) or ""
+        try:
+            raw = json.loads(text) if text else {}
+        except ValueError:
+            return ""
+        return str(raw.get("w") or "") if isinstance(raw, Mapping) else ""
+
+
+@dataclass
+class WriteStats:
+    """API writes of one :meth:`LedgerStore.write` (for the benchmark and the design figures)."""
+
+    records: int = 0
+    deletes: int = 0
+
 
 class LedgerStore:
-    """Read and conditionally write the ledger on ``namespace/name`` (the run Lease)."""
+    """Read and conditionally write the ledger kept beside the run Lease ``namespace/name``."""
 
     def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
+        self.commit_name = f"{name}{COMMIT_SUFFIX}"
+        self.last_write = WriteStats()
+        self._legacy_gone = False  # the run Lease was seen without a 0.1 ledger: not looked at again
 
+    # -- reading -------------------------------------------------------------------------------------
     def read(self) -> LedgerRead:
+        """The commit record first, then every workload record: a commit that happened before the
+        first read was preceded by its records, so the LIST holds them."""
+        lease = get_lease(self.client, self.namespace, self.commit_name)
+        problems: list[str] = []
+        cluster = ClusterRecord()
+        text = ((lease or {}).get("metadata") or {}).get("annotations", {}).get(CLUSTER_ANNOTATION)
+        if text:
+            try:
+                cluster = ClusterRecord.from_json(json.loads(text))
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                problems.append(f"the ledger's commit record {self.namespace}/{self.commit_name} is malformed "
+                                f"({exc}); the health brake's settle time and the eviction bucket start afresh")
+        records: dict[str, WorkloadRecord] = {}
+        stored: dict[str, Stored] = {}
+        items = self.client.list_raw("Lease", namespace=self.namespace,
+                                     label_selector=f"{LEDGER_LABEL}={self.name}").items
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            annotations = meta.get("annotations") or {}
+            raw = str(annotations.get(RECORD_ANNOTATION) or "")
+            try:
+                rec = WorkloadRecord.from_text(raw)
+            except ValueError as exc:
+                problems.append(f"the ledger record {self.namespace}/{meta.get('name')} is malformed ({exc}); "
+                                "it is replaced at the next write")
+                key = str(annotations.get(WORKLOAD_ANNOTATION) or meta.get("name") or "")
+                stored[key] = Stored(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), raw)
+                continue
+            records[rec.key] = rec
+            stored[rec.key] = Stored(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), raw)
+        legacy = self._legacy(records, problems)
+        ledger, owners = Ledger.join(records.values(), cluster)
+        if legacy is not None:
+            old, _ = Ledger.from_annotation(((legacy.get("metadata") or {}).get("annotations") or {})
+                                            .get(LEDGER_ANNOTATION))
+            ledger, owners = _merge_legacy(ledger, owners, old)
+        for p in problems:
+            log.warning("%s", p)
+        m.LEDGER_RECORDS.set(len(stored))
+        return LedgerRead(ledger, lease, stored, owners, "; ".join(problems), legacy)
+
+    def _legacy(self, records: Mapping[str, WorkloadRecord], problems: list[str]) -> dict[str, Any] | None:
+        """The run Lease, when it still carries the ledger of 0.1 (one annotation): read once, written
+        out as records by the next commit, then removed from the run Lease."""
+        if self._legacy_gone:
+            return None
         lease = get_lease(self.client, self.namespace, self.name)
         annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
-        ledger, problem = Ledger.from_annotation(annotations.get(LEDGER_ANNOTATION))
+        if LEDGER_ANNOTATION not in annotations and OLD_HISTORY_ANNOTATION not in annotations:
+            self._legacy_gone = True
+            return None
+        _, problem = Ledger.from_annotation(annotations.get(LEDGER_ANNOTATION))
         if problem:
-            log.warning("Lease %s/%s: %s", self.namespace, self.name, problem)
-        return LedgerRead(ledger, lease, problem)
+            problems.append(f"Lease {self.namespace}/{self.name}: {problem}")
+        return lease
 
-    def write(self, read: LedgerRead, ledger: Ledger) -> bool:
-        """Write ``ledger`` if the record is still as ``read`` saw it; False if someone wrote it
-        meanwhile (the caller re-reads and decides again). Other API errors propagate."""
-        text = ledger.to_annotation()
+    # -- writing -------------------------------------------------------------------------------------
+    def write(self, read: LedgerRead, ledger: Ledger, run: str = "") -> bool:
+        """Write ``ledger`` if nothing was committed since ``read``: the workload records that
+        changed, then the commit record. False when another run changed a record this write touches
+        or committed meanwhile (the caller re-reads and decides again). A refusal (403, 422...)
+        raises; a failure that may have been carried out (5xx, a lost answer) is settled by
+        reading the commit record back."""
+        records, cluster = ledger.split(read.owners)
+        stats = WriteStats()
+        deletes = 0
+        try:
+            for key in sorted(set(records) | set(read.records)):
+                rec = records.get(key)
+                rec = rec.fitted() if rec is not None else None
+                old = read.records.get(key)
+                text = None if rec is None or rec.empty else rec.to_text()
+                if text is None and (old is None or deletes >= MAX_DELETES_PER_WRITE):
+                    continue
+                if old is not None and old.text == text:
+                    continue
+                if text is None and old is not None:
+                    self._delete(old)
+                    deletes += 1
+                    stats.deletes += 1
+                elif rec is not None and text is not None:
+                    self._put(rec, text, old)
+                    stats.records += 1
+        except Conflict:
+            m.LEDGER_WRITES.labels("conflict").inc()
+            self.last_write = stats
+            return False
+        except ApiError as exc:
+            if exc.status in REFUSED:
+                raise
+            # a record write that may or may not have happened: this run re-plans; its own entries,
+            # if they were written, are replaced then (Ledger.without_run)
+            log.info("ledger record write: %s; deciding again", exc)
+            self.last_write = stats
+            return False
+        self.last_write = stats
+        return self._commit(read, cluster, run)
+
+    def _put(self, rec: WorkloadRecord, text: str, old: Stored | None) -> None:
+        meta: dict[str, Any] = {"name": old.name if old is not None else record_name(self.name, rec.key),
+                                "namespace": self.namespace, "labels": {LEDGER_LABEL: self.name},
+                                "annotations": {RECORD_ANNOTATION: text, WORKLOAD_ANNOTATION: rec.key}}
+        obj = {"metadata": meta, "spec": {"holderIdentity": _summary(rec)}}
+        if old is None:
+            self.client.create_raw("Lease", obj)  # 409 AlreadyExists: another run created it (Conflict)
+        else:
+            meta["resourceVersion"] = old.version
+            try:
+                self.client.replace_raw("Lease", obj)
+            except NotFound:
+                raise Conflict(409, "Conflict", f"ledger record {old.name} was deleted meanwhile") from None
+
+    def _delete(self, old: Stored) -> None:
+        try:
+            self.client.delete_raw("Lease", old.name, self.namespace, resource_version=old.version)
+        except NotFound:
+            pass  # another run removed it already
+
+    def _commit(self, read: LedgerRead, cluster: ClusterRecord, run: str) -> bool:
+        text = json.dumps({**cluster.to_json(), **({"w": run} if run else {})}, separators=(",", ":"))
         try:
             if read.lease is None:
-                self.client.create_raw("Lease", {"metadata": {"name": self.name, "namespace": self.namespace,
-                                                              "annotations": {LEDGER_ANNOTATION: text}},
+                self.client.create_raw("Lease", {"metadata": {"name": self.commit_name, "namespace": self.namespace,
+                                                              "annotations": {CLUSTER_ANNOTATION: text}},
                                                  "spec": {}})
             else:
                 meta = dict(read.lease.get("metadata") or {})
-                annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != OLD_HISTORY_ANNOTATION}
-                annotations[LEDGER_ANNOTATION] = text
-                meta["annotations"] = annotations
+                meta["annotations"] = {**(meta.get("annotations") or {}), CLUSTER_ANNOTATION: text}
                 self.client.replace_raw("Lease", {**read.lease, "metadata": meta})
         except Conflict:
             m.LEDGER_WRITES.labels("conflict").inc()
             return False
+        except ApiError as exc:
+            if exc.status in REFUSED or not run:
+                raise
+            log.info("ledger commit: %s; reading it back", exc)
+            again = get_lease(self.client, self.namespace, self.commit_name)
+            if LedgerRead(Ledger(), again).committed_by != run:
+                m.LEDGER_WRITES.labels("conflict").inc()
+                return False
         m.LEDGER_WRITES.labels("written").inc()
+        if read.legacy is not None:
+            self._drop_legacy(read.legacy)
         return True
+
+    def _drop_legacy(self, lease: dict[str, Any]) -> None:
+        """Remove the 0.1 annotation from the run Lease once its content is in the records (a
+        conflict is fine: the next commit tries again; the records already hold it)."""
+        meta = dict(lease.get("metadata") or {})
+        meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
+                               if k not in (LEDGER_ANNOTATION, OLD_HISTORY_ANNOTATION)}
+        try:
+            self.client.replace_raw("Lease", {**lease, "metadata": meta})
+        except ApiError as exc:
+            log.info("could not remove the 0.1 ledger annotation from Lease %s/%s yet: %s", self.namespace,
+                     self.name, exc)
+
+
+def _summary(rec: WorkloadRecord) -> str:
+    """What ``kubectl get leases`` shows in the HOLDER column for a workload record."""
+    mv = rec.move
+    if mv is None or not mv.kept:
+        return "ended (cool-down)"
+    parts = [f"{len(mv.inflight)} in flight"] + ([f"{len(mv.held)} held"] if mv.held else []) + (
+        [f"{len(mv.lingering)} not replaced"] if mv.lingering else [])
+    return f"{mv.strategy}: {', '.join(parts)}"[:128]
+
+
+def _merge_legacy(ledger: Ledger, owners: Mapping[str, str], old: Ledger) -> tuple[Ledger, dict[str, str]]:
+    """The records' ledger plus a 0.1 single-annotation ledger (records win for a workload they hold)."""
+    records, cluster = ledger.split(owners)
+    old_records, old_cluster = old.split({})
+    for key, rec in old_records.items():
+        records.setdefault(key, rec)
+    nodes = {**old_cluster.nodes, **cluster.nodes}
+    unhealthy = max((t for t in (cluster.unhealthy_at, old_cluster.unhealthy_at) if t is not None), default=None)
+    return Ledger.join(records.values(), ClusterRecord(unhealthy, cluster.bucket, nodes))

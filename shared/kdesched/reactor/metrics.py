@@ -6,9 +6,14 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from kdesched.evictor.metrics import REGISTRY
+
+if TYPE_CHECKING:
+    from kdesched.kube.clock import ServerClock
 
 EVENTS = Counter("kdesched_reactor_events_total", "CloudEvents received by a function, by function, type and status.",
                  ["function", "type", "status"], registry=REGISTRY)
@@ -34,23 +39,6 @@ LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance 
                "0 while it is a standby; by the identity it campaigns with.", ["identity"], registry=REGISTRY)
 
 
-def refusal_kind(reason: str) -> str:
-    """A low-cardinality label for a refusal reason."""
-    if reason.startswith("cool-down: workload"):
-        return "cooldown-workload"
-    if reason.startswith("cool-down: node"):
-        return "cooldown-node"
-    if reason.startswith("cool-down:"):
-        return "cooldown-workload"
-    if reason.startswith("backed off after"):
-        return "wasted-move-backoff"
-    if reason.startswith("rate limit"):
-        return "rate-limit"
-    if reason.startswith("already admitted"):
-        return "in-flight-elsewhere"
-    return "other"
-
-
 WAITING = Counter("kdesched_reactor_not_usable_total",
                   "Rebalance triggers that ran nothing because their node was not usable for ordinary pods yet.",
                   ["type"], registry=REGISTRY)
@@ -60,6 +48,8 @@ LEDGER_WRITES = Counter("kdesched_ledger_writes_total",
                         "wrote it first; the run re-read and decided again).", ["result"], registry=REGISTRY)
 LEDGER_MOVES = Gauge("kdesched_ledger_moves", "Workloads with a move in progress in the disruption ledger, as this "
                      "process last read it.", registry=REGISTRY)
+LEDGER_RECORDS = Gauge("kdesched_ledger_records", "Workload records of the disruption ledger (one Lease each: moves in "
+                       "progress and cool-downs still running), as this process last read them.", registry=REGISTRY)
 CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         "Repeats of runs that held paced evictions (or were held by a cool-down), by outcome: "
                         "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out.",
@@ -79,3 +69,14 @@ MOVES = Counter("kdesched_moves_total", "Checked moves, by strategy and outcome:
 MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction's admission to its replacement "
                        "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
                        buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+
+CLOCK_OFFSET = Gauge("kdesched_clock_offset_seconds", "This process's wall clock minus the API server's, as estimated "
+                     "from the Date of its answers (positive: this process is ahead). kdesched writes and compares "
+                     "every shared time on the API server's clock, so an offset changes no decision; NaN before the "
+                     "first answer.", registry=REGISTRY)
+
+
+def follow_clock(clock: ServerClock) -> None:
+    """Serve ``clock``'s offset as :data:`CLOCK_OFFSET` (read at scrape time; the latest call wins:
+    one process has one API client, and its siblings share its clock)."""
+    CLOCK_OFFSET.set_function(lambda: clock.offset_seconds() if clock.synced else float("nan"))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kdesched.admission.pipeline import Pipeline
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import (
@@ -46,15 +47,16 @@ from kdesched.evictor.ledger import (
 )
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
-from kdesched.kube.usage import MetricsCollector, read_usage
+from kdesched.kube.usage import MetricsCollector, read_brake_alerts, read_usage
+from kdesched.model.alerts import AlertsReading
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes, waiting_workloads
+from kdesched.reactor.admit import Decided, Retention, RunScope, decide, record_outcomes, waiting_workloads
 from kdesched.reactor.classifier import digest_of
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.controls import Controls, NamespaceLabels, with_deferred
+from kdesched.reactor.controls import BrakeStatus, NamespaceLabels, with_deferred
 from kdesched.reactor.coordination import (
     Coalescer,
     KeyedCoalescers,
@@ -79,7 +81,6 @@ from kdesched.reactor.events import (
 )
 from kdesched.reactor.ledger_store import LedgerStore
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.limits import RateLimiter
 from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
@@ -106,8 +107,11 @@ class Reactor:
 
     def __init__(self, policy: Policy, settings: ReactorSettings, client: KubeClient, *,
                  executor_factory: Callable[[bool], Executor] | None = None, loader: SnapshotLoader = default_loader,
-                 identity: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 identity: str | None = None, wall_clock: Callable[[], float] | None = None,
                  mono_clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> None:
+        """``wall_clock``: the time of everything written to the ledger and compared with it (and
+        with the cluster's own timestamps); default the API server's clock (``client.clock``,
+        :mod:`kdesched.kube.clock`), never this process's own, which may be minutes off the others'."""
         # the event path's safety defaults (kdesched.policy.safety), resolved once for this process
         self.safety = settings.safety.resolve(SafetyPath.EVENT)
         self.policy, self.safety_note = exclude_control_plane_taints(policy, self.safety)
@@ -116,19 +120,17 @@ class Reactor:
         self.executor_factory = executor_factory or self._default_executor
         self.loader = loader
         self.identity = identity or default_identity()
-        self.wall_clock = wall_clock
+        self.wall_clock = wall_clock if wall_clock is not None else client.clock.now
+        m.follow_clock(client.clock)
         self.stop = stop or threading.Event()
-        self.limiter = RateLimiter(settings.rate_limits, mono_clock)
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
-        self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
-                                   max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
-                                   settings.history_max_entries, settings.wasted_move_base_seconds,
-                                   settings.wasted_move_max_seconds)
-        # the operator's controls at admission: health brake, disruption windows and budgets
-        self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
-                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
+        # every control at admission, in one order, built once for this policy (kdesched.admission)
+        self.pipeline = Pipeline.build(settings.admission)
+        self.retention = Retention.of(settings.admission)
+        self.namespace_labels = NamespaceLabels(lambda: client.list_raw("Namespace").items)
+        self.brake_status = BrakeStatus(clock=self.wall_clock)  # the health brake's last decision, for /readyz
         # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
-        self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
+        self.why_not = WhyNotEvents(client.post_event, wall=self.wall_clock)
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set
@@ -202,7 +204,7 @@ class Reactor:
         if trigger.type == PING:
             strategies, nodes = None, None
         try:
-            policy = event_policy(self.policy, strategies) if strategies else self.policy
+            policy = event_policy(self.policy, strategies, self.safety) if strategies else self.policy
         except EventScopeError as exc:
             raise RequestError(str(exc), "data.strategies") from None
         dry_run = self._dry() or bool(dry)
@@ -250,7 +252,7 @@ class Reactor:
         strategies = tuple(names)
         if not strategies:
             return empty_result(self._dry(), "the event map runs nothing for this event", triggers)
-        policy = event_policy(self.policy, strategies)
+        policy = event_policy(self.policy, strategies, self.safety)
         return self._leased_run(policy, strategies, None, self._dry(), "rebalance", triggers)
 
     def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, RunResult]:
@@ -278,7 +280,7 @@ class Reactor:
         if not strategies:
             return empty_result(dry_run, reason, triggers)
         try:
-            policy = event_policy(self.policy, strategies)
+            policy = event_policy(self.policy, strategies, self.safety)
         except EventScopeError as exc:
             raise RequestError(str(exc), "strategies") from None
         if any(extension_point(s) == "balance" for s in strategies):
@@ -309,7 +311,7 @@ class Reactor:
                 _NodeReq(trigger, None, tuple(strategies))).result
         else:
             trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
-            policy = event_policy(self.policy, scope.strategies) if scope.strategies else self.policy
+            policy = event_policy(self.policy, scope.strategies, self.safety) if scope.strategies else self.policy
             result = self._balance_locked("continuation", lambda: self._leased_run(
                 policy, scope.strategies, scope.nodes, self._dry(), "continuation", [trigger]))
         results = [e.get("result") for e in result.evictions]
@@ -330,12 +332,21 @@ class Reactor:
             with guard:
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
                 snapshot = self._with_usage(policy, snapshot)
-                # leased runs stop planning once the global bucket is empty (reactor.limits.make_gate)
+                # leased runs stop planning once the cluster-wide bucket is empty (kdesched.admission.bucket)
                 return self._decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, guard=guard,
                                                 stop_when_spent=True)
         except LockBusy:
             m.LOCK_BUSY.labels(label).inc()
             raise
+
+    def _alerts(self) -> AlertsReading | None:
+        """The alert brake's reading for one run (kdesched.admission.alerts), when it is on."""
+        s = self.settings.alert_brake
+        if not s.enabled:
+            return None
+        return read_brake_alerts(self.client, s.url, secret_namespace=s.token_secret_namespace,
+                                 secret_name=s.token_secret_name, token_file=s.token_file, ca_file=s.ca_file,
+                                 timeout=s.timeout_seconds, settle_seconds=s.settle_seconds)
 
     def _with_usage(self, policy: Policy, snapshot: Any) -> Any:
         """The snapshot plus the measured usage the policy balances on (LowNodeUtilization's
@@ -367,11 +378,12 @@ class Reactor:
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
-                             limiter=self.limiter, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint, controls=self.controls, trigger=label,
-                             clock=self.wall_clock)
-            for why in decided.gate.refusals:
-                m.REFUSALS.labels(m.refusal_kind(why)).inc()
+                             pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
+                             checkpoint=checkpoint, trigger=label, clock=self.wall_clock,
+                             namespace_labels=self.namespace_labels, alerts=self._alerts(),
+                             brake_status=self.brake_status)
+            for verdict in decided.admission.refused:
+                m.REFUSALS.labels(verdict.reason.value).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:
@@ -384,7 +396,7 @@ class Reactor:
             report = execute_plan(decided.plan, self.executor_factory(dry_run), dry_run=dry_run, trigger=label,
                                   grace_period_seconds=policy.grace_period_seconds,
                                   failure_events=policy.eviction_failure_event_notification, started=started,
-                                  keep_going=keep_going)
+                                  keep_going=keep_going, deadline=decided.deadline)
             if decided.controlled is not None:
                 report = with_deferred(report, decided.controlled)  # the evictions the controls deferred
             notes = list(decided.notes)
@@ -414,11 +426,13 @@ class Reactor:
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
-        until = decided.gate.cooldown_until if cooldown_repeat else None
+        until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
             # the controls deferred evictions: re-decide when they may pass (reactor.controls)
-            until, why = decided.retry_at, "the health brake" if decided.brake.holds else "a disruption window or budget"
+            brake = decided.admission.brake
+            until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
+                                            else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
         return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
 
@@ -448,7 +462,7 @@ class Reactor:
             if c.seconds is not None:
                 m.MOVE_READY.labels(c.strategy).observe(c.seconds)
         backoffs = decided.settled.ledger.backoffs
-        cd = self.cooldowns
+        cd = self.settings.admission
 
         def backoff_note(c: CheckedMove) -> str:
             b = backoffs.get(backoff_key(c.workload, c.strategy))

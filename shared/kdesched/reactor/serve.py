@@ -47,7 +47,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,6 +67,7 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
 from kdesched.reactor.events import PING, kinds_needed
+from kdesched.reactor.ledger_store import LEDGER_LABEL
 from kdesched.reactor.loaders import CachedLoader
 from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
@@ -151,6 +153,14 @@ CACHE_METRICS = _CacheCollector()
 REGISTRY.register(CACHE_METRICS)
 
 
+def outcome_counts(report: Mapping[str, Any]) -> str:
+    """``N eviction(s)`` for the pods a run evicted (or would evict, dry), then the other outcomes
+    by result: ``1 eviction(s), 2 paced``. Paced, failed or abandoned pods are no evictions."""
+    counts = Counter(str(o.get("result", "")) for o in report.get("evictions", []) if isinstance(o, Mapping))
+    done = counts.pop("evicted", 0) + counts.pop("dry-run", 0)
+    return ", ".join([f"{done} eviction(s)", *(f"{n} {result}" for result, n in sorted(counts.items()))])
+
+
 class ReactorServer:
     """The serve loop. ``app_factory`` builds the HTTP app (kept outside the reactor layer: Flask
     and CloudEvents live in the functions layer); None = no HTTP endpoint."""
@@ -229,7 +239,7 @@ class ReactorServer:
         if self.cache is not None and not self.cache.disabled and self.cache.unsynced():
             return False, f"leader, {self.cache.describe()}"
         cache = f"; {self.cache.describe()}" if self.cache is not None else ""
-        brake = self.reactor.controls.status()  # the health brake holds evictions: ready all the same
+        brake = self.reactor.brake_status.status()  # the health brake holds evictions: ready all the same
         return True, f"leader, watching {len(self.classifier)} node(s){cache}" + (f"; {brake}" if brake else "")
 
     @property
@@ -259,8 +269,8 @@ class ReactorServer:
                 if report.get("joined"):
                     log.info("%s on %s: joined the queued balance run", e.type, e.node)
                 else:
-                    log.info("%s on %s: %d eviction(s), %d blocked%s", e.type, e.node,
-                             len(report.get("evictions", [])), len(report.get("blocked", [])),
+                    log.info("%s on %s: %s, %d blocked%s", e.type, e.node, outcome_counts(report),
+                             len(report.get("blocked", [])),
                              f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
                 return
             except ShuttingDown:
@@ -323,6 +333,11 @@ class ReactorServer:
                 get_lease(self.client, ns, name)
             except (Forbidden, NotFound) as exc:
                 raise LeaseAccessError(lease_access_message(exc, "get", ns, name, names)) from None
+        try:  # the disruption ledger's workload records are LISTed by every evicting run
+            self.client.list_raw("Lease", namespace=ns, label_selector=f"{LEDGER_LABEL}={self.settings.lease_name}")
+        except (Forbidden, NotFound) as exc:
+            raise LeaseAccessError(lease_access_message(exc, "list", ns, f"(ledger records {LEDGER_LABEL}="
+                                                        f"{self.settings.lease_name})", names)) from None
         run_lock = LeaseLock(self.client, ns, self.settings.lease_name, self.identity,
                              self.settings.lease_duration_seconds)
         try:
