@@ -685,7 +685,8 @@ class Ledger:
         return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None or self.backoffs)
 
     # -- the records it is stored as (kdesched.reactor.ledger_store) -------------------------------
-    def split(self, owners: Mapping[str, str] = {}) -> tuple[dict[str, WorkloadRecord], ClusterRecord]:
+    def split(self, owners: Mapping[str, str] = {},
+              previous: Mapping[str, WorkloadRecord] = {}) -> tuple[dict[str, WorkloadRecord], ClusterRecord]:
         """The ledger as one record per workload plus the small cluster record. A node's cool-down
         goes with the workload whose eviction started it (the in-flight entry of that time), else
         with the workload ``owners`` (node -> workload key, from :func:`join`) says held it, else
@@ -709,6 +710,12 @@ class Ledger:
                 nodes.setdefault(owner, {})[node] = entry
             else:
                 loose[node] = entry
+        # a record keeps the node cool-downs it held (while they last), even where a later eviction
+        # by another workload now holds the node: moving the entry would rewrite the older record
+        for key, prev in previous.items():
+            for node, entry in prev.nodes.items():
+                if node in self.nodes and entry[0] <= self.nodes[node] + 0.002:
+                    nodes.setdefault(key, {}).setdefault(node, entry)
         records: dict[str, WorkloadRecord] = {}
         for key in set(moves) | set(last) | set(backoffs) | set(nodes):
             mv = moves.get(key)
