@@ -51,6 +51,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from kdesched.evictor.reasons import Reason
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 from kdesched.reactor.whynot import PACED
@@ -135,7 +136,13 @@ WORKLOADS: tuple[WorkloadSpec, ...] = (
     WorkloadSpec("batch", "Deployment", 5, 150, max_unavailable="2"),
     WorkloadSpec("tiny", "Deployment", 2, 100),
 )
-BY_NAME = {w.name: w for w in WORKLOADS}
+BY_NAME: Mapping[str, WorkloadSpec] = {w.name: w for w in WORKLOADS}
+
+
+def by_name(workloads: Iterable[WorkloadSpec]) -> dict[str, WorkloadSpec]:
+    """The workloads of a storm by name: what :class:`Sample`, :func:`take_sample` and the checker
+    take (the storm of test_storm.py uses :data:`WORKLOADS`; test_pool_storm.py its own hundred)."""
+    return {w.name: w for w in workloads}
 
 
 def setup_cluster(cp: ControlPlane, cluster: Cluster) -> list[str]:
@@ -355,6 +362,7 @@ class Sample:
     pods: tuple[PodView, ...]
     nodes: Mapping[str, NodeView]
     ledger: str = ""  # the disruption ledger annotation read right after the pods and nodes
+    workloads: Mapping[str, WorkloadSpec] = field(default_factory=lambda: BY_NAME)  # the storm's, by name
 
     def live(self, app: str) -> list[PodView]:
         return [p for p in self.pods if p.app == app and not p.terminating]
@@ -363,7 +371,7 @@ class Sample:
         return sum(1 for p in self.live(app) if p.ready)
 
     def used_milli(self, node: str) -> int:
-        return sum(BY_NAME[p.app].cpu_milli for p in self.pods if p.node == node)
+        return sum(self.workloads[p.app].cpu_milli for p in self.pods if p.node == node)
 
     def fits_elsewhere(self, spec: WorkloadSpec, not_on: str) -> list[str]:
         """Nodes other than ``not_on`` where a pod of ``spec`` fits now (what the scheduler would take)."""
@@ -374,7 +382,7 @@ class Sample:
         """The cluster at this sample, compact: each workload's Ready/expected and where its pods run,
         and each node's state."""
         lines = []
-        for w in WORKLOADS:
+        for w in self.workloads.values():
             pods = self.live(w.name)
             where = ", ".join(f"{p.name}@{p.node or 'Pending'}{'' if p.ready else '(not Ready)'}" for p in pods)
             lines.append(f"  {w.name}: {self.ready(w.name)}/{w.replicas} Ready (allowance {w.allowance}): {where}")
@@ -389,12 +397,13 @@ def _milli(q: str) -> int:
     return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
 
 
-def take_sample(api: RawApi) -> Sample:
+def take_sample(api: RawApi, workloads: Mapping[str, WorkloadSpec] = BY_NAME, *, ledger: bool = True) -> Sample:
+    """Pods and nodes now, and (``ledger``) the disruption ledger read right after them."""
     at = time.time()
     pods = []
     for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]:
         app = (p["metadata"].get("labels") or {}).get("app")
-        if app not in BY_NAME or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if app not in workloads or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         pods.append(PodView(p["metadata"]["uid"], p["metadata"]["name"], app, p["spec"].get("nodeName") or "",
                             is_ready(p), bool(p["metadata"].get("deletionTimestamp"))))
@@ -405,7 +414,7 @@ def take_sample(api: RawApi) -> Sample:
             n["metadata"]["name"], bool(cond) and cond[0].get("status") == "True", bool(n["spec"].get("unschedulable")),
             tuple((t["key"], t["effect"]) for t in n["spec"].get("taints") or ()),
             (n["metadata"].get("labels") or {}).get(GOLD) == "gold", _milli(n["status"]["allocatable"]["cpu"]))
-    return Sample(at, tuple(pods), nodes, read_ledger(api))
+    return Sample(at, tuple(pods), nodes, read_ledger(api) if ledger else "", workloads)
 
 
 def read_ledger(api: RawApi) -> str:
@@ -443,9 +452,12 @@ class Checker:
     the sample time, the cluster state and the disruption ledger read at that moment (the first
     :data:`FIRST_VIOLATIONS`; the rest are counted)."""
 
-    def __init__(self, cp: ControlPlane, interval: float = 0.15) -> None:
+    def __init__(self, cp: ControlPlane, interval: float = 0.15, workloads: Mapping[str, WorkloadSpec] = BY_NAME, *,
+                 ledger: bool = True) -> None:
         self.api = RawApi(cp.url, cp.token, str(cp.ca_file))
         self.interval = interval
+        self.workloads = workloads
+        self.read_ledger = ledger  # False: the samples carry no ledger text (a big storm reads it apart)
         self.violations: list[Violation] = []
         self.more = 0  # violations beyond the first FIRST_VIOLATIONS
         self._samples: list[Sample] = []
@@ -480,7 +492,7 @@ class Checker:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                sample = take_sample(self.api)
+                sample = take_sample(self.api, self.workloads, ledger=self.read_ledger)
             except Exception:  # noqa: BLE001 - a failed sample is skipped (and counted), not a verdict
                 self.errors += 1
                 self._stop.wait(self.interval)
@@ -498,7 +510,7 @@ class Checker:
 def sample_violations(s: Sample) -> list[Violation]:
     """The allowance and PDB invariants on one sample."""
     found = []
-    for w in WORKLOADS:
+    for w in s.workloads.values():
         ready = s.ready(w.name)
         if ready < w.replicas - w.allowance:
             found.append(("allowance", (f"{w.kind} {w.name}: {ready} of {w.replicas} Ready, "
@@ -572,11 +584,11 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], who: M
                                    f"{', '.join(who.get(group[0].pod, ())) or 'no process'} say they evicted it",
                                    ledger=_ledgers_around(samples, group[0].at, group[-1].at)))
     for e in evs:
-        spec = BY_NAME[e.app]
         before = [s for s in samples if s.at <= e.at]
         after = [s for s in samples if e.at < s.at <= e.at + bound_seconds]
         if not before or not after:
             continue
+        spec = before[-1].workloads[e.app]
         replaced = any(sum(1 for p in s.live(e.app) if p.node) >= spec.replicas and
                        all(p.uid != e.uid for p in s.live(e.app)) for s in after)
         if replaced:
@@ -598,6 +610,17 @@ PACE_LINE = re.compile(r"kdesched\.evictor: pacing (\S+) from \S+ \([^)]*\): (.*
 FAIL_LINE = re.compile(r"kdesched\.evictor: could not evict (\S+) from \S+ \([^)]*\): (.*)$")  # blocked...
 WHY_NOT_LINE = re.compile(r"kdesched\.reactor\.whynot: why-not (\w+) (\w+) on (\w+) (\S*)/(\S+) for (.*)$")
 WHY_NOT_ACTIONS = frozenset({"HoldBack", "WastedMove"})
+
+
+def logged_reason(message: str) -> Reason:
+    """The reason of a refusal the logs show by its message only (the log lines carry no enum name;
+    kdesched itself never reads a message back, a test reading logs has nothing else)."""
+    for start, reason in (("nowhere to go", Reason.NOWHERE_TO_GO), ("cool-down: node", Reason.COOLDOWN_NODE),
+                          ("cool-down", Reason.COOLDOWN_WORKLOAD), ("backed off after", Reason.BACKOFF),
+                          ("budget:", Reason.BUDGET), ("rate limit", Reason.RATE_LIMIT)):
+        if message.startswith(start):
+            return reason
+    return Reason.PDB if "PodDisruptionBudget" in message else Reason.OTHER
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,7 +678,7 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
         answered_pods: set[str] = set()
         for line in text.splitlines():
             if m := HOLD_LINE.search(line) or FAIL_LINE.search(line):
-                kind = why_not_kind(m.group(2))
+                kind = why_not_kind(logged_reason(m.group(2)))
                 if kind is not None:
                     held.setdefault((m.group(1), kind), m.group(2))
             elif m := PACE_LINE.search(line):
@@ -728,7 +751,7 @@ def misplaced(s: Sample) -> list[str]:
     for p in s.pods:
         if p.terminating or not p.node or p.node not in s.nodes:
             continue
-        spec, node = BY_NAME[p.app], s.nodes[p.node]
+        spec, node = s.workloads[p.app], s.nodes[p.node]
         why = ("tainted " + STORM_TAINT["key"] if any(k == STORM_TAINT["key"] for k, _ in node.taints) else
                "no gold label" if spec.gold and not node.gold else "")
         if why and s.fits_elsewhere(spec, p.node):
@@ -738,7 +761,7 @@ def misplaced(s: Sample) -> list[str]:
 
 def settled(s: Sample) -> bool:
     return not misplaced(s) and all(s.ready(w.name) == w.replicas and len(s.live(w.name)) == w.replicas
-                                    for w in WORKLOADS)
+                                    for w in s.workloads.values())
 
 
 # -- the processes -------------------------------------------------------------------------------------

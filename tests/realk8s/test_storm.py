@@ -40,7 +40,7 @@ from kdesched.reactor.classifier import Classifier
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc, RawApi
-from tests.realk8s.serve_stories import NS, Serve, leader, policy_text, write_file
+from tests.realk8s.serve_stories import NS, Serve, policy_text, wait_leading, write_file
 from tests.realk8s.storm import (
     MAX_ADDED,
     MAX_GAP_SECONDS,
@@ -89,11 +89,12 @@ EVICTED_LINE = "kdesched.evictor: evicted "  # the evictor's log line of each ev
 
 def storm_policy(tmp_path: Path) -> Path:
     """The shipped default policy, cool-downs 5 s and replacement timeout 20 s (so moves held by a
-    cool-down finish within the storm's bound), rate limits raised above the storm's needs."""
+    cool-down finish within the storm's bound). The cluster-wide bucket keeps its default (300/min,
+    burst 100: far above a storm's evictions); 0.1's per-node and per-namespace buckets, which had to
+    be raised here, are gone (a policy setting them is refused)."""
     return write_file(tmp_path, "policy.yaml", policy_text(
         cooldown={"workloadSeconds": COOLDOWN_SECONDS, "nodeSeconds": COOLDOWN_SECONDS},
-        safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS},
-        rateLimits={"perNode": {"perMinute": 120, "burst": 20}, "perNamespace": {"perMinute": 240, "burst": 60}}))
+        safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS}))
 
 
 @pytest.fixture
@@ -109,14 +110,6 @@ def stoppers() -> Iterator[list[Serve | FunctionProc]]:
     yield started
     for p in started:
         p.stop()
-
-
-def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
-    def check() -> bool:
-        assert s.alive(), f"serve {s.identity} exited:\n{s.log()[-3000:]}"
-        status, why = s.readyz()
-        return leader(cluster) == s.identity and status == 200 and "leader, watching" in why
-    cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
 
 
 def finish(result: SeedResult, checker: Checker, since: float, last: float, logs: Callable[[], dict[str, str]]) -> None:
