@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -958,6 +959,22 @@ class SeedResult:
         if self.more_violations:
             lines.append(f"  ... and {self.more_violations} more violation(s)")
         return "\n".join(lines)
+
+
+def report(result: SeedResult, workdir: Path) -> str:
+    """Print the seed's summary; with KDESCHED_STORM_REPORT=FILE also append it to FILE and keep the
+    processes' logs in FILE.logs/MODE-SEED/ (pytest's own temporary directories are rotated away)."""
+    text = result.summary()
+    print("\n" + text)
+    path = os.environ.get("KDESCHED_STORM_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n\n")
+        keep = Path(f"{path}.logs") / f"{result.mode.split()[0]}-{result.seed}"
+        keep.mkdir(parents=True, exist_ok=True)
+        for log in workdir.glob("*.log"):
+            shutil.copy(log, keep / log.name)
+    return text
 
 
 def run_storm(api: RawApi, events: Sequence[StormEvent], *,
