@@ -26,7 +26,9 @@ every Deployment is back at its replicas Ready with none on the pool ("whole"); 
 unavailable at once (every pod sampled every ``--interval`` (0.2) s: replicas minus Ready pods not
 terminating); the pods replaced and the evictions the contender logged; for kdesched, the ledger's
 largest object (bytes of the Lease as JSON) and most records at once (sampled every second), any
-422 in serve's log, and its refusals grouped by reason (what holds a slow maintenance back).
+422 in serve's log, its refusals grouped by reason, the runs that gave up after 12 lost ledger
+commits in a row and the taint events serve dropped after 3 tries (what holds a slow maintenance
+back). serve runs with its own defaults (sweep every 900 s) unless ``--sweep`` says otherwise.
 
     python bench/bench_pool_maintenance.py                 # 20 nodes, 50 x 4, both variants once
     python bench/bench_pool_maintenance.py --tiny          # smoke: 3 nodes, 4 x 2
@@ -258,7 +260,7 @@ def run_once(cp: ControlPlane, variant: str, shape: Shape, args: argparse.Namesp
         pythonpath = (os.pathsep.join(str(Path(args.checkout) / d) for d in ("shared", "functions"))
                       if args.checkout else "")
         serve = Serve(cp.admin_kubeconfig, Path(args.policy), f"pool-{tag}", workdir=workdir,
-                      pythonpath=pythonpath).start()
+                      pythonpath=pythonpath, sweep_interval=args.sweep).start()
         cluster = Cluster(cp)
         cp.wait_for(lambda: leader(cluster) == serve.identity and "watching" in serve.readyz()[1], 120,
                     what="serve to lead and watch")
@@ -305,6 +307,8 @@ def run_once(cp: ControlPlane, variant: str, shape: Shape, args: argparse.Namesp
     if serve is not None:
         log = serve.log()
         out.update(logged_evictions=log.count("kdesched.evictor: evicted "),
+                   ledger_busy=log.count("changed 12 times while this run decided"),
+                   events_skipped=re.findall(r"taints\.changed on (\S+) skipped after", log),
                    ledger_max_bytes=sampler.ledger_max_bytes, ledger_max_records=sampler.ledger_max_records,
                    commit_bytes=sampler.commit_bytes, http_422=len(re.findall(r"HTTP 422\b|Unprocessable Entity", log)),
                    refusals=dict(refusals(log).most_common(12)), log=str(serve.log_path))
@@ -331,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=0.2, help="pod sampling interval (s)")
     ap.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this long (s)")
     ap.add_argument("--upstream-interval", type=float, default=10.0)
+    ap.add_argument("--sweep", type=float, default=900.0,
+                    help="serve's --sweep-interval (default: serve's own default, 900 s; 0 turns it off)")
     ap.add_argument("--policy", default=str(DEFAULT_POLICY), help="kdesched's policy (default: the shipped one)")
     ap.add_argument("--checkout", metavar="DIR",
                     help="run the kdesched of another checkout (its shared/ and functions/ on PYTHONPATH): a fix "
@@ -395,8 +401,11 @@ def print_table(runs: Sequence[dict[str, Any]], shape: Shape, floor: float, args
               f"({run['worst_workload']} at {run['worst_at_s']} s) | {run['replaced']} | {run['logged_evictions']} | "
               f"{ledger} | {run.get('http_422', '-')} |")
     for run in runs:
+        if "ledger_busy" in run:
+            print(f"\n{run['variant']} (repeat {run['repeat']}): {run['ledger_busy']} run(s) gave up after 12 lost "
+                  f"ledger commits in a row; taint events dropped after 3 tries: {run['events_skipped'] or 'none'}")
         if run.get("refusals"):
-            print(f"\n{run['variant']} (repeat {run['repeat']}): refusals and paced outcomes by reason:")
+            print(f"{run['variant']} (repeat {run['repeat']}): refusals and paced outcomes by reason:")
             for why, n in run["refusals"].items():
                 print(f"  {n:6d}  {why}")
 
