@@ -403,7 +403,7 @@ def take_sample(api: RawApi, workloads: Mapping[str, WorkloadSpec] = BY_NAME, *,
     at = time.time()
     pods = []
     for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]:
-        app = (p["metadata"].get("labels") or {}).get("app")
+        app = str((p["metadata"].get("labels") or {}).get("app") or "")
         if app not in workloads or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         pods.append(PodView(p["metadata"]["uid"], p["metadata"]["name"], app, p["spec"].get("nodeName") or "",
