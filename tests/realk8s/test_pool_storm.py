@@ -128,6 +128,7 @@ def stoppers() -> Iterator[list[Serve | FunctionProc]]:
 
 
 def storm_policy(tmp_path: Path) -> Path:
+    """test_storm.py's policy: the shipped one, cool-downs 5 s, replacement timeout 20 s."""
     return write_file(tmp_path, "policy.yaml", policy_text(
         cooldown={"workloadSeconds": COOLDOWN_SECONDS, "nodeSeconds": COOLDOWN_SECONDS},
         safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS}))
@@ -304,3 +305,11 @@ def test_the_ledger_watch_finds_the_largest_ledger_object_and_counts_records() -
     assert watch.most_records == 2
     watch.observe([commit])
     assert watch.most_records == 2 and watch.reads == 2
+
+
+def test_the_seeds_come_from_the_environment_per_receiver() -> None:
+    assert seeds_from_env("") == {"serve": [1], "functions": []}
+    assert seeds_from_env("1,2") == {"serve": [1, 2], "functions": []}
+    assert seeds_from_env("serve=;functions=4") == {"serve": [], "functions": [4]}
+    with pytest.raises(ValueError, match="unknown mode"):
+        seeds_from_env("knative=1")
