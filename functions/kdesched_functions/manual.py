@@ -39,4 +39,4 @@ def create_serve_app(server: Any) -> FunctionApp:
     """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
     the manual function's handling on ``POST /`` over the server's in-process reactor."""
     return create_function_app("serve", manual_handler(server.reactor), FUNCTIONS[NAME].accepts,
-                               ready=server.ready)
+                               ready=server.ready, max_events=getattr(server, "http_concurrency", 10))
