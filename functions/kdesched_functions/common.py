@@ -6,13 +6,15 @@ Why two modules: a function imports only what it uses, because with scale-to-zer
 paid again on the first event after an idle period. This module imports neither the reactor nor
 the policy package nor the kubernetes client, so ``deadletter`` starts with werkzeug and the
 CloudEvents SDK alone (docs/reactor.md, "Cold start"; a test checks ``sys.modules``). The app is
-plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: werkzeug serves it anyway
-(``werkzeug.serving``), and Flask on top (its routing, jinja2 templates, click CLI) cost CPU on
-every start (docs/benchmarks.md, "Figures behind the code") for nothing a function uses.
+plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: Flask on top (its routing,
+jinja2 templates, click CLI) cost CPU on every start (docs/benchmarks.md, "Figures behind the code")
+for nothing a function uses. gunicorn serves it (:mod:`kdesched.httpserver`); tests drive the same
+app with werkzeug's test client.
 
 Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
-way:
+way, by the exception's type (:func:`error_status`; each class carries its answer, the bases are in
+the leaf module :mod:`kdesched.errors`):
 
 =====================================================  =========================================
 outcome                                                answer
@@ -22,9 +24,9 @@ nothing to reply                                       202, empty body, no Conte
 not a CloudEvent, missing/invalid attribute, wrong     400 + JSON ``{"error", "field"}`` (never
 type, data or body not UTF-8 JSON, bad data field,     404/408/409/429: those would be retried)
 unknown strategy
-another run holds the lock / Lease                     429 (retried later)
-API server unreachable or failing, shutting down,      503 (retried)
-classifier cache not seeded
+another run holds the lock / Lease                     429 + Retry-After (retried later)
+API server unreachable or failing, shutting down,      503 + Retry-After (retried)
+classifier cache not seeded, every event slot taken
 anything else (a bug, RBAC forbids, bad kubeconfig)    500 + JSON
 =====================================================  =========================================
 
