@@ -156,6 +156,14 @@ class _Worker(ThreadWorker):
     def notify(self) -> None:
         """No arbiter reads the heartbeat: the liveness probe on /healthz is the watchdog."""
 
+    def set_accept_enabled(self, enabled: bool) -> None:
+        super().set_accept_enabled(enabled)
+        if not enabled and not self.alive:
+            # stopping: refuse new connections now (a forked gunicorn worker keeps its listener
+            # until it exits, so they would wait in the backlog until the graceful stop ends)
+            for listener in self.sockets:
+                listener.close()
+
 
 def _tmp_dir() -> str | None:
     """Where gunicorn puts its (unlinked) heartbeat file: /dev/shm, a tmpfs writable in a container
