@@ -50,6 +50,7 @@ from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, m
 from kdesched.reactor.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
 from kdesched_functions import Function
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     Ack,
     FunctionApp,
@@ -291,6 +292,6 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
                         if deployed else None)
     fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
     fn.seed(background=True)
-    app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
+    app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready, answers=API_ANSWERS)
     app.config["KDESCHED_CLASSIFIER"] = fn
     return app

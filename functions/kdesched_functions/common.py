@@ -65,15 +65,6 @@ from cloudevents.core.v1.event import CloudEvent
 from kdesched import errors
 from kdesched.errors import BodyTooLarge, InvalidEvent, KdeschedError, Overloaded
 from kdesched.evictor.metrics import REGISTRY
-from kdesched.kube.errors import (
-    ApiError,
-    ConfigError,
-    Forbidden,
-    Gone,
-    ServerError,
-    TooManyRequests,
-    Unavailable,
-)
 from kdesched.reactor import metrics as m
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -329,22 +320,18 @@ class Answer(NamedTuple):
     retry_after: int | None = None
 
 
-API_ANSWERS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
-    (Forbidden, 500, "the API server refused (check RBAC): "),
-    ((Unavailable, ServerError, TooManyRequests, Gone), 503, "API server unavailable: "),
-    (ApiError, 500, "API error: "),
-    (ConfigError, 500, "cluster configuration: "),
-)
-"""The kube layer's errors (types), first match wins: what the API server's answer means for ours."""
+TypeAnswers = tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...]
+"""(exception types, status, message prefix), first match wins: the answers to errors of a layer
+that cannot carry its own (the kube layer's: :mod:`kdesched_functions.apierrors`)."""
 RETRY_AFTER_SECONDS = 5
 """Retry-After of a 429 or 503 whose exception names none."""
 
 
-def error_status(exc: BaseException) -> Answer:
+def error_status(exc: BaseException, answers: TypeAnswers = ()) -> Answer:
     """The answer to ``exc``, raised while handling an event: by its type, never by its name. Our
     own errors carry their answer (:mod:`kdesched.errors`: ``status``, ``field``, ``retry_after``),
-    whichever module raised them; the kube layer's and werkzeug's are mapped here; anything else
-    is a 500."""
+    whichever module raised them; werkzeug's are mapped here, and ``answers`` maps other types (the
+    kube layer's, for an app that talks to the API server); anything else is a 500."""
     if isinstance(exc, KdeschedError):
         retry = exc.retry_after if exc.retry_after is not None else (
             RETRY_AFTER_SECONDS if exc.status in (429, 503) else None)
@@ -354,7 +341,7 @@ def error_status(exc: BaseException) -> Answer:
     if isinstance(exc, HTTPException) and exc.code is not None and 400 <= exc.code < 500 \
             and exc.code not in (404, 408, 409, 429):
         return Answer(exc.code, str(exc.description or exc.name))
-    for types, status, prefix in API_ANSWERS:
+    for types, status, prefix in answers:
         if isinstance(exc, types):
             return Answer(status, f"{prefix}{exc}", "", RETRY_AFTER_SECONDS if status == 503 else None)
     if isinstance(exc, RecursionError):  # a safety net: decode() refuses deep JSON before parsing
@@ -393,12 +380,14 @@ class FunctionApp:
     (``KDESCHED_FUNCTION``, the classifier's ``KDESCHED_CLASSIFIER``)."""
 
     def __init__(self, name: str, handler: Handler, accepted: Sequence[str] | None,
-                 ready: Callable[[], tuple[bool, str]] | None = None, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+                 ready: Callable[[], tuple[bool, str]] | None = None, max_events: int = DEFAULT_MAX_EVENTS,
+                 answers: TypeAnswers = ()) -> None:
         self.name = name
         self.handler = handler
         self.accepted = accepted
         self.ready = ready
         self.config: dict[str, Any] = {"KDESCHED_FUNCTION": name}
+        self.answers = answers
         self.max_events = max_events
         self._slots = threading.BoundedSemaphore(max_events)
         self._routes: dict[str, dict[str, View]] = {
@@ -456,7 +445,7 @@ class FunctionApp:
             m.EVENTS.labels(name, ce_type, "200").inc()
             return Response(body, status=200, headers=headers)
         except Exception as exc:
-            answer = error_status(exc)
+            answer = error_status(exc, self.answers)
             status, message, fld = answer.status, answer.message, answer.field
             m.EVENTS.labels(name, ce_type, str(status)).inc()
             expected = expected_error(exc)
@@ -486,10 +475,11 @@ class FunctionApp:
 
 def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | None, *,
                         ready: Callable[[], tuple[bool, str]] | None = None,
-                        max_events: int = DEFAULT_MAX_EVENTS) -> FunctionApp:
+                        max_events: int = DEFAULT_MAX_EVENTS, answers: TypeAnswers = ()) -> FunctionApp:
     """The app serving one function at ``POST /`` plus /healthz, /readyz and /metrics, handling at
-    most ``max_events`` events at once (more: 503 with Retry-After)."""
-    return FunctionApp(name, handler, accepted, ready, max_events)
+    most ``max_events`` events at once (more: 503 with Retry-After); ``answers``: see
+    :func:`error_status`."""
+    return FunctionApp(name, handler, accepted, ready, max_events, answers)
 
 
 def decode_knative_error(ext: Mapping[str, Any]) -> dict[str, Any]:

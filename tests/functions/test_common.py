@@ -16,6 +16,7 @@ from kdesched.model.errors import ModelError
 from kdesched.reactor.classifier import NodeInputError
 from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.requests import RequestError
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     Ack,
     Incoming,
@@ -32,7 +33,7 @@ T = "dev.kdesched.run.requested"
 
 
 def app_with(handler: Any, accepted: tuple[str, ...] | None = (T,)) -> Any:
-    return create_function_app("test", handler, accepted).test_client()
+    return create_function_app("test", handler, accepted, answers=API_ANSWERS).test_client()
 
 
 def echo(incoming: Incoming) -> Reply:
