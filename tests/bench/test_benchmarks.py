@@ -40,7 +40,8 @@ FAST: dict[str, tuple[list[str], str]] = {
                               "--out", "{tmp}/start.json"], "| deadletter |"),
 }
 # run in the real tiers (tests/realk8s/test_benchmark*.py, tests/realknative/test_benchmark_knative.py)
-REAL = {"bench_reaction", "bench_run_vs_upstream", "differential", "bench_knative_taint", "bench_admissions"}
+REAL = {"bench_reaction", "bench_run_vs_upstream", "differential", "bench_knative_taint", "bench_admissions",
+        "bench_pool_maintenance"}
 NEEDS_CLUSTER_FILE = {"bench_decode", "bench_balance_decision"}
 
 

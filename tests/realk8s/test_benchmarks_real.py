@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_admissions, bench_reaction, bench_run_vs_upstream
+from bench import bench_admissions, bench_pool_maintenance, bench_reaction, bench_run_vs_upstream
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane
 
@@ -58,3 +58,15 @@ def test_bench_admissions_at_a_tiny_size(control_plane: ControlPlane, cluster: C
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]
     assert "1 writer(s):" in out and "2 writer(s):" in out and "conflicts per admission" in out
+
+
+def test_bench_pool_maintenance_at_a_tiny_size(control_plane: ControlPlane, capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    """``python bench/bench_pool_maintenance.py --tiny --variants kdesched,upstream``: it starts its own
+    control plane (scheduler and controllers on it, which the session's may not share), so only
+    that it completes and reports both variants is checked."""
+    code = bench_pool_maintenance.main(["--tiny", "--variants", "kdesched,upstream", "--timeout", "90",
+                                        "--json", str(tmp_path / "pm.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "| kdesched |" in out and "| upstream |" in out, out[-2000:]
