@@ -47,6 +47,7 @@ from kdesched.admission.control import Check, RunContext
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.alerts import FIRING, Alert, AlertsReading
 from kdesched.policy.errors import PolicyError
+from kdesched.policy.errors import show_value as _show
 
 __all__ = ["Alert", "AlertBrake", "AlertBrakeSettings", "AlertReason", "AlertVerdict", "AlertsReading", "judge",
            "parse_alert_brake"]
@@ -102,14 +103,6 @@ class AlertVerdict:
 # --- parsing -------------------------------------------------------------------------------------
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
 
 
 class _Fields:

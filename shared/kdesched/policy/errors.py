@@ -9,6 +9,19 @@ prints ``str(error)`` and exits 2.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+
+def show_value(value: Any) -> str:
+    """A value as an error message quotes it, in the policy's own terms (YAML): ``"x"``, ``null``,
+    ``true``, ``3``."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 class PolicyError(ValueError):

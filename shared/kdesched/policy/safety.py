@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from kdesched.policy.errors import show_value as _show
+
 KNOWN_KEYS = ("enabled", "maxUnavailable", "replacementTimeoutSeconds", "controlPlaneTaints")
 
 CONTROL_PLANE_TAINTS = (
@@ -87,14 +89,6 @@ class SafetySettings:
         return replace(self, enabled=enabled)
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
 
 
 def parse_max_unavailable(value: Any, where: str, errors: list[str]) -> int | str | None:

@@ -60,6 +60,7 @@ from kdesched.model.errors import ModelError
 from kdesched.model.names import is_dns_label, is_dns_subdomain
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
+from kdesched.policy.errors import show_value as _show
 from kdesched.policy.safety import SafetySettings, parse_safety
 from kdesched.policy.types import Policy
 from kdesched.policy.usage import UsageSettings, parse_usage_settings
@@ -149,14 +150,6 @@ class ReactorSettings:
 # --- parsing -------------------------------------------------------------------------------------
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
 
 
 def _is_number(value: Any) -> bool:
