@@ -111,6 +111,9 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
     Resource("Lease", "coordination.k8s.io/v1", "leases", True),
     Resource("Event", "events.k8s.io/v1", "events", True),
     Resource("Secret", "v1", "secrets", True),  # only the Prometheus token Secret (kdesched.kube.usage)
+    # surge-first moves (kdesched.kube.owners): read one Deployment / ReplicaSet, write the Deployment's scale
+    Resource("Deployment", "apps/v1", "deployments", True),
+    Resource("ReplicaSet", "apps/v1", "replicasets", True),
 )}
 
 
@@ -334,11 +337,12 @@ class KubeClient:
 
     # -- transport -------------------------------------------------------------------------------
     def _send(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Mapping[str, Any] | None = None, timeout: Any = None) -> Any:
+              body: Mapping[str, Any] | None = None, timeout: Any = None,
+              content_type: str = "application/json") -> Any:
         """Send one request; return the unread response (a 2xx) or raise the typed error."""
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         method, url, header_params, serialized, post_params = self.api_client.param_serialize(
             method=method, resource_path=path, query_params=query or [], header_params=headers,
             body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
@@ -377,8 +381,8 @@ class KubeClient:
         return data
 
     def _json(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        resp = self._send(method, path, query=query, body=body)
+              body: Mapping[str, Any] | None = None, content_type: str = "application/json") -> dict[str, Any]:
+        resp = self._send(method, path, query=query, body=body, content_type=content_type)
         return self._parse(resp, method, path, self._read(resp))
 
     @staticmethod
@@ -561,6 +565,28 @@ class KubeClient:
             raise ValueError(f"{kind}: metadata.name is required to replace an object")
         body = {"apiVersion": res.group_version, "kind": res.kind, **obj}
         return self._json("PUT", res.path(meta.get("namespace") if res.namespaced else None, name), body=body)
+
+    def merge_patch(self, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any], *,
+                    subresource: str | None = None) -> dict[str, Any]:
+        """PATCH one object with a JSON merge patch (RFC 7386: ``null`` removes a key). A
+        ``metadata.uid`` in the patch is a precondition: Conflict if the object is another one."""
+        res = resource_for(kind)
+        path = res.path(namespace if res.namespaced else None, name, subresource)
+        return self._json("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def get_subresource(self, kind: str, name: str, namespace: str, subresource: str) -> dict[str, Any] | None:
+        """GET ``.../<name>/<subresource>`` (a Deployment's ``scale``); None when the object does not exist."""
+        path = resource_for(kind).path(namespace, name, subresource)
+        try:
+            return self._retry_read(f"GET {path}", lambda: self._json("GET", path))
+        except NotFound:
+            return None
+
+    def replace_subresource(self, kind: str, name: str, namespace: str, subresource: str,
+                            obj: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``.../<name>/<subresource>``; with ``metadata.resourceVersion`` set, Conflict if the
+        object changed meanwhile."""
+        return self._json("PUT", resource_for(kind).path(namespace, name, subresource), body=obj)
 
     def delete_raw(self, kind: str, name: str, namespace: str | None = None, *, resource_version: str = "") -> None:
         """DELETE one object; with ``resource_version``, Conflict if it changed meanwhile. NotFound if absent."""

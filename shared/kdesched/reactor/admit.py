@@ -45,6 +45,7 @@ from kdesched.reactor.controls import Brake, Controlled, Controls
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
 from kdesched.reactor.limits import ClusterBucket, GateLog, make_gate
+from kdesched.reactor.surge import Chosen, Ended, Surges
 
 log = logging.getLogger("kdesched.reactor.admit")
 
@@ -112,6 +113,11 @@ class Decided:
     # local monotonic time after which no eviction of this run may be sent or still be under way:
     # the ledger entries say the same in server time, so other runs know when it can no longer land
     deadline: float | None = None
+    # surge-first moves (kdesched.reactor.surge): chosen at this admission, begun after its write
+    # (workload -> "" or why not), and ended by its settle
+    chosen: Chosen | None = None
+    surges_started: Mapping[str, str] = field(default_factory=dict)
+    surges_ended: tuple[Ended, ...] = ()
 
     @property
     def retry_at(self) -> float | None:
@@ -183,7 +189,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
            dry_run: bool, now: float, bucket: ClusterBucket | None, cooldowns: Cooldowns, stop_when_spent: bool,
            checkpoint: Callable[[], None] = lambda: None, controls: Controls | None = None,
            trigger: str = "", clock: Callable[[], float] | None = None,
-           deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> Decided:
+           deadline_seconds: float = DEFAULT_DEADLINE_SECONDS, surges: Surges | None = None) -> Decided:
     """Plan the run against the ledger and admit it (see the module docstring). ``trigger`` is the
     run's label (taints, affinity, rebalance, sweep, manual, continuation) that disruption windows
     may filter on; ``deadline_seconds``: how long after its admission an eviction may still be
@@ -201,6 +207,11 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
         settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
                                  snapshot.nodes if scope.complete else None)
+        ended: list[Ended] = []
+        if surges is not None and not dry_run:
+            # the recovery step: every surge-first move in the ledger is finished or restored from what
+            # the cluster shows now, by whichever process settles (a restart, another replica)
+            settled = surges.advance(settled, pods_of, now, ended)
         ledger = settled.ledger
         m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
         brake = controls.brake(snapshot, scope.complete, ledger, now) if controls is not None else Brake(False)
@@ -213,11 +224,17 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         controlled = (controls.apply(plan, brake, ledger, snapshot, trigger, now) if controls is not None
                       else Controlled(plan))
         plan = controlled.plan
-        admissions = admissions_of(plan, scope.key, snapshot)
+        chosen = surges.choose(plan, ledger, snapshot, scope.key, now) if surges is not None and not dry_run else None
+        if chosen is not None:
+            plan = chosen.plan
+        admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
         notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
         own = read.ledger.written_by(run)  # an earlier attempt's records to replace
         if dry_run or (not admissions and not settled.changed and not brake.record_unhealthy and not own):
-            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake)
+            if surges is not None and chosen is not None:
+                surges.fallback_events(chosen)
+            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake,
+                           chosen=chosen)
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
         stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
         started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
@@ -227,12 +244,20 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             new = replace(new, bucket=bucket.drawn(ledger.bucket, stamp, sum(1 for a in admissions if not a.held)))
         if brake.record_unhealthy:
             new = new.with_unhealthy(now)
+        if chosen is not None:
+            new = chosen.record(new)
         if _write(store, read, new, run):
+            started_surges: Mapping[str, str] = {}
+            if surges is not None:
+                surges.report_ended(ended)
+                if chosen is not None:
+                    started_surges = surges.start(chosen)  # only now: the move is in the ledger first
+                    surges.fallback_events(chosen)
             if attempts > 1:
                 notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                              "meanwhile; this plan was made again against them)")
             return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes), controlled,
-                           brake, started + deadline_seconds)
+                           brake, started + deadline_seconds, chosen, started_surges, tuple(ended))
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")

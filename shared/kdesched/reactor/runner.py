@@ -84,6 +84,7 @@ from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, defa
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.surge import Surges
 from kdesched.reactor.whynot import WhyNotEvents
 
 log = logging.getLogger("kdesched.reactor")
@@ -121,6 +122,9 @@ class Reactor:
         g = settings.rate_limits.global_
         self.bucket = ClusterBucket(g.per_minute, g.burst) if g is not None else None
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
+        # surge-first moves (docs/safety.md): need the safety defaults' pacing and the ledger
+        self.surges = Surges(client, enabled=settings.surge_enabled and self.safety.enabled,
+                             timeout_seconds=self.safety.replacement_timeout_seconds)
         self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
                                    max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
                                    0, settings.wasted_move_base_seconds,  # 0: no entry cap (records per workload)
@@ -370,7 +374,7 @@ class Reactor:
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
                              bucket=self.bucket, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
                              checkpoint=checkpoint, controls=self.controls, trigger=label,
-                             clock=self.wall_clock)
+                             clock=self.wall_clock, surges=self.surges)
             for why in decided.gate.refusals:
                 m.REFUSALS.labels(m.refusal_kind(why)).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
@@ -395,7 +399,8 @@ class Reactor:
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
             if not dry_run:  # checked moves (summary.moves), then the "why not" Events
-                report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report)})
+                report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report),
+                                                **_surge_summary(decided)})
                 self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
@@ -415,6 +420,11 @@ class Reactor:
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
+        # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
+        # settle the ledger, which finishes it: kdesched.reactor.surge)
+        evicted |= {k for k, why in decided.surges_started.items() if not why}
+        evicted |= {e.workload for e in decided.surges_ended}
+        held |= set(decided.settled.ledger.surges) & _scope_workloads(decided)
         until = decided.gate.cooldown_until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
@@ -528,3 +538,28 @@ class Reactor:
 
     def _reply(self, trigger: Trigger, result: RunResult, coalesced: int) -> dict[str, Any]:
         return reply(trigger, result, coalesced, self._dry_run_why(bool(result.body.get("dryRun"))))
+
+
+def _scope_workloads(decided: Decided) -> set[str]:
+    """The workloads this run's scope wanted to move (its plan, its refusals, its surge-first moves)."""
+    out = {workload_key(e.pod) for e in decided.plan.evictions} | {workload_key(r.pod) for r in decided.plan.refusals}
+    return out | set(decided.surges_started)
+
+
+def _surge_summary(decided: Decided) -> dict[str, Any]:
+    """``summary.surge`` of a run report: the surge-first moves begun, those that ended in its settle,
+    and the pods that could not move surge-first and kept the normal rules (with why)."""
+    chosen = decided.chosen
+    if chosen is None and not decided.surges_ended:
+        return {}
+    started = []
+    for key, (s, _) in (chosen.surges.items() if chosen is not None else ()):
+        why = decided.surges_started.get(key)
+        started.append({"workload": key, "pod": s.pod, "node": s.node, "replicas": s.original, "surged": s.surged,
+                        "deletionCost": s.cost, "why": chosen.candidates[key].why if chosen else "",
+                        "result": "begun" if why == "" else ("not written" if why is None else "not begun"),
+                        **({"message": why} if why else {})})
+    fallbacks = [{"workload": workload_key(c.pod), "pod": c.pod.key, "node": c.pod.node_name, "reason": n.reason.value,
+                  "message": n.message, "why": c.why} for c, n in (chosen.fallbacks if chosen is not None else ())]
+    return {"surge": {"started": started, "ended": [e.to_json() for e in decided.surges_ended],
+                      "fallbacks": fallbacks}}

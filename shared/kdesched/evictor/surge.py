@@ -1,0 +1,286 @@
+"""Surge-first moves: the replacement is made before the pod goes, so a move costs no availability.
+
+Why: an eviction is downtime for a workload with one replica (descheduler #1558, #786, #271,
+#1805, PR #1841; Karpenter #1674 / PR #1685), and a workload whose PodDisruptionBudget allows no
+disruption (``minAvailable`` equal to its replicas) is never moved at all: a maintenance taint
+leaves it on the node forever. With the stock controllers a move can cost nothing:
+
+1. the pod that must go gets a ``controller.kubernetes.io/pod-deletion-cost`` lower than any of
+   its siblings' (the ReplicaSet controller removes the lowest cost first when it scales down);
+2. the **Deployment** is scaled up by one through its scale subresource (not its ReplicaSet: the
+   Deployment controller would scale the ReplicaSet straight back; scaling the Deployment is a
+   "scaling event" that only resizes its current ReplicaSet: no new ReplicaSet, template unchanged);
+3. once the new pod is Ready on another node, the Deployment is scaled back: the ReplicaSet
+   controller deletes the marked pod. (A surge pod that is not Ready yet ranks below every Ready pod
+   for deletion, so scaling back early, or an abandoned move, removes the surge pod instead.)
+
+This module is the pure part: whether a pod may be moved so (:func:`surge_refusal`), the deletion
+cost to mark it with (:func:`deletion_cost`), the move's state as the disruption ledger keeps it
+(:class:`Surge`, in the workload's record so a restarted or another process finishes it), and what
+to do next given what the cluster shows now (:func:`advance`). The reactor acts on the answer
+through the kube layer (:mod:`kdesched.reactor.surge`). Every step is decided from what is observed
+(the Deployment's replicas, the workload's pods), never from memory of what kdesched did, so a
+step taken twice, or by two processes, or after a crash, does no harm.
+
+The owner changing underneath (docs/safety.md, "Surge-first moves"):
+
+* **replicas changed by someone else** (an HPA, a GitOps tool, a person): kdesched scales back only
+  while ``spec.replicas`` is still its own surged value, with a write conditional on the version it
+  read. Any other value is the owner's decision and wins: kdesched removes its annotation and ends
+  the move (if the value went back to the original, the ReplicaSet removes the marked pod or the
+  not-yet-Ready surge pod by itself);
+* **a rollout** (generation changed): the move is given up and the replicas restored;
+* **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
+  up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
+  ``ReplicaFailure``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kdesched.evictor.workloads import pod_ready
+from kdesched.model.owners import DELETION_COST, DeploymentInfo, ReplicaSetInfo
+from kdesched.model.records import Pod
+
+OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
+MIN_COST = -(2**31)  # the annotation is an int32
+# after kdesched (or anyone) scaled back to the original replicas, how long the ReplicaSet has to
+# remove a pod before the move is called over anyway
+SCALE_DOWN_GRACE_SECONDS = 30.0
+# a workload whose surge was given up (unschedulable, quota, timeout) is not surged again for this
+# long: its pods fall back to the normal rules meanwhile (docs/safety.md)
+BLOCK_SECONDS = 300.0
+
+
+class Fallback(enum.StrEnum):
+    """Why a pod that would have been moved surge-first is not: the report, the ``NoSurge`` Event and
+    the metric ``kdesched_surge_fallbacks_total{reason}`` name it."""
+
+    DISABLED = "disabled"  # kdesched.moves.surge: false
+    OPT_OUT = "opt-out"  # kdesched.dev/surge: "false"
+    BARE_POD = "bare-pod"
+    NOT_DEPLOYMENT = "not-a-deployment"  # StatefulSet, a ReplicaSet of its own, a Job, ...
+    OWNER_UNREADABLE = "owner-unreadable"  # the Deployment/ReplicaSet could not be read (403, gone)
+    NO_SURGE = "max-surge-0"  # maxSurge 0 or strategy Recreate
+    PAUSED = "paused"
+    ROLLOUT = "rollout"
+    REPLICA_FAILURE = "replica-failure"  # the ReplicaSet cannot create pods (a quota): ReplicaFailure
+    BLOCKED = "recent-failure"  # the last surge of the workload was given up a moment ago
+    BUSY = "move-in-progress"  # the workload already has a pod in flight or a surge under way
+
+
+@dataclass(frozen=True, slots=True)
+class NoSurge:
+    reason: Fallback
+    message: str
+
+
+def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,
+                  siblings: Sequence[Pod]) -> NoSurge | None:
+    """Why ``pod`` (of a workload of ``kind``) cannot be moved surge-first, or None. ``deployment`` and
+    ``replicaset``: its owners as read now (None: not read or not found); ``siblings``: the
+    workload's pods in the run's snapshot."""
+    if kind == "Pod":
+        return NoSurge(Fallback.BARE_POD, "a bare pod has no owner to scale up")
+    if kind != "Deployment":
+        why = ("a StatefulSet's pods have fixed identities: its replacement is only created once the old pod is gone"
+               if kind == "StatefulSet" else f"a {kind}'s pods are moved by eviction only (surge-first moves scale a "
+               "Deployment)")
+        return NoSurge(Fallback.NOT_DEPLOYMENT, why)
+    if pod.annotations.get(OPT_OUT, "").lower() == "false":
+        return NoSurge(Fallback.OPT_OUT, f"the pod template says {OPT_OUT}: \"false\"")
+    if deployment is None or replicaset is None:
+        return NoSurge(Fallback.OWNER_UNREADABLE, "its Deployment or ReplicaSet could not be read")
+    if deployment.annotations.get(OPT_OUT, "").lower() == "false":
+        return NoSurge(Fallback.OPT_OUT, f"Deployment {deployment.name} says {OPT_OUT}: \"false\"")
+    if replicaset.owner_kind != "Deployment" or replicaset.owner_name != deployment.name:
+        return NoSurge(Fallback.NOT_DEPLOYMENT, f"ReplicaSet {replicaset.name} is not controlled by Deployment "
+                       f"{deployment.name}")
+    if deployment.strategy == "Recreate":
+        return NoSurge(Fallback.NO_SURGE, f"Deployment {deployment.name} has strategy Recreate: it never runs one "
+                       "pod more than its replicas")
+    if _zero(deployment.max_surge):
+        return NoSurge(Fallback.NO_SURGE, f"Deployment {deployment.name} has maxSurge {deployment.max_surge}: it "
+                       "never runs one pod more than its replicas")
+    if deployment.paused:
+        return NoSurge(Fallback.PAUSED, f"Deployment {deployment.name} is paused")
+    hashes = {p.labels.get("pod-template-hash", "") for p in siblings if not p.terminal and not p.terminating}
+    if deployment.rolling_out or len(hashes) > 1:
+        return NoSurge(Fallback.ROLLOUT, f"Deployment {deployment.name} is rolling out (generation "
+                       f"{deployment.generation}, observed {deployment.observed_generation}; "
+                       f"{deployment.updated_replicas} of {deployment.status_replicas} updated)")
+    failure = replica_failure(deployment, replicaset)
+    if failure:
+        return NoSurge(Fallback.REPLICA_FAILURE, f"its ReplicaSet cannot create pods: {failure}")
+    if deployment.replicas < 1:
+        return NoSurge(Fallback.NOT_DEPLOYMENT, f"Deployment {deployment.name} is scaled to 0")
+    return None
+
+
+def _zero(max_surge: str) -> bool:
+    s = max_surge.strip()
+    return s in ("0", "0%")
+
+
+def replica_failure(deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None) -> str:
+    """The ReplicaSet's (or the Deployment's copy of its) ``ReplicaFailure`` message: pods cannot be
+    created (a ResourceQuota, a LimitRange, an admission webhook); "" when none."""
+    for c in (replicaset.condition("ReplicaFailure") if replicaset else None,
+              deployment.condition("ReplicaFailure") if deployment else None):
+        if c is not None and c.status == "True":
+            return f"{c.reason}: {c.message}".strip(": ")[:300]
+    return ""
+
+
+def deletion_cost(pod: Pod, siblings: Sequence[Pod]) -> int:
+    """A cost below every sibling's (a pod without the annotation costs 0)."""
+    costs = []
+    for p in siblings:
+        if p.uid == pod.uid:
+            continue
+        try:
+            costs.append(int(p.annotations.get(DELETION_COST, "0")))
+        except ValueError:
+            costs.append(0)
+    return max(MIN_COST, min(costs, default=0) - 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Surge:
+    """A surge-first move in the disruption ledger (the workload's record): enough for any process to
+    finish it or put the owner back."""
+
+    uid: str  # the marked pod (the one that must go)
+    pod: str  # namespace/name
+    node: str  # where it runs (the replacement must be Ready elsewhere)
+    deployment: str
+    replicaset: str
+    original: int  # spec.replicas when the move began
+    surged: int  # original + 1
+    started: float  # epoch seconds, API server clock
+    deadline: float  # given up and restored at this time (replacementTimeoutSeconds)
+    strategy: str
+    cost: int
+    scaled_back: float = 0.0  # when kdesched scaled back (0: not yet)
+
+    def to_json(self) -> list[Any]:
+        return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
+                round(self.started, 3), round(self.deadline, 3), self.strategy, self.cost, round(self.scaled_back, 3)]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Surge:
+        return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), str(raw[4]), int(raw[5]), int(raw[6]),
+                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]) if len(raw) > 11 else 0.0)
+
+
+class Action(enum.StrEnum):
+    WAIT = "wait"  # nothing to do yet
+    SCALE_BACK = "scale-back"  # the replacement is Ready: scale back; the ReplicaSet removes the marked pod
+    RESTORE = "restore"  # give up: scale back (if still ours), remove the annotation, end
+    END = "end"  # over: remove the annotation if the pod is still there, end (replicas are not ours to touch)
+
+
+# how a surge ended, for checked moves and the metric kdesched_surge_moves_total{outcome}
+DONE, GAVE_UP, OVERRIDDEN = "done", "gave-up", "overridden"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    action: Action
+    why: str = ""
+    outcome: str = ""  # for END / RESTORE: done | gave-up | overridden
+    replacement: Pod | None = None  # the surge pod, when one is Ready on another node
+    block: bool = False  # do not surge this workload again for a while (BLOCK_SECONDS)
+    wasted: bool = False  # the move could only have ended where it began (checked moves: wasted)
+
+
+def replacement_of(s: Surge, pods: Sequence[Pod]) -> Pod | None:
+    """The surge pod: created in or after the second the move began (``creationTimestamp`` has one
+    second resolution), not the marked pod, Ready, on another node; the earliest such pod."""
+    second = math.floor(s.started)
+    found = [p for p in pods if p.uid != s.uid and not p.terminating and not p.terminal and p.creation_time is not None
+             and p.creation_time.timestamp() >= second and pod_ready(p) and p.node_name and p.node_name != s.node]
+    return min(found, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0), default=None)
+
+
+def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,
+            pods: Sequence[Pod] | None, now: float) -> Step:
+    """What to do next with ``s``, from what the cluster shows now: the Deployment and its ReplicaSet
+    as read (None: gone), and the workload's pods (None: the run's snapshot does not hold them; only
+    the owner and the clock are judged then)."""
+    if deployment is None:
+        return Step(Action.END, f"Deployment {s.deployment} is gone", OVERRIDDEN)
+    replicas = deployment.replicas
+    marked = None if pods is None else next((p for p in pods if p.uid == s.uid), None)
+    marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)
+    replacement = replacement_of(s, pods) if pods is not None else None
+    if marked_gone:
+        if replicas == s.surged and not s.scaled_back:
+            # removed by something else before the scale-back (its node drained, a person): put the
+            # replicas back, the ReplicaSet removes one pod more (the least ready first)
+            return Step(Action.RESTORE, f"{s.pod} went away before the scale-back", DONE, replacement)
+        return Step(Action.END, f"{s.pod} was removed by the ReplicaSet", DONE, replacement)
+    if replicas == s.surged:
+        if replacement is not None:
+            return Step(Action.SCALE_BACK, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
+                        f"{replacement.node_name}", "", replacement)
+        back = _landed_back(s, pods)
+        if back is not None:
+            return Step(Action.RESTORE, f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, "
+                        "the node the move leaves", GAVE_UP, block=True, wasted=True)
+        failure = replica_failure(deployment, replicaset)
+        if failure:
+            return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
+        if _rollout(s, deployment, pods):
+            return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
+        if now >= s.deadline:
+            return Step(Action.RESTORE, f"no replacement was Ready on another node within "
+                        f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
+        return Step(Action.WAIT)
+    if replicas == s.original:
+        # scaled back (by kdesched, or someone put the original value back): the ReplicaSet removes a
+        # pod, the marked one when the replacement is Ready, else the surge pod
+        live = [] if pods is None else [p for p in pods if not p.terminating and not p.terminal]
+        since = s.scaled_back or s.started
+        if pods is not None and len(live) <= s.original:
+            return Step(Action.END, f"the ReplicaSet removed another pod, not {s.pod}", OVERRIDDEN)
+        if now - since >= SCALE_DOWN_GRACE_SECONDS:
+            return Step(Action.END, f"{s.pod} was still there {now - since:.0f}s after the scale-back", OVERRIDDEN)
+        return Step(Action.WAIT)
+    return Step(Action.END, f"the replicas of Deployment {s.deployment} were changed to {replicas} during the move "
+                f"(kdesched had set {s.surged}, from {s.original}): the new value is the owner's and stays",
+                OVERRIDDEN)
+
+
+def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
+    """A pod made by the surge that became Ready on the node the move leaves (a strategy whose node the
+    scheduler does not avoid): the move cannot succeed."""
+    second = math.floor(s.started)
+    return next((p for p in pods or () if p.uid != s.uid and p.node_name == s.node and not p.terminating
+                 and p.creation_time is not None and p.creation_time.timestamp() >= second and pod_ready(p)), None)
+
+
+def _rollout(s: Surge, deployment: DeploymentInfo, pods: Sequence[Pod] | None) -> bool:
+    """Has a rollout begun since the move did? (Not ``generation``: the scale-up itself bumps it.) A
+    pod of another ReplicaSet than the marked pod's, or the Deployment counting pods it has not
+    updated."""
+    if deployment.updated_replicas != deployment.status_replicas and deployment.status_replicas:
+        return True
+    if pods is None:
+        return False
+    marked = next((p for p in pods if p.uid == s.uid), None)
+    mine = marked.labels.get("pod-template-hash", "") if marked is not None else ""
+    return bool(mine) and any(p.labels.get("pod-template-hash", "") != mine for p in pods
+                              if not p.terminating and not p.terminal)
+
+
+def summary(steps: Mapping[str, Step]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for st in steps.values():
+        out[st.action.value] = out.get(st.action.value, 0) + 1
+    return out

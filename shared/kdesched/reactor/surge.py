@@ -1,0 +1,409 @@
+"""Surge-first moves in the event path: choosing them at admission, starting them after the ledger
+write, and finishing or restoring them whenever a run settles the ledger.
+
+Why here: a surge-first move (:mod:`kdesched.evictor.surge`, docs/safety.md) spans several runs: the
+replacement needs seconds to become Ready and the event path never waits inside a run. So the move
+is a record in the workload's ledger entry, and every run that settles the ledger
+(:func:`kdesched.reactor.admit.decide`) advances every move it finds there, from what the cluster
+shows now: a paced repeat of the run that began it, the sweep, a restarted process, another
+replica. A crash at any point leaves either nothing (before the ledger write), or a record whose
+next step any process takes (scale back, or restore the owner).
+
+Three steps, all through the kube layer (:mod:`kdesched.kube.owners`):
+
+* :meth:`Surges.advance` (in the settle): read each moving workload's Deployment and ReplicaSet,
+  ask :func:`~kdesched.evictor.surge.advance` what to do, do it (conditional writes only), and
+  return the ledger with the move updated or ended, and its checked move;
+* :meth:`Surges.choose` (after planning): which pods, refused by the allowance or a PDB or whose
+  eviction would leave their workload with no Ready pod, are moved surge-first instead; those that
+  cannot be say why (the report, the ``NoSurge`` Event, ``kdesched_surge_fallbacks_total``) and keep
+  the normal rules;
+* :meth:`Surges.start` (after the ledger write): mark the pod, scale the Deployment up by one on the
+  version the choice was made on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kdesched.engine import RunPlan
+from kdesched.evictor.ledger import (
+    ACHIEVED,
+    UNKNOWN,
+    WASTED,
+    Admission,
+    CheckedMove,
+    Ledger,
+    Settled,
+    wasted_reason,
+    workload_key,
+)
+from kdesched.evictor.pacing import PacingPlan
+from kdesched.evictor.planner import Refusal
+from kdesched.evictor.surge import (
+    BLOCK_SECONDS,
+    DONE,
+    Action,
+    Fallback,
+    NoSurge,
+    Step,
+    Surge,
+    advance,
+    deletion_cost,
+    surge_refusal,
+)
+from kdesched.evictor.workloads import pod_ready
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import ApiError, Conflict, NotFound
+from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, set_deletion_cost
+from kdesched.model.derived import controller_ref
+from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
+from kdesched.model.records import Pod
+from kdesched.model.snapshot import Snapshot
+from kdesched.reactor import metrics as m
+
+log = logging.getLogger("kdesched.reactor.surge")
+
+PDB_ZERO = "PodDisruptionBudget "  # a planner refusal: the PDB allows no (more) disruption
+EVENT_INTERVAL_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    pod: Pod
+    strategy: str
+    profile: str
+    reason: str  # the strategy's reason for moving it
+    why: str  # why surge-first: "single replica", the pacing or PDB refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """What :meth:`Surges.choose` made of a plan."""
+
+    plan: RunPlan  # without the pods moved surge-first
+    admissions: tuple[Admission, ...] = ()  # their in-flight entries, and their workloads' other pods held
+    surges: Mapping[str, tuple[Surge, str]] = field(default_factory=dict)  # workload -> (move, resourceVersion)
+    candidates: Mapping[str, Candidate] = field(default_factory=dict)
+    fallbacks: tuple[tuple[Candidate, NoSurge], ...] = ()
+
+    def record(self, ledger: Ledger) -> Ledger:
+        if not self.surges:
+            return ledger
+        return replace(ledger, surges={**ledger.surges, **{k: s for k, (s, _) in self.surges.items()}})
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A surge-first move that ended in this run's settle (for the report, metrics and Events)."""
+
+    workload: str
+    surge: Surge
+    outcome: str  # done | gave-up | overridden
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "pod": self.surge.pod, "node": self.surge.node, "outcome": self.outcome,
+                "why": self.why, "replicas": self.surge.original}
+
+
+class Surges:
+    """The event path's surge-first moves for one process (``enabled``: ``kdesched.moves.surge``)."""
+
+    def __init__(self, client: KubeClient, *, enabled: bool, timeout_seconds: float) -> None:
+        self.client = client
+        self.enabled = enabled
+        self.timeout_seconds = timeout_seconds
+        self._events: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    # -- settle: finish or restore ----------------------------------------------------------------
+    def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
+                ended: list[Ended]) -> Settled:
+        """Every surge-first move of the ledger, one step on. Runs whatever the switch says: a move
+        begun before the switch was turned off is still finished or restored."""
+        ledger = settled.ledger
+        if not ledger.surges:
+            return settled
+        surges = dict(ledger.surges)
+        blocks = dict(ledger.surge_blocks)
+        moves = dict(ledger.moves)
+        checked: list[CheckedMove] = []
+        changed = False
+        for key, s in ledger.surges.items():
+            namespace = key.split("/", 2)[1]
+            try:
+                deployment = get_deployment(self.client, namespace, s.deployment)
+                replicaset = get_replicaset(self.client, namespace, s.replicaset) if deployment else None
+            except ApiError as exc:
+                log.warning("surge-first move of %s: cannot read its owner (%s); trying again at the next run", key, exc)
+                continue
+            pods = pods_of.get(key) if pods_of is not None else None
+            step = advance(s, deployment, replicaset, pods, now)
+            done = self._act(key, s, step, deployment)
+            if done is None:
+                continue  # not carried out (a conflict): the next run decides again
+            changed = True
+            if done is True:
+                surges[key] = replace(s, scaled_back=now)
+                continue
+            del surges[key]
+            if step.block:
+                blocks[key] = (now + BLOCK_SECONDS, step.why)
+            mv = moves.get(key)
+            if mv is not None:
+                mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != s.uid), progress=now)
+                if mv.kept:
+                    moves[key] = mv
+                else:
+                    del moves[key]
+            checked.append(_checked(key, s, step, now))
+            ended.append(Ended(key, s, step.outcome, step.why))
+        if not changed:
+            return settled
+        new = replace(ledger, surges=surges, surge_blocks=blocks, moves=moves)
+        return replace(settled, ledger=new, checked=(*settled.checked, *checked), surges_changed=True)
+
+    def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None) -> bool | None:
+        """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
+        the move goes on scaled back, False when it ended."""
+        namespace, _, name = s.pod.partition("/")
+        if step.action == Action.WAIT:
+            return None
+        if step.action == Action.SCALE_BACK:
+            assert deployment is not None
+            return True if self._scale(namespace, s.deployment, s.original, deployment.resource_version) else None
+        if step.action == Action.RESTORE:
+            # the mark goes first: with the surge pod Ready beside it, the ReplicaSet would remove the
+            # marked pod on the scale-back (lowest cost) rather than the one just made
+            self._unmark(namespace, name, s.uid)
+            if (deployment is not None and deployment.replicas == s.surged
+                    and not self._scale(namespace, s.deployment, s.original, deployment.resource_version)):
+                return None
+            return False
+        self._unmark(namespace, name, s.uid)  # END
+        return False
+
+    def _scale(self, namespace: str, name: str, replicas: int, version: str) -> bool:
+        try:
+            scale_deployment(self.client, namespace, name, replicas, version)
+            return True
+        except (Conflict, NotFound):
+            return False
+        except ApiError as exc:
+            log.warning("surge-first move: scaling Deployment %s/%s to %d failed (%s); trying again at the next run",
+                        namespace, name, replicas, exc)
+            return False
+
+    def _unmark(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            set_deletion_cost(self.client, namespace, name, uid, None)
+        except (NotFound, Conflict):
+            pass  # the pod is gone (or it is another pod of that name): nothing carries the mark
+        except ApiError as exc:
+            log.warning("surge-first move: could not remove the deletion cost of %s/%s (%s)", namespace, name, exc)
+
+    def report_ended(self, ended: Sequence[Ended]) -> None:
+        """Metrics, a ``SurgeMoveEnded`` Event on the Deployment and a log line for each move that
+        ended in a settle whose ledger write went through (so each is counted once cluster-wide)."""
+        for e in ended:
+            s = e.surge
+            m.SURGE_MOVES.labels(e.outcome).inc()
+            self._event(e.workload.split("/", 2)[1], s.deployment, "SurgeMoveEnded",
+                        f"surge-first move of {s.pod} off node {s.node} {e.outcome}: {e.why}", once=False)
+            log.info("surge-first move of %s (%s) %s: %s", e.workload, s.pod, e.outcome, e.why)
+
+    # -- admission: which pods move surge-first ---------------------------------------------------
+    def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str, now: float) -> Chosen:
+        """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions."""
+        if not self.enabled or plan.pacing is None:
+            return Chosen(plan)
+        candidates = _candidates(plan, plan.pacing)
+        if not candidates:
+            return Chosen(plan)
+        index = _pods_by_key(snapshot, candidates)
+        surges: dict[str, tuple[Surge, str]] = {}
+        fallbacks: list[tuple[Candidate, NoSurge]] = []
+        for key, c in candidates.items():
+            kind = key.split("/", 1)[0]
+            siblings = index.get(key, [])
+            refusal = self._busy(key, ledger, now)
+            deployment: DeploymentInfo | None = None
+            replicaset: ReplicaSetInfo | None = None
+            if refusal is None and kind == "Deployment":
+                ref = controller_ref(c.pod)
+                try:
+                    deployment = get_deployment(self.client, c.pod.namespace, key.split("/", 2)[2])
+                    replicaset = get_replicaset(self.client, c.pod.namespace, ref.name) if ref else None
+                except ApiError as exc:
+                    log.info("surge-first move of %s: cannot read its owner: %s", key, exc)
+            if refusal is None:
+                refusal = surge_refusal(c.pod, kind, deployment, replicaset, siblings)
+            if refusal is not None:
+                fallbacks.append((c, refusal))
+                continue
+            assert deployment is not None and replicaset is not None
+            surges[key] = (Surge(c.pod.uid, c.pod.key, c.pod.node_name, deployment.name, replicaset.name,
+                                 deployment.replicas, deployment.replicas + 1, now, now + self.timeout_seconds,
+                                 c.strategy, deletion_cost(c.pod, siblings)), deployment.resource_version)
+        for c, why in fallbacks:
+            m.SURGE_FALLBACKS.labels(why.reason.value).inc()
+        if not surges:
+            return Chosen(plan, candidates=candidates, fallbacks=tuple(fallbacks))
+        return _without(plan, surges, candidates, scope, tuple(fallbacks), index)
+
+    def _busy(self, key: str, ledger: Ledger, now: float) -> NoSurge | None:
+        if key.startswith("Pod/"):
+            return None  # surge_refusal names it
+        if key in ledger.surges:
+            return NoSurge(Fallback.BUSY, "a surge-first move of the workload is under way")
+        mv = ledger.moves.get(key)
+        if mv is not None and mv.inflight:
+            return NoSurge(Fallback.BUSY, f"{len(mv.inflight)} pod(s) of the workload are in flight")
+        block = ledger.surge_blocks.get(key)
+        if block is not None and block[0] > now:
+            return NoSurge(Fallback.BLOCKED, f"its last surge-first move was given up ({block[1]}); none again for "
+                           f"{block[0] - now:.0f}s")
+        return None
+
+    # -- after the ledger write: begin ------------------------------------------------------------
+    def start(self, chosen: Chosen) -> dict[str, str]:
+        """Mark each chosen pod and scale its Deployment up by one. Returns workload -> "" (begun) or
+        why it did not begin (the next settle puts everything back: :func:`advance` sees the replicas
+        unchanged and ends the move)."""
+        out: dict[str, str] = {}
+        for key, (s, version) in chosen.surges.items():
+            namespace, _, name = s.pod.partition("/")
+            try:
+                set_deletion_cost(self.client, namespace, name, s.uid, s.cost)
+                scale_deployment(self.client, namespace, s.deployment, s.surged, version)
+            except ApiError as exc:
+                why = ("its Deployment changed after it was read (an HPA, a rollout, a GitOps sync)"
+                       if isinstance(exc, Conflict) else str(exc))
+                out[key] = why
+                m.SURGE_MOVES.labels("not-started").inc()
+                log.info("surge-first move of %s (%s) not begun: %s", key, s.pod, why)
+                continue
+            out[key] = ""
+            m.SURGE_MOVES.labels("started").inc()
+            self._event(namespace, s.deployment, "SurgeMoveStarted", f"moving {s.pod} off node {s.node} "
+                        f"surge-first: replicas {s.original} -> {s.surged} until the new pod is Ready on another "
+                        f"node (at most {self.timeout_seconds:g}s), then back to {s.original}", once=False)
+            log.info("surge-first move of %s: %s marked (deletion cost %d), replicas %d -> %d", key, s.pod, s.cost,
+                     s.original, s.surged)
+        return out
+
+    def fallback_events(self, chosen: Chosen) -> None:
+        """A ``NoSurge`` Event on the workload's owner for each pod that could not move surge-first
+        (at most one per workload and reason a minute per process)."""
+        for c, why in chosen.fallbacks:
+            if why.reason in (Fallback.BUSY, Fallback.BARE_POD):
+                continue  # nothing an operator can act on
+            ref = controller_ref(c.pod)
+            key = workload_key(c.pod)
+            kind, namespace, name = key.split("/", 2)
+            if kind == "Pod" or ref is None:
+                continue
+            self._event(namespace, name, "NoSurge", f"{c.pod.key} ({c.why}) cannot be moved surge-first: "
+                        f"{why.message}; the normal rules apply", kind=kind, tag=why.reason.value)
+
+    def _event(self, namespace: str, name: str, reason: str, note: str, *, kind: str = "Deployment",
+               once: bool = True, tag: str = "") -> None:
+        if once:
+            k = (f"{kind}/{namespace}/{name}", f"{reason}/{tag}")
+            t = time.monotonic()
+            with self._lock:
+                if t - self._events.get(k, -1e9) < EVENT_INTERVAL_SECONDS:
+                    return
+                self._events[k] = t
+                if len(self._events) > 10000:
+                    self._events.clear()
+        api = "apps/v1" if kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet") else "batch/v1"
+        self.client.create_event(namespace=namespace, name=name, reason=reason, note=note, kind=kind, api_version=api)
+
+
+def _candidates(plan: RunPlan, pacing: PacingPlan) -> dict[str, Candidate]:
+    """One pod per workload that should move surge-first: a wave-0 eviction that would leave its
+    workload with no Ready pod; a pod held for a later wave (the allowance leaves no room); a pod a
+    PodDisruptionBudget keeps (it allows no disruption). The first such pod of each workload."""
+    out: dict[str, Candidate] = {}
+    wave0: dict[str, int] = {}
+    for e, step in zip(plan.evictions, pacing.steps, strict=True):
+        if step.workload is None:
+            continue
+        key = workload_key(e.pod)
+        known = pacing.workloads.get(step.workload)
+        ready = known.status.ready if known is not None else 0
+        if step.wave == 0:
+            wave0[key] = wave0.get(key, 0) + 1
+            if pod_ready(e.pod) and ready - wave0[key] <= 0 and key not in out:
+                out[key] = Candidate(e.pod, e.strategy, e.profile, e.reason,
+                                     f"its eviction would leave {step.workload} with no Ready pod")
+        elif key not in out and key not in wave0:
+            out[key] = Candidate(e.pod, e.strategy, e.profile, e.reason,
+                                 f"the allowance of {step.workload} leaves no room (wave {step.wave})")
+    for r in plan.refusals:
+        if r.reason.startswith(PDB_ZERO) and r.pod.owner_refs:
+            key = workload_key(r.pod)
+            if key not in out and key not in wave0:
+                out[key] = Candidate(r.pod, r.strategy, r.profile, r.reason, r.reason)
+    return out
+
+
+def _pods_by_key(snapshot: Snapshot, candidates: Mapping[str, Candidate]) -> dict[str, list[Pod]]:
+    out: dict[str, list[Pod]] = {k: [] for k in candidates}
+    for p in snapshot.pods:
+        if p.owner_refs:
+            k = workload_key(p)
+            if k in out:
+                out[k].append(p)
+    return out
+
+
+def _without(plan: RunPlan, surges: Mapping[str, tuple[Surge, str]], candidates: Mapping[str, Candidate], scope: str,
+             fallbacks: tuple[tuple[Candidate, NoSurge], ...], index: Mapping[str, Sequence[Pod]]) -> Chosen:
+    """The plan without the pods moved surge-first, and their admissions: the pod in flight (its
+    workload's allowance and every budget count it until the move ends), its workload's other
+    planned or PDB-refused pods held, so the move goes on with them after it."""
+    pacing = plan.pacing
+    assert pacing is not None
+    uids = {s.uid for s, _ in surges.values()}
+    keep = [i for i, e in enumerate(plan.evictions) if e.pod.uid not in uids]
+    admissions: list[Admission] = []
+    for key in surges:
+        c = candidates[key]
+        live = [p for p in index.get(key, ()) if not p.terminating and not p.terminal]
+        admissions.append(Admission(c.pod, c.strategy, False, scope, "", len(live), sum(1 for p in live if pod_ready(p))))
+    held = [Admission(r.pod, r.strategy, True, scope) for r in plan.refusals
+            if r.reason.startswith(PDB_ZERO) and r.pod.uid not in uids and workload_key(r.pod) in surges]
+    admissions += held
+    held_uids = {a.pod.uid for a in held}
+    refusals: list[Refusal] = []
+    for r in plan.refusals:
+        if r.pod.uid in uids or r.pod.uid in held_uids:
+            continue
+        refusals.append(r)
+    new_pacing = replace(pacing, steps=tuple(pacing.steps[i] for i in keep))
+    new = replace(plan, evictions=tuple(plan.evictions[i] for i in keep), refusals=tuple(refusals), pacing=new_pacing)
+    return Chosen(new, tuple(admissions), dict(surges), dict(candidates), fallbacks)
+
+
+def _checked(key: str, s: Surge, step: Step, now: float) -> CheckedMove:
+    """The surge-first move as a checked move (docs/safety.md, "Checked moves")."""
+    r = step.replacement
+    if step.outcome == DONE and r is not None:
+        ready_at = next((c.last_transition_time.timestamp() for c in r.conditions
+                         if c.type == "Ready" and c.status == "True" and c.last_transition_time is not None), now)
+        why = wasted_reason(s.strategy, r, s.node, None, {s.node})
+        return CheckedMove(key, s.strategy, s.pod, s.node, "", r.node_name, max(0.0, ready_at - s.started),
+                           WASTED if why else ACHIEVED, why or "")
+    if step.wasted:
+        return CheckedMove(key, s.strategy, s.pod, s.node, "", s.node, None, WASTED, f"surge-first: {step.why}")
+    # given up (no replacement Ready in time, a quota) or overridden: nothing was evicted, so nothing
+    # was wasted; the workload's surge block keeps it from trying again at once
+    return CheckedMove(key, s.strategy, s.pod, s.node, "", "", None, UNKNOWN, step.why)
