@@ -5,34 +5,42 @@ Why: an eviction is downtime for a workload with one replica (descheduler #1558,
 disruption (``minAvailable`` equal to its replicas) is never moved at all: a maintenance taint
 leaves it on the node forever. With the stock controllers a move can cost nothing:
 
-1. the pod that must go gets a ``controller.kubernetes.io/pod-deletion-cost`` lower than any of
-   its siblings' (the ReplicaSet controller removes the lowest cost first when it scales down);
-2. the **Deployment** is scaled up by one through its scale subresource (not its ReplicaSet: the
-   Deployment controller would scale the ReplicaSet straight back; scaling the Deployment is a
+1. the pod's **Deployment** is scaled up by one through its scale subresource (not its ReplicaSet:
+   the Deployment controller would scale the ReplicaSet straight back; scaling the Deployment is a
    "scaling event" that only resizes its current ReplicaSet: no new ReplicaSet, template unchanged);
-3. once the new pod is Ready on another node, the Deployment is scaled back: the ReplicaSet
-   controller deletes the marked pod. (A surge pod that is not Ready yet ranks below every Ready pod
-   for deletion, so scaling back early, or an abandoned move, removes the surge pod instead.)
+2. once the new pod is Ready on another node, the pod that must go is **evicted** (the Eviction
+   API: its PodDisruptionBudget, which now counts the new pod, is checked by the API server) and,
+   right after, the Deployment is scaled back. The ReplicaSet has its count again without the
+   evicted pod; if it was quick enough to create a pod for the evicted one, that pod is not Ready
+   and is the first the ReplicaSet removes on the scale-back.
 
-This module is the pure part: whether a pod may be moved so (:func:`surge_refusal`), the deletion
-cost to mark it with (:func:`deletion_cost`), the move's state as the disruption ledger keeps it
-(:class:`Surge`, in the workload's record so a restarted or another process finishes it), and what
-to do next given what the cluster shows now (:func:`advance`). The reactor acts on the answer
-through the kube layer (:mod:`kdesched.reactor.surge`). Every step is decided from what is observed
-(the Deployment's replicas, the workload's pods), never from memory of what kdesched did, so a
-step taken twice, or by two processes, or after a crash, does no harm.
+Why not the ``controller.kubernetes.io/pod-deletion-cost`` way (mark the pod, scale up, scale back
+and let the ReplicaSet controller delete the marked pod): the ReplicaSet controller deletes pods
+directly, past every PodDisruptionBudget, so kdesched would need ``patch`` on every pod of the
+cluster and pods would leave other than through the Eviction API (docs/deploying.md). The eviction
+way needs no pod write at all, keeps the API server's PDB check as the last word, and leaves no
+annotation to clean up after a crash.
+
+This module is the pure part: whether a pod may be moved so (:func:`surge_refusal`), the move's
+state as the disruption ledger keeps it (:class:`Surge`, in the workload's record so a restarted
+or another process finishes it), and what to do next given what the cluster shows now
+(:func:`advance`). The reactor acts on the answer through the kube layer
+(:mod:`kdesched.reactor.surge`). Every step is decided from what is observed (the Deployment's
+replicas, the workload's pods), never from memory of what kdesched did, so a step taken twice, by
+two processes, or after a crash, does no harm.
 
 The owner changing underneath (docs/safety.md, "Surge-first moves"):
 
 * **replicas changed by someone else** (an HPA, a GitOps tool, a person): kdesched scales back only
   while ``spec.replicas`` is still its own surged value, with a write conditional on the version it
-  read. Any other value is the owner's decision and wins: kdesched removes its annotation and ends
-  the move (if the value went back to the original, the ReplicaSet removes the marked pod or the
-  not-yet-Ready surge pod by itself);
-* **a rollout** (generation changed): the move is given up and the replicas restored;
+  read. Any other value is the owner's decision and wins: the move ends there (the pod that had to
+  go stays, and the strategy decides again on the next run);
+* **a rollout** (a pod of another ReplicaSet appears): the move is given up and the replicas
+  restored;
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
   up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
-  ``ReplicaFailure``.
+  ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
+  keep the normal rules.
 """
 
 from __future__ import annotations
@@ -44,14 +52,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.evictor.workloads import pod_ready
-from kdesched.model.owners import DELETION_COST, DeploymentInfo, ReplicaSetInfo
+from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod
 
 OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
-MIN_COST = -(2**31)  # the annotation is an int32
-# after kdesched (or anyone) scaled back to the original replicas, how long the ReplicaSet has to
-# remove a pod before the move is called over anyway
+# after kdesched evicted the pod and scaled back, how long the pod may still look alive in a
+# snapshot (taken before the eviction) before the move is called over anyway
 SCALE_DOWN_GRACE_SECONDS = 30.0
+# a move recorded and not scaled up yet belongs to the process that recorded it this long (it scales
+# up right after its ledger write); after that, replicas still at the original value mean the
+# scale-up never happened (a conflict, a crash) or was undone, and the move ends
+START_GRACE_SECONDS = 30.0
 # a workload whose surge was given up (unschedulable, quota, timeout) is not surged again for this
 # long: its pods fall back to the normal rules meanwhile (docs/safety.md)
 BLOCK_SECONDS = 300.0
@@ -137,19 +148,6 @@ def replica_failure(deployment: DeploymentInfo | None, replicaset: ReplicaSetInf
     return ""
 
 
-def deletion_cost(pod: Pod, siblings: Sequence[Pod]) -> int:
-    """A cost below every sibling's (a pod without the annotation costs 0)."""
-    costs = []
-    for p in siblings:
-        if p.uid == pod.uid:
-            continue
-        try:
-            costs.append(int(p.annotations.get(DELETION_COST, "0")))
-        except ValueError:
-            costs.append(0)
-    return max(MIN_COST, min(costs, default=0) - 1000)
-
-
 @dataclass(frozen=True, slots=True)
 class Surge:
     """A surge-first move in the disruption ledger (the workload's record): enough for any process to
@@ -165,24 +163,23 @@ class Surge:
     started: float  # epoch seconds, API server clock
     deadline: float  # given up and restored at this time (replacementTimeoutSeconds)
     strategy: str
-    cost: int
-    scaled_back: float = 0.0  # when kdesched scaled back (0: not yet)
+    scaled_back: float = 0.0  # when kdesched evicted the pod and scaled back (0: not yet)
 
     def to_json(self) -> list[Any]:
         return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
-                round(self.started, 3), round(self.deadline, 3), self.strategy, self.cost, round(self.scaled_back, 3)]
+                round(self.started, 3), round(self.deadline, 3), self.strategy, round(self.scaled_back, 3)]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Surge:
         return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), str(raw[4]), int(raw[5]), int(raw[6]),
-                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]) if len(raw) > 11 else 0.0)
+                   float(raw[7]), float(raw[8]), str(raw[9]), float(raw[10]) if len(raw) > 10 else 0.0)
 
 
 class Action(enum.StrEnum):
     WAIT = "wait"  # nothing to do yet
-    SCALE_BACK = "scale-back"  # the replacement is Ready: scale back; the ReplicaSet removes the marked pod
-    RESTORE = "restore"  # give up: scale back (if still ours), remove the annotation, end
-    END = "end"  # over: remove the annotation if the pod is still there, end (replicas are not ours to touch)
+    EVICT = "evict"  # the replacement is Ready: evict the pod, then scale back
+    RESTORE = "restore"  # over or given up: scale back (only if the replicas are still ours), end
+    END = "end"  # over: end (the replicas are not kdesched's to touch)
 
 
 # how a surge ended, for checked moves and the metric kdesched_surge_moves_total{outcome}
@@ -220,14 +217,14 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
     marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)
     replacement = replacement_of(s, pods) if pods is not None else None
     if marked_gone:
-        if replicas == s.surged and not s.scaled_back:
-            # removed by something else before the scale-back (its node drained, a person): put the
-            # replicas back, the ReplicaSet removes one pod more (the least ready first)
-            return Step(Action.RESTORE, f"{s.pod} went away before the scale-back", DONE, replacement)
-        return Step(Action.END, f"{s.pod} was removed by the ReplicaSet", DONE, replacement)
+        if replicas == s.surged:
+            # evicted (by kdesched, whose scale-back did not go through, or by something else): the
+            # replicas go back, and the ReplicaSet removes a pod it may have made for it (not Ready yet)
+            return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
+        return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if replicas == s.surged:
         if replacement is not None:
-            return Step(Action.SCALE_BACK, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
+            return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
                         f"{replacement.node_name}", "", replacement)
         back = _landed_back(s, pods)
         if back is not None:
@@ -242,16 +239,18 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             return Step(Action.RESTORE, f"no replacement was Ready on another node within "
                         f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
         return Step(Action.WAIT)
-    if replicas == s.original:
-        # scaled back (by kdesched, or someone put the original value back): the ReplicaSet removes a
-        # pod, the marked one when the replacement is Ready, else the surge pod
-        live = [] if pods is None else [p for p in pods if not p.terminating and not p.terminal]
-        since = s.scaled_back or s.started
-        if pods is not None and len(live) <= s.original:
-            return Step(Action.END, f"the ReplicaSet removed another pod, not {s.pod}", OVERRIDDEN)
-        if now - since >= SCALE_DOWN_GRACE_SECONDS:
-            return Step(Action.END, f"{s.pod} was still there {now - since:.0f}s after the scale-back", OVERRIDDEN)
+    if s.scaled_back:
+        # kdesched evicted the pod and scaled back: the pod is on its way out (a snapshot from before
+        # the eviction may not show it terminating yet)
+        if now - s.scaled_back >= SCALE_DOWN_GRACE_SECONDS:
+            return Step(Action.END, f"{s.pod} was still there {now - s.scaled_back:.0f}s after its eviction",
+                        OVERRIDDEN)
         return Step(Action.WAIT)
+    if replicas == s.original:
+        if now - s.started < START_GRACE_SECONDS:
+            return Step(Action.WAIT)  # the process that began the move may be scaling up right now
+        return Step(Action.END, f"the replicas of Deployment {s.deployment} were put back to {replicas} by someone "
+                    "else during the move; the ReplicaSet removes the extra pod", OVERRIDDEN)
     return Step(Action.END, f"the replicas of Deployment {s.deployment} were changed to {replicas} during the move "
                 f"(kdesched had set {s.surged}, from {s.original}): the new value is the owner's and stays",
                 OVERRIDDEN)

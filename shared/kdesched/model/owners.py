@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"  # the ReplicaSet controller removes the lowest first
-
 
 @dataclass(frozen=True, slots=True)
 class Condition:

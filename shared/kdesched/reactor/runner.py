@@ -556,7 +556,7 @@ def _surge_summary(decided: Decided) -> dict[str, Any]:
     for key, (s, _) in (chosen.surges.items() if chosen is not None else ()):
         why = decided.surges_started.get(key)
         started.append({"workload": key, "pod": s.pod, "node": s.node, "replicas": s.original, "surged": s.surged,
-                        "deletionCost": s.cost, "why": chosen.candidates[key].why if chosen else "",
+                        "why": chosen.candidates[key].why if chosen else "",
                         "result": "begun" if why == "" else ("not written" if why is None else "not begun"),
                         **({"message": why} if why else {})})
     fallbacks = [{"workload": workload_key(c.pod), "pod": c.pod.key, "node": c.pod.node_name, "reason": n.reason.value,

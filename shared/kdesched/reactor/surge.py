@@ -18,8 +18,8 @@ Three steps, all through the kube layer (:mod:`kdesched.kube.owners`):
   eviction would leave their workload with no Ready pod, are moved surge-first instead; those that
   cannot be say why (the report, the ``NoSurge`` Event, ``kdesched_surge_fallbacks_total``) and keep
   the normal rules;
-* :meth:`Surges.start` (after the ledger write): mark the pod, scale the Deployment up by one on the
-  version the choice was made on.
+* :meth:`Surges.start` (after the ledger write): scale the Deployment up by one, on the version the
+  choice was made on.
 """
 
 from __future__ import annotations
@@ -48,19 +48,19 @@ from kdesched.evictor.planner import Refusal
 from kdesched.evictor.surge import (
     BLOCK_SECONDS,
     DONE,
+    OVERRIDDEN,
     Action,
     Fallback,
     NoSurge,
     Step,
     Surge,
     advance,
-    deletion_cost,
     surge_refusal,
 )
 from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound
-from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, set_deletion_cost
+from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment
 from kdesched.model.derived import controller_ref
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod
@@ -71,6 +71,7 @@ log = logging.getLogger("kdesched.reactor.surge")
 
 PDB_ZERO = "PodDisruptionBudget "  # a planner refusal: the PDB allows no (more) disruption
 EVENT_INTERVAL_SECONDS = 60.0
+EVICT_TIMEOUT_SECONDS = 10.0  # the eviction inside a settle: one bounded attempt, the next run retries
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ class Surges:
         self.timeout_seconds = timeout_seconds
         self._events: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
+        self._not_started: set[str] = set()  # moves this process recorded and could not scale up: ended at once
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -145,6 +147,8 @@ class Surges:
                 continue
             pods = pods_of.get(key) if pods_of is not None else None
             step = advance(s, deployment, replicaset, pods, now)
+            if s.uid in self._not_started and step.action == Action.WAIT:
+                step = Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
             done = self._act(key, s, step, deployment)
             if done is None:
                 continue  # not carried out (a conflict): the next run decides again
@@ -175,19 +179,38 @@ class Surges:
         namespace, _, name = s.pod.partition("/")
         if step.action == Action.WAIT:
             return None
-        if step.action == Action.SCALE_BACK:
+        if step.action == Action.EVICT:
             assert deployment is not None
-            return True if self._scale(namespace, s.deployment, s.original, deployment.resource_version) else None
+            if not self._evict(namespace, name, s, step):
+                return None  # refused (a PDB, another writer): the next run looks again
+            # at once, so a pod the ReplicaSet makes for the evicted one is removed before it is Ready
+            self._scale(namespace, s.deployment, s.original, deployment.resource_version)
+            return True  # a lost scale-back is taken again by the next settle (RESTORE: pod gone, replicas ours)
         if step.action == Action.RESTORE:
-            # the mark goes first: with the surge pod Ready beside it, the ReplicaSet would remove the
-            # marked pod on the scale-back (lowest cost) rather than the one just made
-            self._unmark(namespace, name, s.uid)
             if (deployment is not None and deployment.replicas == s.surged
                     and not self._scale(namespace, s.deployment, s.original, deployment.resource_version)):
                 return None
+            self._not_started.discard(s.uid)
             return False
-        self._unmark(namespace, name, s.uid)  # END
+        self._not_started.discard(s.uid)  # END
         return False
+
+    def _evict(self, namespace: str, name: str, s: Surge, step: Step) -> bool:
+        """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
+        preconditioned on the pod's uid; one attempt, bounded (the next run tries again)."""
+        try:
+            self.client.evict_pod(namespace, name, uid=s.uid, grace_period_seconds=None, annotations={},
+                                  timeout=EVICT_TIMEOUT_SECONDS)
+        except NotFound:
+            return True  # gone already: the move's purpose is met
+        except ApiError as exc:
+            log.info("surge-first move: evicting %s/%s after its replacement was Ready: %s; trying again at the next "
+                     "run", namespace, name, exc)
+            return False
+        self.client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
+                                 note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
+                                 f"{s.deployment} back to {s.original} replicas")
+        return True
 
     def _scale(self, namespace: str, name: str, replicas: int, version: str) -> bool:
         try:
@@ -199,14 +222,6 @@ class Surges:
             log.warning("surge-first move: scaling Deployment %s/%s to %d failed (%s); trying again at the next run",
                         namespace, name, replicas, exc)
             return False
-
-    def _unmark(self, namespace: str, name: str, uid: str) -> None:
-        try:
-            set_deletion_cost(self.client, namespace, name, uid, None)
-        except (NotFound, Conflict):
-            pass  # the pod is gone (or it is another pod of that name): nothing carries the mark
-        except ApiError as exc:
-            log.warning("surge-first move: could not remove the deletion cost of %s/%s (%s)", namespace, name, exc)
 
     def report_ended(self, ended: Sequence[Ended]) -> None:
         """Metrics, a ``SurgeMoveEnded`` Event on the Deployment and a log line for each move that
@@ -250,7 +265,7 @@ class Surges:
             assert deployment is not None and replicaset is not None
             surges[key] = (Surge(c.pod.uid, c.pod.key, c.pod.node_name, deployment.name, replicaset.name,
                                  deployment.replicas, deployment.replicas + 1, now, now + self.timeout_seconds,
-                                 c.strategy, deletion_cost(c.pod, siblings)), deployment.resource_version)
+                                 c.strategy), deployment.resource_version)
         for c, why in fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
         if not surges:
@@ -273,19 +288,18 @@ class Surges:
 
     # -- after the ledger write: begin ------------------------------------------------------------
     def start(self, chosen: Chosen) -> dict[str, str]:
-        """Mark each chosen pod and scale its Deployment up by one. Returns workload -> "" (begun) or
-        why it did not begin (the next settle puts everything back: :func:`advance` sees the replicas
-        unchanged and ends the move)."""
+        """Scale each chosen pod's Deployment up by one, on the version the choice was read at. Returns
+        workload -> "" (begun) or why it did not begin (this process's next settle ends the move)."""
         out: dict[str, str] = {}
         for key, (s, version) in chosen.surges.items():
-            namespace, _, name = s.pod.partition("/")
+            namespace = s.pod.partition("/")[0]
             try:
-                set_deletion_cost(self.client, namespace, name, s.uid, s.cost)
                 scale_deployment(self.client, namespace, s.deployment, s.surged, version)
             except ApiError as exc:
                 why = ("its Deployment changed after it was read (an HPA, a rollout, a GitOps sync)"
                        if isinstance(exc, Conflict) else str(exc))
                 out[key] = why
+                self._not_started.add(s.uid)
                 m.SURGE_MOVES.labels("not-started").inc()
                 log.info("surge-first move of %s (%s) not begun: %s", key, s.pod, why)
                 continue
@@ -294,8 +308,7 @@ class Surges:
             self._event(namespace, s.deployment, "SurgeMoveStarted", f"moving {s.pod} off node {s.node} "
                         f"surge-first: replicas {s.original} -> {s.surged} until the new pod is Ready on another "
                         f"node (at most {self.timeout_seconds:g}s), then back to {s.original}", once=False)
-            log.info("surge-first move of %s: %s marked (deletion cost %d), replicas %d -> %d", key, s.pod, s.cost,
-                     s.original, s.surged)
+            log.info("surge-first move of %s (%s): replicas %d -> %d", key, s.pod, s.original, s.surged)
         return out
 
     def fallback_events(self, chosen: Chosen) -> None:
