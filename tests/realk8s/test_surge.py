@@ -12,18 +12,20 @@ The figures are printed (``-s``): ``[surge figures] ...``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
 import pytest
 
 from tests.realk8s.cluster import Cluster, is_ready
-from tests.realk8s.controlplane import READY_AFTER, ControlPlane, Kubelet
+from tests.realk8s.controlplane import READY_AFTER, ControlPlane, Kubelet, Proc
 from tests.realk8s.serve_stories import (
     GPU,
     NS,
@@ -93,6 +95,16 @@ class Watcher:
                 self.off.setdefault(uid, now)
 
 
+@contextlib.contextmanager
+def logged(*procs: Serve) -> Iterator[None]:
+    """On a failure inside, the end of each serve's log goes into the assertion message."""
+    try:
+        yield
+    except (AssertionError, TimeoutError) as exc:
+        logs = "\n".join(f"--- {p.identity} ---\n{p.log()[-6000:]}" for p in procs)
+        raise AssertionError(f"{exc}\n{logs}") from exc
+
+
 def start_serve(serves: list[Serve], tmp_path: Path, kubeconfig: Path, identity: str = "a",
                 **kdesched: Any) -> Serve:
     policy = write_file(tmp_path, f"policy-{identity}.yaml", policy_text(**kdesched))
@@ -130,8 +142,10 @@ def assert_restored(cluster: Cluster, app: str, before: dict[str, Any], rs_befor
 
 
 def test_one_replica_moves_off_a_tainted_node_without_ever_being_down(
-        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+        control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc, kubelet: Kubelet, cluster: Cluster,
+        serves: list[Serve], tmp_path: Path) -> None:
     """Issue 29's first target, with exactly the shipped standalone RBAC (the least privilege works)."""
+    real = cluster
     before = on_node_a(control_plane, real, "web", 1)
     rs_before = replicasets(real, "web")
     install_standalone_rbac(real)
@@ -140,7 +154,7 @@ def test_one_replica_moves_off_a_tainted_node_without_ever_being_down(
     s = start_serve(serves, tmp_path, kubeconfig)
     wait_leading(control_plane, real, s)
     leaving = {p["metadata"]["uid"] for p in app_pods(real, "web")}
-    with Watcher(real, "web", leaving) as w:
+    with Watcher(real, "web", leaving) as w, logged(s):
         t0 = time.monotonic()
         set_taints(real, "node-a", [GPU])
         wait_placement(control_plane, real, "web", lambda p: p.get("node-a", 0) == 0 and sum(p.values()) == 1,

@@ -421,6 +421,11 @@ class KubeClient:
         return self._list(kind, None, field_selector, None, page_size, kind == "Pod",
                           resource_version="0" if from_cache else None)[0]
 
+    def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:
+        """The pods of one namespace that match ``label_selector``, as records (one workload's pods)."""
+        items = self._list("Pod", namespace, None, label_selector, 500, True)[0]
+        return [p if isinstance(p, Pod) else Pod.from_api(p) for p in items]
+
     def list_for_cache(self, kind: str, *, page_size: int = 500) -> tuple[list[Pod | dict[str, Any]], str]:
         """:meth:`list_for_snapshot` plus the list's resourceVersion (what a watch starts from):
         the watch cache (:mod:`kdesched.kube.cache`) lists each kind through this once."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kdesched.kube.client import KubeClient
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo, deployment_from_json, replicaset_from_json
+from kdesched.model.records import Pod
 
 
 def get_deployment(client: KubeClient, namespace: str, name: str) -> DeploymentInfo | None:
@@ -23,6 +24,14 @@ def get_deployment(client: KubeClient, namespace: str, name: str) -> DeploymentI
 def get_replicaset(client: KubeClient, namespace: str, name: str) -> ReplicaSetInfo | None:
     obj = client.get_raw("ReplicaSet", name, namespace)
     return None if obj is None else replicaset_from_json(obj)
+
+
+def workload_pods(client: KubeClient, deployment: DeploymentInfo) -> list[Pod] | None:
+    """The Deployment's pods (one LIST of its namespace by its matchLabels), for a run whose
+    snapshot does not hold them; None when the selector is not a plain label match."""
+    if not deployment.selector:
+        return None
+    return client.list_pods(deployment.namespace, deployment.selector)
 
 
 def scale_deployment(client: KubeClient, namespace: str, name: str, replicas: int, resource_version: str) -> None:

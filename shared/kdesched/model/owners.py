@@ -41,6 +41,7 @@ class DeploymentInfo:
     paused: bool
     annotations: Mapping[str, str] = field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
+    selector: str = ""  # spec.selector.matchLabels as a label selector ("" when it has matchExpressions only)
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -90,7 +91,15 @@ def deployment_from_json(obj: Mapping[str, Any]) -> DeploymentInfo:
         str(meta.get("resourceVersion") or ""), _int(meta.get("generation")), _int(status.get("observedGeneration")),
         _int(spec.get("replicas"), 1), _int(status.get("replicas")), _int(status.get("updatedReplicas")),
         str(strategy.get("type") or "RollingUpdate"), "" if surge is None else str(surge), bool(spec.get("paused")),
-        {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}, _conditions(status.get("conditions")))
+        {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}, _conditions(status.get("conditions")),
+        _selector(spec.get("selector")))
+
+
+def _selector(raw: Any) -> str:
+    labels = (raw or {}).get("matchLabels") if isinstance(raw, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def replicaset_from_json(obj: Mapping[str, Any]) -> ReplicaSetInfo:

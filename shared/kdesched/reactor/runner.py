@@ -422,9 +422,9 @@ class Reactor:
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
         # settle the ledger, which finishes it: kdesched.reactor.surge)
-        evicted |= {k for k, why in decided.surges_started.items() if not why}
-        evicted |= {e.workload for e in decided.surges_ended}
-        held |= set(decided.settled.ledger.surges) & _scope_workloads(decided)
+        begun = {k for k, why in decided.surges_started.items() if not why}
+        evicted |= begun | {e.workload for e in decided.surges_ended}
+        held |= begun | (set(decided.settled.ledger.surges) & _scope_workloads(decided))
         until = decided.gate.cooldown_until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):

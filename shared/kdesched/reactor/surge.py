@@ -60,7 +60,7 @@ from kdesched.evictor.surge import (
 from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound
-from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment
+from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, workload_pods
 from kdesched.model.derived import controller_ref
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod
@@ -146,6 +146,12 @@ class Surges:
                 log.warning("surge-first move of %s: cannot read its owner (%s); trying again at the next run", key, exc)
                 continue
             pods = pods_of.get(key) if pods_of is not None else None
+            if pods is None and deployment is not None:
+                # a run that read one node's pods: the move is judged on the workload's own pods
+                try:
+                    pods = workload_pods(self.client, deployment)
+                except ApiError as exc:
+                    log.info("surge-first move of %s: cannot list its pods (%s)", key, exc)
             step = advance(s, deployment, replicaset, pods, now)
             if s.uid in self._not_started and step.action == Action.WAIT:
                 step = Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
