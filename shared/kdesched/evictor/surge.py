@@ -163,16 +163,26 @@ class Surge:
     started: float  # epoch seconds, API server clock
     deadline: float  # given up and restored at this time (replacementTimeoutSeconds)
     strategy: str
+    # the Deployment's metadata.generation once kdesched's scale-up is in: the scale write is
+    # conditional on the version the move was chosen at, so it is exactly one more than then. Any
+    # other spec write (an HPA setting the same replicas, a template change) moves it on
+    generation: int = 0
     scaled_back: float = 0.0  # when kdesched evicted the pod and scaled back (0: not yet)
 
     def to_json(self) -> list[Any]:
         return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
-                round(self.started, 3), round(self.deadline, 3), self.strategy, round(self.scaled_back, 3)]
+                round(self.started, 3), round(self.deadline, 3), self.strategy, self.generation,
+                round(self.scaled_back, 3)]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Surge:
         return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), str(raw[4]), int(raw[5]), int(raw[6]),
-                   float(raw[7]), float(raw[8]), str(raw[9]), float(raw[10]) if len(raw) > 10 else 0.0)
+                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]))
+
+    def ours(self, deployment: DeploymentInfo) -> bool:
+        """Are the Deployment's replicas still kdesched's surged value, written by kdesched (not an HPA
+        that happened to choose the same number)?"""
+        return deployment.replicas == self.surged and (not self.generation or deployment.generation == self.generation)
 
 
 class Action(enum.StrEnum):
@@ -216,13 +226,17 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
     marked = None if pods is None else next((p for p in pods if p.uid == s.uid), None)
     marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)
     replacement = replacement_of(s, pods) if pods is not None else None
+    mine = s.ours(deployment)
     if marked_gone:
-        if replicas == s.surged:
+        if mine:
             # evicted (by kdesched, whose scale-back did not go through, or by something else): the
             # replicas go back, and the ReplicaSet removes a pod it may have made for it (not Ready yet)
             return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
-    if replicas == s.surged:
+    if replicas == s.surged and not mine and _rollout(s, deployment, pods):
+        # the template changed (a rollout) with the replicas still at kdesched's value: put them back
+        return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
+    if mine:
         if replacement is not None:
             return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
                         f"{replacement.node_name}", "", replacement)
@@ -239,6 +253,9 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             return Step(Action.RESTORE, f"no replacement was Ready on another node within "
                         f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
         return Step(Action.WAIT)
+    if replicas == s.surged and not s.scaled_back:
+        return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
+                    "during the move (the value kdesched had set): the owner's value stays", OVERRIDDEN)
     if s.scaled_back:
         # kdesched evicted the pod and scaled back: the pod is on its way out (a snapshot from before
         # the eviction may not show it terminating yet)

@@ -193,6 +193,8 @@ class Surges:
             self._scale(namespace, s.deployment, s.original, deployment.resource_version)
             return True  # a lost scale-back is taken again by the next settle (RESTORE: pod gone, replicas ours)
         if step.action == Action.RESTORE:
+            # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
+            # or a rollout begun on top of it, evicted.advance)
             if (deployment is not None and deployment.replicas == s.surged
                     and not self._scale(namespace, s.deployment, s.original, deployment.resource_version)):
                 return None
@@ -271,7 +273,7 @@ class Surges:
             assert deployment is not None and replicaset is not None
             surges[key] = (Surge(c.pod.uid, c.pod.key, c.pod.node_name, deployment.name, replicaset.name,
                                  deployment.replicas, deployment.replicas + 1, now, now + self.timeout_seconds,
-                                 c.strategy), deployment.resource_version)
+                                 c.strategy, deployment.generation + 1), deployment.resource_version)
         for c, why in fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
         if not surges:
