@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from kdesched.evictor.ledger import InFlight, Ledger, Move, WorkloadRecord
 from kdesched.evictor.surge import (
     DONE,
@@ -22,6 +21,7 @@ from kdesched.evictor.surge import (
 )
 from kdesched.model.owners import Condition, DeploymentInfo, ReplicaSetInfo, deployment_from_json
 from kdesched.model.records import Pod
+
 from tests.builders import NOW, pod
 
 T0 = NOW.timestamp()

@@ -422,9 +422,12 @@ class Reactor:
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
         # settle the ledger, which finishes it: kdesched.reactor.surge)
+        # (a move under way counts as progress: its repeat comes every first-repeat interval, 1 s, so
+        # the replacement is seen Ready, or the move given up at its timeout, within a second)
         begun = {k for k, why in decided.surges_started.items() if not why}
-        evicted |= begun | {e.workload for e in decided.surges_ended}
-        held |= begun | (set(decided.settled.ledger.surges) & _scope_workloads(decided))
+        surging = set(decided.settled.ledger.surges) & _scope_workloads(decided)
+        evicted |= begun | surging | {e.workload for e in decided.surges_ended}
+        held |= begun | surging
         until = decided.gate.cooldown_until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):

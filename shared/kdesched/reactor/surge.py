@@ -215,6 +215,8 @@ class Surges:
             log.info("surge-first move: evicting %s/%s after its replacement was Ready: %s; trying again at the next "
                      "run", namespace, name, exc)
             return False
+        log.info("surge-first move: evicted %s/%s (%s); Deployment %s back to %d replicas", namespace, name, step.why,
+                 s.deployment, s.original)
         self.client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
                                  note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
                                  f"{s.deployment} back to {s.original} replicas")
