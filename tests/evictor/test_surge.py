@@ -20,7 +20,7 @@ from kdesched.evictor.surge import (
     surge_refusal,
 )
 from kdesched.model.owners import Condition, DeploymentInfo, ReplicaSetInfo, deployment_from_json
-from kdesched.model.records import Pod
+from kdesched.model.records import Pod, PodDisruptionBudget
 
 from tests.builders import NOW, pod
 
@@ -90,6 +90,24 @@ def test_pods_of_two_replicasets_are_a_rollout() -> None:
     a, b = web("web-1", "node-a"), web("web-2", "node-b", template="def")
     refusal = surge_refusal(a, "Deployment", dep(2), RS, [a, b])
     assert refusal is not None and refusal.reason == Fallback.ROLLOUT
+
+
+@pytest.mark.parametrize(("spec", "ready", "blocks"), [
+    ({"minAvailable": 2}, 2, False),  # 3 Ready with the extra pod: one may go
+    ({"minAvailable": "100%"}, 2, True),  # keeps up with the extra pod
+    ({"maxUnavailable": 0}, 2, True),
+    ({"maxUnavailable": "0%"}, 5, True),
+    ({"minAvailable": "50%"}, 1, False),
+    ({"maxUnavailable": 1}, 1, False),
+])
+def test_a_pdb_that_scales_with_the_replicas_allows_no_surge(spec: dict[str, object], ready: int, blocks: bool) -> None:
+    pdb = PodDisruptionBudget.from_api({"metadata": {"name": "web", "namespace": "default"},
+                                        "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}})
+    pods = [web(f"web-{i}", "node-a") for i in range(ready)]
+    refusal = surge_refusal(pods[0], "Deployment", dep(ready), RS, pods, [pdb])
+    assert (refusal is not None and refusal.reason == Fallback.PDB_SCALES) == blocks
+    if refusal is not None:
+        assert "web" in refusal.message
 
 
 def test_max_surge_and_the_opt_out_are_read_from_the_api_object() -> None:

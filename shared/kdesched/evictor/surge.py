@@ -53,7 +53,7 @@ from typing import Any
 
 from kdesched.evictor.workloads import pod_ready
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
-from kdesched.model.records import Pod
+from kdesched.model.records import Pod, PodDisruptionBudget
 
 OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
 # after kdesched evicted the pod and scaled back, how long the pod may still look alive in a
@@ -82,6 +82,7 @@ class Fallback(enum.StrEnum):
     ROLLOUT = "rollout"
     REPLICA_FAILURE = "replica-failure"  # the ReplicaSet cannot create pods (a quota): ReplicaFailure
     BLOCKED = "recent-failure"  # the last surge of the workload was given up a moment ago
+    PDB_SCALES = "pdb-scales-with-replicas"  # maxUnavailable 0 / minAvailable 100%: no eviction even with one more
     BUSY = "move-in-progress"  # the workload already has a pod in flight or a surge under way
 
 
@@ -92,10 +93,10 @@ class NoSurge:
 
 
 def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,
-                  siblings: Sequence[Pod]) -> NoSurge | None:
+                  siblings: Sequence[Pod], pdbs: Sequence[PodDisruptionBudget] = ()) -> NoSurge | None:
     """Why ``pod`` (of a workload of ``kind``) cannot be moved surge-first, or None. ``deployment`` and
     ``replicaset``: its owners as read now (None: not read or not found); ``siblings``: the
-    workload's pods in the run's snapshot."""
+    workload's pods in the run's snapshot; ``pdbs``: the PodDisruptionBudgets that cover it."""
     if kind == "Pod":
         return NoSurge(Fallback.BARE_POD, "a bare pod has no owner to scale up")
     if kind != "Deployment":
@@ -130,7 +131,40 @@ def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replic
         return NoSurge(Fallback.REPLICA_FAILURE, f"its ReplicaSet cannot create pods: {failure}")
     if deployment.replicas < 1:
         return NoSurge(Fallback.NOT_DEPLOYMENT, f"Deployment {deployment.name} is scaled to 0")
+    ready = sum(1 for p in siblings if pod_ready(p))
+    for pdb in pdbs:
+        refused = pdb_refusal(pdb, ready)
+        if refused is not None:
+            return refused
     return None
+
+
+def pdb_refusal(pdb: PodDisruptionBudget, ready: int) -> NoSurge | None:
+    """Would ``pdb`` still allow no eviction with one pod more (``ready`` Ready pods now, all
+    expected)? Its desired healthy count is scaled on the controller's replicas, rounded up, as the
+    disruption controller does: ``maxUnavailable: 0`` or ``minAvailable: 100%`` keep up with the
+    extra pod, so the move could never evict and would only churn."""
+    expected = ready + 1
+    desired: int | None = None
+    if pdb.min_available:
+        desired = _scaled(pdb.min_available, expected)
+    elif pdb.max_unavailable:
+        u = _scaled(pdb.max_unavailable, expected)
+        desired = None if u is None else expected - u
+    if desired is None or expected - desired >= 1:
+        return None
+    spec = (f"minAvailable {pdb.min_available}" if pdb.min_available else f"maxUnavailable {pdb.max_unavailable}")
+    return NoSurge(Fallback.PDB_SCALES, f"PodDisruptionBudget {pdb.namespace}/{pdb.name} ({spec}) allows no eviction "
+                   "even with one pod more: it scales with the replicas")
+
+
+def _scaled(value: str, expected: int) -> int | None:
+    try:
+        if value.endswith("%"):
+            return math.ceil(int(value[:-1]) * expected / 100)
+        return int(value)
+    except ValueError:
+        return None
 
 
 def _zero(max_surge: str) -> bool:

@@ -268,7 +268,7 @@ class Surges:
                 except ApiError as exc:
                     log.info("surge-first move of %s: cannot read its owner: %s", key, exc)
             if refusal is None:
-                refusal = surge_refusal(c.pod, kind, deployment, replicaset, siblings)
+                refusal = surge_refusal(c.pod, kind, deployment, replicaset, siblings, snapshot.pdbs_for(c.pod))
             if refusal is not None:
                 fallbacks.append((c, refusal))
                 continue
