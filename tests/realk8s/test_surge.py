@@ -13,6 +13,7 @@ The figures are printed (``-s``): ``[surge figures] ...``.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import threading
@@ -399,7 +400,10 @@ class Allowance:
                 self.lowest[app] = min(self.lowest.get(app, ready), ready)
 
 
-@pytest.mark.parametrize("seed", [29])
+SEEDS = [int(x) for x in os.environ.get("KDESCHED_SURGE_SEEDS", "29").split(",") if x.strip()]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_replicas_changed_during_moves_as_an_hpa_would(
         control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path,
         seed: int) -> None:
