@@ -288,8 +288,13 @@ class Surges:
         if key in ledger.surges:
             return NoSurge(Fallback.BUSY, "a surge-first move of the workload is under way")
         mv = ledger.moves.get(key)
-        if mv is not None and mv.inflight:
-            return NoSurge(Fallback.BUSY, f"{len(mv.inflight)} pod(s) of the workload are in flight")
+        sending = [f for f in mv.inflight if f.may_still_land(now)] if mv is not None else []
+        if sending:
+            # an eviction of the workload may still be under way: its outcome first. One that has
+            # landed (its replacement pending, or the workload scaled down since, so never "back")
+            # does not stop a surge-first move: that move takes nothing down before its new pod is
+            # Ready, and the API server checks the PDB at its eviction
+            return NoSurge(Fallback.BUSY, f"{len(sending)} eviction(s) of the workload may still be under way")
         block = ledger.surge_blocks.get(key)
         if block is not None and block[0] > now:
             return NoSurge(Fallback.BLOCKED, f"its last surge-first move was given up ({block[1]}); none again for "
