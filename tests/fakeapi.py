@@ -64,7 +64,8 @@ class Fault:
 
     ``code``: answer with this Status (``message``, ``details``, ``retry_after``); 0 = carry the
     request out normally. ``drop``: close the connection without an answer; with ``after`` the
-    request is carried out first (the answer is lost). ``delay``: seconds to wait first."""
+    request is carried out first (the answer is lost). ``after`` with a ``code``: carried out, then
+    answered with that Status. ``delay``: seconds to wait first."""
 
     code: int = 0
     message: str = ""
@@ -103,6 +104,14 @@ class Reply(Exception):
         self.code, self.body, self.retry_after = code, body, retry_after
         if body is None and code >= 400:
             self.body = status_body(code, message, details)
+
+
+def _seconds(text: str) -> float | None:
+    """A ``?timeout=`` value (``5s``, ``1m``) in seconds, None when absent or not understood."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+        return float(text[:-1]) * units[text[-1]]
+    return None
 
 
 def status_body(code: int, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -345,11 +354,18 @@ class FakeApiServer:
                 return None
             entry = scripted.popleft()
         if isinstance(entry, Fault):
+            limit = _seconds(query.get("timeout", ""))
+            if entry.delay and limit is not None and entry.delay > limit:
+                # the real API server abandons a request at its ?timeout= (its request deadline):
+                # 504, and nothing carried out
+                time.sleep(limit)
+                raise Reply(504, f"Timeout: request did not complete within the requested timeout - context "
+                                 f"deadline exceeded ({limit:g}s)")
             if entry.delay:
                 time.sleep(entry.delay)
             if entry.drop and not entry.after:
                 raise Dropped
-            if entry.code >= 300:
+            if entry.code >= 300 and not entry.after:
                 raise Reply(entry.code, entry.message or f"scripted failure {entry.code}",
                             retry_after=entry.retry_after, details=entry.details)
             return entry if entry.after else None
@@ -363,6 +379,9 @@ class FakeApiServer:
         fault = self.admit(method, path, query, body, headers)
         result = self._handle(method, path, query, body)
         if fault is not None and fault.after:
+            if fault.code >= 300:  # carried out, then answered with an error (a 500 after etcd wrote)
+                raise Reply(fault.code, fault.message or f"scripted failure {fault.code}",
+                            retry_after=fault.retry_after, details=fault.details)
             raise Dropped  # carried out; the answer is lost
         return result
 

@@ -7,8 +7,8 @@ paid again on the first event after an idle period. This module imports neither 
 the policy package nor the kubernetes client, so ``deadletter`` starts with werkzeug and the
 CloudEvents SDK alone (docs/reactor.md, "Cold start"; a test checks ``sys.modules``). The app is
 plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: werkzeug serves it anyway
-(``werkzeug.serving``), and Flask on top (its routing, jinja2 templates, click CLI) cost ~0.05 s
-of CPU on every start for nothing a function uses.
+(``werkzeug.serving``), and Flask on top (its routing, jinja2 templates, click CLI) cost CPU on
+every start (docs/benchmarks.md, "Figures behind the code") for nothing a function uses.
 
 Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same

@@ -319,7 +319,7 @@ def execute_plan(plan: RunPlan, executor: Executor, *, dry_run: bool, trigger: s
     t0 = started if started is not None else time.perf_counter()
     lost_before = executor.events_lost
     for refusal in plan.refusals:
-        record_refused(refusal.reason, strategy=refusal.strategy, namespace=refusal.pod.namespace)
+        record_refused(refusal.kind, strategy=refusal.strategy, namespace=refusal.pod.namespace)
     with paused_gc():  # outcomes are many small cycle-free objects on a large heap
         if plan.pacing is None:
             outcomes = executor.execute(plan.evictions, grace_period_seconds=grace_period_seconds,

@@ -143,15 +143,20 @@ def test_readme_is_a_front_page() -> None:
 
 
 def readme_commands() -> list[str]:
-    """The two commands of the README's Quick start, in order."""
+    """The commands of the README's Quick start, in order: install and simulate, the full check,
+    the fast loop."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```sh\n(.*?)\n```", section, re.DOTALL)
 
 
-def test_quick_start_has_the_two_commands_and_ci_runs_the_test_command() -> None:
-    install, tests = readme_commands()
+def test_quick_start_has_its_commands_and_ci_runs_the_test_command() -> None:
+    install, tests, fast = readme_commands()
     assert install == "pip install . && kdesched simulate examples/seed-new-node/cluster.yaml"
+    # the fast loop: the full check's checks, and the tests that need no real component on every core
+    checks = tests.split(" && python -m pytest", 1)[0].split("'.[test]' && ", 1)[1]
+    assert fast == f'{checks} && python -m pytest -q -n auto -m "not realk8s and not realprom and not slow"'
+    assert "pytest-xdist==" in (REPO / "pyproject.toml").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     (line,) = [ln for ln in ci.splitlines() if "lint-imports" in ln and not ln.lstrip().startswith("#")]
     # .ci/run may only add pip's own quieting flags to each `pip install`

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kdesched.admission.control import RunContext
+from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmission
 from kdesched.evictor.ledger import (
     ACHIEVED,
     MAX_BACKOFFS,
@@ -20,10 +22,10 @@ from kdesched.evictor.ledger import (
     backoff_key,
     backoff_seconds,
 )
+from kdesched.evictor.reasons import Reason
 from kdesched.model.records import Node, Pod
+from kdesched.model.snapshot import Snapshot
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor.limits import make_gate
-from kdesched.reactor.metrics import refusal_kind
 from kdesched.reactor.settings import parse_settings
 from kdesched.reactor.whynot import BACKOFF, classify
 
@@ -239,20 +241,25 @@ def test_consecutive_wasted_moves_count_up_one_per_wave_and_an_achieved_move_res
     assert ledger.backoffs == {}
 
 
+def admission(ledger: Ledger, now: float) -> RunAdmission:
+    settings = AdmissionSettings(cooldown_workload_seconds=0, cooldown_node_seconds=0, backoff_base_seconds=BASE,
+                                 backoff_max_seconds=CAP, bucket=None)
+    return Pipeline.build(settings).begin(RunContext(ledger, Snapshot.build([], []), now))
+
+
 def test_the_gate_refuses_a_backed_off_workload_for_that_strategy_only() -> None:
     ledger = Ledger(backoffs={backoff_key(KEY, TAINTS): Backoff(2, T0, "landed back on node n1")})
     a = wpod("web-a", "n1")
-    gate, log = make_gate(ledger, None, now=T0 + 599, workload_seconds=0, node_seconds=0,
-                          backoff_base_seconds=BASE, backoff_max_seconds=CAP)
-    why = gate(a, TAINTS, False)
+    run = admission(ledger, T0 + 599)
+    verdict = run.gate(a, TAINTS, False)
     end = datetime.fromtimestamp(T0 + 600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert why == f"backed off after 2 wasted move(s) (last: landed back on node n1); next try after {end} (1s)"
-    assert log.refusals == [why] and log.cooldown_until == T0 + 600  # a node-scoped run is repeated then
-    assert classify(why) == BACKOFF and refusal_kind(why) == "wasted-move-backoff"
-    assert gate(a, DUPLICATES, False) is None  # another strategy is not held back
-    later, _ = make_gate(ledger, None, now=T0 + 600, workload_seconds=0, node_seconds=0,
-                         backoff_base_seconds=BASE, backoff_max_seconds=CAP)
-    assert later(a, TAINTS, False) is None
+    assert verdict is not None and verdict.message == (
+        f"backed off after 2 wasted move(s) (last: landed back on node n1); next try after {end} (1s)")
+    assert run.refused == [verdict] and run.until == T0 + 600  # a node-scoped run is repeated then
+    assert verdict.reason == Reason.BACKOFF and classify(verdict.reason) == BACKOFF
+    assert verdict.reason.value == "wasted-move-backoff"  # the metric label
+    assert run.gate(a, DUPLICATES, False) is None  # another strategy is not held back
+    assert admission(ledger, T0 + 600).gate(a, TAINTS, False) is None
 
 
 def test_back_offs_round_trip_in_the_record_and_an_older_record_has_none() -> None:

@@ -1,5 +1,5 @@
-"""The operator's controls, pure parts: the health brake's verdict (evictor/health.py), the cron
-matcher and disruption windows (evictor/windows.py), the budgets (evictor/budgets.py) and the
+"""The operator's controls, pure parts: the health brake's verdict (admission/health.py), the cron
+matcher and disruption windows (admission/windows.py), the budgets (admission/budgets.py) and the
 ledger's "last unhealthy" field. Fixed clocks only."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from kdesched.evictor.budgets import Budget, BudgetCheck
-from kdesched.evictor.health import HealthBrakeSettings, judge, node_unhealthy, settling
+from kdesched.admission.budgets import Budget, BudgetCheck
+from kdesched.admission.health import HealthBrakeSettings, judge, node_unhealthy, settling
+from kdesched.admission.windows import Cron, CronError, Window, Windows, parse_duration, parse_zone
 from kdesched.evictor.ledger import LEDGER_VERSION, Admission, Ledger
-from kdesched.evictor.windows import Cron, CronError, Window, Windows, parse_duration, parse_zone
 from kdesched.model.records import Node, Pod
 from kdesched.model.selectors import LabelSelector
 

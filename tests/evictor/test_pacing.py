@@ -139,11 +139,14 @@ def test_annotation_on_the_pod_template_overrides_the_policy() -> None:
     assert [p.allowance_source for p in plan.pacing.workloads.values()] == [f"annotation {MAX_UNAVAILABLE_ANNOTATION}"]
 
 
-def test_a_bad_annotation_is_named_and_the_policy_value_used() -> None:
-    plan = plan_run(taints_policy(), snapshot(tainted_cluster(2, annotations={MAX_UNAVAILABLE_ANNOTATION: "lots"})),
+@pytest.mark.parametrize("bad", ["lots", "\u00b2", "\u0663", "\uff11", "2\u00b2", "\u0663%"])
+def test_a_bad_annotation_is_named_and_the_policy_value_used(bad: str) -> None:
+    """Unicode digits ("²" passes str.isdigit() and int() raised: the event path aborted the strategy,
+    and run planned the pod with no pacing) are refused like any other bad value."""
+    plan = plan_run(taints_policy(), snapshot(tainted_cluster(2, annotations={MAX_UNAVAILABLE_ANNOTATION: bad})),
                     now=NOW, safety=safety())
-    assert sorted(waves(plan).values()) == [0, 1]
-    assert any(MAX_UNAVAILABLE_ANNOTATION in n and '"lots"' in n and "using 1" in n for n in plan.notes)
+    assert sorted(waves(plan).values()) == [0, 1] and not plan.errors
+    assert any(MAX_UNAVAILABLE_ANNOTATION in n and "using 1" in n for n in plan.notes)
 
 
 def test_a_pod_already_not_ready_holds_the_first_eviction_back() -> None:

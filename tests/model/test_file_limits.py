@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,3 +60,33 @@ def test_stdin_is_read_with_a_byte_cap(monkeypatch: pytest.MonkeyPatch) -> None:
         files.read_stdin(100)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"kind: List\n")))
     assert files.read_stdin(100) == "kind: List\n"
+
+
+def _under_address_space_limit(code: str, limit: int = 2 << 30) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter whose address space is capped at ``limit`` bytes."""
+    prelude = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], check=False, capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS as Linux applies it")
+def test_a_small_file_is_read_without_reserving_its_limit() -> None:
+    """Under a 2 GiB address-space limit a 7 kB snapshot and a policy are read and simulated: the
+    read asks for the file's size plus one byte, not the 2 GiB limit plus one (which Python
+    allocates before reading: MemoryError, issue 31)."""
+    done = _under_address_space_limit(
+        "from kdesched.model.files import MAX_SNAPSHOT_BYTES, read_file_bytes\n"
+        f"data = read_file_bytes({SEED!r}, MAX_SNAPSHOT_BYTES)\n"
+        f"assert data == open({SEED!r}, 'rb').read(), len(data)\n"
+        "from kdesched.cli.main import main\n"
+        f"raise SystemExit(main(['simulate', {SEED!r}, '--policy', {POLICY!r}, '-q']))\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "MemoryError" not in done.stderr
+
+
+def test_reads_in_chunks_up_to_the_limit() -> None:
+    """The chunked reader: the whole input under the limit, None past it, whatever the first ask."""
+    for data, limit, first in [(b"", 10, 1), (b"abc", 3, 4), (b"abc", 3, 1), (b"x" * 100, 100, 7), (b"abcd", 3, 5),
+                               (b"abcd", 3, 1)]:
+        got = files.read_at_most(io.BytesIO(data).read, limit, first=first)
+        assert got == (data if len(data) <= limit else None), (data, limit, first)

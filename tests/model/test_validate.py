@@ -117,6 +117,40 @@ def test_apiversion_may_be_left_out_but_not_wrong(tmp_path: Path, monkeypatch: p
         both(write(tmp_path, [node_obj("n1"), pdb], "bad.json"), monkeypatch)[0]
 
 
+NODE_TEXT = '{"kind": "Node", "metadata": {"name": "n1"}}'
+POD_TEXT = '{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}'
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    # issue 31: "items" twice exited 0 from a file (msgspec kept the second list) and 2 from stdin
+    (f'{{"kind": "List", "items": [{NODE_TEXT}], "items": [{NODE_TEXT}, {POD_TEXT}]}}', "items"),
+    (f'{{"kind": "List", "items": [{NODE_TEXT}, {POD_TEXT}], "items": [{NODE_TEXT}]}}', "items"),
+    (f'{{"kind": "List", "items": [{NODE_TEXT}],\n "items": [{NODE_TEXT}]}}', "items"),  # same length twice
+    (f'{{"kind": "List", "items": [{NODE_TEXT}, {POD_TEXT}], "kind": "List"}}', "kind"),
+    (f'{{"kind": "List", "metadata": {{}}, "items": [{NODE_TEXT}], "metadata": {{"a": 1}}}}', "metadata"),
+    (f'{{"kind": "List", "metadata": {{"a": 1, "a": 2}}, "items": [{NODE_TEXT}]}}', "a"),
+    (f'{{ "kind" : "List" ,\t"items" : [ {NODE_TEXT} , {POD_TEXT} ] , "x": "}}", "x": 1 }}', "x"),
+])
+def test_a_key_twice_in_the_list_object_is_refused_from_a_file_and_stdin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, key: str) -> None:
+    f = tmp_path / "dup.json"
+    f.write_text(text, encoding="utf-8")
+    assert f"duplicate key {key!r} in an object" in both(str(f), monkeypatch)[0]
+
+
+def test_the_list_walk_keeps_ordinary_files_on_the_fast_path(tmp_path: Path) -> None:
+    """Formatted or compact, keys in any order, an empty metadata: the fast path still reads it."""
+    from kdesched.model import fastload
+
+    for text in [f'{{"kind": "List", "items": [{NODE_TEXT}, {POD_TEXT}]}}',
+                 f'\n {{ "items" : [\n  {NODE_TEXT} ,\n  {POD_TEXT}\n ] ,\n "kind" : "List", "metadata": {{}} }}\n',
+                 (f'{{"apiVersion":"v1","metadata":{{"resourceVersion":"12"}},"items":[{POD_TEXT},{NODE_TEXT}],'
+                  f'"kind":"List","x":[1,2.5e3,"\\u00e9",null,true]}}')]:
+        f = tmp_path / "ok.json"
+        f.write_text(text, encoding="utf-8")
+        assert fastload.load_json_list(str(f), "ok.json") is not None, text
+
+
 @pytest.mark.xfail(strict=True, reason="known gap: msgspec keeps the last of a key given twice inside a Pod "
                                        "that the fast path reads; the ordinary loader refuses it (docs/cli.md)")
 def test_duplicate_key_inside_a_pod_on_the_fast_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,3 +159,30 @@ def test_duplicate_key_inside_a_pod_on_the_fast_path(tmp_path: Path, monkeypatch
                  '"metadata": {"name": "a"}, "spec": {"nodeName": "n1", "containers": [{"name": "c"}], '
                  '"nodeName": "n2"}}]}', encoding="utf-8")
     assert "duplicate key 'nodeName'" in both(str(f), monkeypatch)[0]
+
+
+@pytest.mark.parametrize(("containers", "init", "field"), [
+    ([{"name": "web"}, {"name": "web"}], [], ("spec.containers[1].name: Duplicate value: 'web' (the name of "
+                                            "spec.containers[0].name)")),
+    ([{"name": "web"}], [{"name": "web"}], "spec.initContainers[0].name: Duplicate value: 'web'"),
+])
+def test_a_container_name_twice_in_a_pod_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    containers: list[dict[str, str]], init: list[dict[str, str]],
+                                                    field: str) -> None:
+    """The API server refuses two containers of one name in a Pod (issue 31: accepted before), on
+    the fast path and the ordinary loader alike."""
+    pod = pod_obj("a", node="n1")
+    pod["spec"]["containers"] = [c | {"image": "nginx"} for c in containers]
+    if init:
+        pod["spec"]["initContainers"] = [c | {"image": "busybox"} for c in init]
+    assert f"(Pod a in default): {field}" in both(write(tmp_path, [node_obj("n1"), pod]), monkeypatch)[0]
+
+
+@pytest.mark.parametrize("kind", ["pod", "POD", "node", "poddisruptionbudget"])
+def test_a_kind_in_the_wrong_case_is_refused_not_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         kind: str) -> None:
+    """``kind: pod`` was skipped with a note and left every count (issue 31); the API server knows
+    no such kind."""
+    other = pod_obj("a", node="n1") | {"kind": kind}
+    message = both(write(tmp_path, [node_obj("n1"), other]), monkeypatch)[0]
+    assert f"items[1]: kind: {kind!r} is not a kind (kinds are case-sensitive): write " in message

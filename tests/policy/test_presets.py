@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 from kdesched.policy.errors import PolicyError
-from kdesched.policy.load import load_policy, policy_from_mapping
+from kdesched.policy.load import expand_presets, load_policy, policy_from_mapping
 from kdesched.policy.presets import (
     PRESETS,
     PresetCustomizations,
-    expand_presets,
     merge_policies,
     protected_namespaces,
     render_presets,

@@ -42,3 +42,10 @@ def test_max_unavailable_refuses_what_is_not_a_count_or_percentage(raw: object) 
     errors: list[str] = []
     parse_safety({"maxUnavailable": raw}, errors)
     assert len(errors) == 1 and "maxUnavailable" in errors[0]
+
+
+@pytest.mark.parametrize("raw", ["\u0663%", "\uff12\uff15%", "\u00b2%", "2\u00b2%"])
+def test_max_unavailable_refuses_unicode_digits_naming_the_field(raw: str) -> None:
+    errors: list[str] = []
+    parse_safety({"maxUnavailable": raw}, errors)
+    assert len(errors) == 1 and errors[0].startswith("kdesched.safety.maxUnavailable: must be an integer >= 1")

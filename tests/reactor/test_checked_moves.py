@@ -13,6 +13,7 @@ from typing import Any
 from kdesched.engine import RunPlan, RunReport
 from kdesched.evictor.ledger import backoff_key
 from kdesched.evictor.planner import Refusal
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
@@ -135,7 +136,7 @@ def test_a_second_process_posting_the_same_event_in_the_minute_is_suppressed() -
         names.add(kw["event_name"])
 
     pod = Pod.from_api(web("web-7d9f8-0", "p0"))
-    plan = RunPlan((), (Refusal(pod, TAINTS, "default", "nowhere to go: no other Ready node"),), (), (), (), (), {},
+    plan = RunPlan((), (Refusal(pod, TAINTS, "default", "nowhere to go: no other Ready node", Reason.NOWHERE_TO_GO),), (), (), (), (), {},
                    NOW)
     report = RunReport(plan, (), False)
     processes = [WhyNotEvents(post, clock=Clock(0.0), wall=Clock(THU_10 + 5)) for _ in range(3)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import events as ev
 from kdesched.reactor.continuation import node_scope
@@ -102,7 +103,7 @@ def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_
     assert ledger_of(fake_api).unhealthy_at == pytest.approx(THU_10, abs=0.01)
     assert ledger_of(fake_api).moves == {}  # nothing admitted, nothing held
     assert HEALTH_BRAKE.labels("share")._value.get() == 1  # type: ignore[attr-defined]
-    assert "health brake" in r.controls.status() and "not a failure" in r.controls.status()
+    assert "health brake" in r.brake_status.status() and "not a failure" in r.brake_status.status()
 
     for i in range(3):  # the nodes come back
         fake_api.update(node_obj(f"d{i}"))
@@ -116,7 +117,7 @@ def test_the_brake_defers_every_eviction_until_healthy_for_the_settle_time(fake_
     clock.t += 31  # settled: the move happens
     out = taint_event(r, "p0", 2)
     assert results(out) == [("web-7d9f8-0", "evicted")] and evicted(fake_api) == ["web-7d9f8-0"]
-    assert r.controls.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
+    assert r.brake_status.status() == "" and HEALTH_BRAKE.labels("settling")._value.get() == 0  # type: ignore[attr-defined]
 
 
 def test_another_process_honours_the_settle_time_through_the_ledger(fake_api: FakeApiServer, kube: KubeClient) -> None:
@@ -242,8 +243,9 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
     pods = [Pod.from_api(web(f"web-7d9f8-{i}", "p0")) for i in range(7)]
     reasons = ["cool-down: workload Deployment/default/web lost a pod 3s ago", "nowhere to go: no other Ready node",
                "budget: disruption budget (maxUnavailable 1, cluster-wide) allows 1", "rate limit: global"]
-    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0]) for p in pods[:6]) + tuple(
-        Refusal(pods[6], TAINTS, "default", r) for r in reasons[1:])
+    kinds = [Reason.COOLDOWN_WORKLOAD, Reason.NOWHERE_TO_GO, Reason.BUDGET, Reason.RATE_LIMIT]
+    refusals = tuple(Refusal(p, TAINTS, "default", reasons[0], kinds[0]) for p in pods[:6]) + tuple(
+        Refusal(pods[6], TAINTS, "default", r, k) for r, k in zip(reasons[1:], kinds[1:], strict=True))
     plan = RunPlan((), refusals, (), (), (), (), {}, datetime.now(UTC))
     report = RunReport(plan, (), False)
     assert events.run_done(report, "p0") == 3  # cool-down (6 pods in one Event), nowhere to go, budget
@@ -295,23 +297,26 @@ def test_a_paced_moves_repeats_post_eviction_paced_once_a_minute_per_pod(fake_ap
 
 
 def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
+    from kdesched.admission.control import RunContext
+    from kdesched.admission.health import HealthBrakeSettings, brake_state
     from kdesched.model.records import Node
     from kdesched.model.snapshot import Snapshot
-    from kdesched.reactor.controls import Controls
+    from kdesched.reactor.controls import BrakeStatus
 
     clock = Clock(1000.0)
-    controls = Controls(clock=clock)
-    nodes = [Node.from_api(node_obj(f"n{i}", ready=i > 2)) for i in range(10)]
-    brake = controls.brake(Snapshot.build(nodes, []), True, Ledger(), clock.t)
-    assert brake.holds and brake.record_unhealthy and brake.until == 1060.0
-    assert controls.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in \
-        controls.status()
-    clock.t = 1061.0
-    assert "as of 61s ago; it may have lifted since" in controls.status()
+    status = BrakeStatus(clock=clock)
+    nodes = [Node.from_api(node_obj(f"n{i}", ready=i >= 3)) for i in range(10)]
+    state = brake_state(HealthBrakeSettings(), RunContext(Ledger(), Snapshot.build(nodes, []), clock.t))
+    status.remember(state, clock.t)
+    assert status.status().startswith("health brake: 3 of 10 nodes (30%)") and "may have lifted" not in status.status()
+    clock.t += 61
+    assert "as of 61s ago; it may have lifted since" in status.status()
     healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
-    assert not controls.brake(Snapshot.build(healthy, []), True, Ledger().with_unhealthy(900.0), clock.t).holds
-    assert controls.status() == ""
-
+    state = brake_state(HealthBrakeSettings(), RunContext(Ledger().with_unhealthy(900.0), Snapshot.build(healthy, []),
+                                                          clock.t))
+    assert not state.holds
+    status.remember(state, clock.t)
+    assert status.status() == ""
 
 @pytest.mark.parametrize("safety_on", [True, False])
 def test_a_budget_counts_a_pod_until_its_replacement_is_ready(fake_api: FakeApiServer, kube: KubeClient,

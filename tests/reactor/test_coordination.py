@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kdesched.admission.bucket import ClusterBucket
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.reactor.coordination import (
@@ -28,7 +29,6 @@ from kdesched.reactor.coordination import (
     ShuttingDown,
     Tenure,
 )
-from kdesched.reactor.limits import ClusterBucket
 
 from tests.fakeapi import FakeApiServer
 

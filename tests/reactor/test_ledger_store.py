@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import pytest
+from kdesched.admission.control import RunContext
+from kdesched.admission.pipeline import AdmissionSettings, Pipeline
 from kdesched.evictor.ledger import (
     MAX_HELD_PER_MOVE,
     RECORD_MAX_BYTES,
@@ -20,6 +22,7 @@ from kdesched.evictor.ledger import (
 )
 from kdesched.kube.client import KubeClient
 from kdesched.model.records import Pod
+from kdesched.model.snapshot import Snapshot
 from kdesched.reactor.ledger_store import (
     CLUSTER_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -27,7 +30,6 @@ from kdesched.reactor.ledger_store import (
     RECORD_ANNOTATION,
     LedgerStore,
 )
-from kdesched.reactor.limits import make_gate
 
 from tests.builders import pod_obj
 from tests.fakeapi import FakeApiServer
@@ -91,8 +93,8 @@ def test_a_record_at_its_worst_stays_under_the_limit() -> None:
     """One workload at every cap with long names: the gate bounds its in-flight bytes, and the
     record is trimmed (oldest node cool-downs, last held pods) to RECORD_MAX_BYTES."""
     pods = [wpod(1, r, f"node-{r}{'n' * 200}", long=True) for r in range(2000)]
-    gate, _ = make_gate(Ledger(), None, now=T0, workload_seconds=0, node_seconds=0)
-    admitted = [p for p in pods if gate(p, TAINTS, False) is None]
+    run = Pipeline.build(AdmissionSettings(bucket=None)).begin(RunContext(Ledger(), Snapshot.build([], []), T0))
+    admitted = [p for p in pods if run.gate(p, TAINTS, False) is None]
     assert 0 < len(admitted) < len(pods)  # the gate stops at the record's in-flight bytes
     ledger = Ledger().admit([Admission(p, TAINTS, False, "node:" + p.node_name + ":" + TAINTS, "spare", 9, 9)
                              for p in admitted], T0, "r", 60)

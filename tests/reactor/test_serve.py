@@ -185,3 +185,25 @@ def test_sigterm_stops_serve_cleanly(fake_api: FakeApiServer, tmp_path: Path) ->
     assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
     lease = fake_api.get("Lease", "kdesched-leader", "kdesched")
     assert lease is not None and not lease["spec"].get("holderIdentity")
+
+
+def test_the_event_log_line_counts_evictions_not_paced_pods(fake_api: FakeApiServer, kube: KubeClient,
+                                                             caplog: pytest.LogCaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pod evicted and two paced: ``1 eviction(s), 2 paced`` (issue 31: serve logged
+    ``3 eviction(s)``, counting every outcome of the run)."""
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 0.5}
+    policy = default_like_policy(kdesched=block)
+    srv = ReactorServer(policy, parse_settings(block, policy=policy, env={}), kube, host="127.0.0.1", port=0,
+                        app_factory=create_serve_app, sweep_interval_seconds=0, identity="serve-test")
+    outcomes = [{"pod": "web-1", "result": "evicted"}, {"pod": "web-2", "result": "paced"},
+                {"pod": "web-3", "result": "paced"}]
+    monkeypatch.setattr(srv.reactor, "node_event",
+                        lambda *a, **k: {"evictions": outcomes, "blocked": [{"pod": "db-1"}], "coalesced": 1})
+    caplog.set_level("INFO", logger="kdesched.reactor.serve")
+    try:
+        srv._run_event(SemanticEvent(ev.TAINTS_CHANGED, "e1", "n1", {"node": "n1"}))
+    finally:
+        srv.shutdown()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(ev.TAINTS_CHANGED)]
+    assert lines == [f"{ev.TAINTS_CHANGED} on n1: 1 eviction(s), 2 paced, 1 blocked"]

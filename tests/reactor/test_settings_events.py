@@ -75,6 +75,10 @@ BAD = [
     ({"dryRun": "yes"}, {}, 'kdesched.dryRun: must be true or false, got "yes"'),
     ({}, {"KDESCHED_DRY_RUN": "maybe"}, 'KDESCHED_DRY_RUN: must be true or false, got "maybe"'),
     ({}, {"KDESCHED_LEASE_NAME": "Bad_Name"}, "KDESCHED_LEASE_NAME: must be a DNS subdomain name"),
+    # the one DNS-name rule (kdesched.model.names): a trailing newline is no name ("^...$" let it in)
+    ({}, {"KDESCHED_LEASE_NAME": "kdesched\n"}, "KDESCHED_LEASE_NAME: must be a DNS subdomain name"),
+    ({}, {"KDESCHED_LEASE_NAMESPACE": "kdesched\n"}, "KDESCHED_LEASE_NAMESPACE: must be a namespace name"),
+    ({}, {"KDESCHED_LEASE_NAME": "a..b"}, "KDESCHED_LEASE_NAME: must be a DNS subdomain name"),
 ]
 
 

@@ -51,6 +51,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from kdesched.evictor.reasons import Reason
 from kdesched.reactor.classifier import Classifier, SemanticEvent
 from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 from kdesched.reactor.whynot import PACED
@@ -58,6 +59,7 @@ from kdesched.reactor.whynot import classify as why_not_kind
 
 from tests.realk8s.cluster import Cluster, is_ready, node_obj, pdb_obj, workload_obj
 from tests.realk8s.controlplane import ControlPlane, RawApi, now_rfc3339
+from tests.realk8s.ledger_view import ledger_text
 from tests.realk8s.serve_stories import NOT_READY, NS, REPO, UNSCHEDULABLE, free_port, node_path
 
 NAMESPACE = "default"
@@ -70,7 +72,7 @@ MIN_USABLE = 5  # usable nodes (Ready, uncordoned, not storm-tainted) the genera
 MIN_GOLD = 2  # of which carry the gold label
 MAX_ADDED = 2
 MAX_GAP_SECONDS = 1.5
-LEDGER = "kdesched.dev/disruption-ledger"
+LEDGER = "the disruption ledger (records + commit Lease)"
 REPORTING_CONTROLLER = "kdesched.dev/descheduler"
 EVICTION_ACTION = "Descheduled"
 NOT_EVICTIONS = frozenset({"EvictionPaced", "EvictionFailed"})  # kdesched Events that are not an eviction
@@ -408,8 +410,10 @@ def take_sample(api: RawApi) -> Sample:
 
 
 def read_ledger(api: RawApi) -> str:
-    lease = api.get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched") or {}
-    return str(((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER) or "(no ledger)")
+    try:
+        return ledger_text(api, NS) or "(no ledger)"
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only: the sample says why it has none
+        return f"(ledger unreadable: {exc})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,11 +594,12 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], who: M
 
 
 # -- "why not" Events: every held-back eviction has one, at most one per object, reason and minute ----------
-HOLD_LINE = re.compile(r"kdesched\.evictor: not evicting (\S+) \([^)]*\): (.*)$")  # planner refusals
+HOLD_LINE = re.compile(r"kdesched\.evictor: not evicting (\S+) \([^)]*\) \[([\w-]+)\]: (.*)$")  # planner refusals
 PACE_LINE = re.compile(r"kdesched\.evictor: pacing (\S+) from \S+ \([^)]*\): (.*)$")  # paced outcomes
-FAIL_LINE = re.compile(r"kdesched\.evictor: could not evict (\S+) from \S+ \([^)]*\): (.*)$")  # blocked...
+FAIL_LINE = re.compile(r"kdesched\.evictor: could not evict (\S+) from \S+ \([^)]*\) \[([\w-]+)\]: (.*)$")  # blocked...
 WHY_NOT_LINE = re.compile(r"kdesched\.reactor\.whynot: why-not (\w+) (\w+) on (\w+) (\S*)/(\S+) for (.*)$")
 WHY_NOT_ACTIONS = frozenset({"HoldBack", "WastedMove"})
+REASONS = frozenset(r.value for r in Reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -651,10 +656,14 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
         covered: set[tuple[str, str]] = set()
         answered_pods: set[str] = set()
         for line in text.splitlines():
-            if m := HOLD_LINE.search(line) or FAIL_LINE.search(line):
-                kind = why_not_kind(m.group(2))
+            if m := HOLD_LINE.search(line):
+                kind = Reason(m.group(2)).event if m.group(2) in REASONS else None
                 if kind is not None:
-                    held.setdefault((m.group(1), kind), m.group(2))
+                    held.setdefault((m.group(1), kind), m.group(3))
+            elif m := FAIL_LINE.search(line):
+                kind = why_not_kind(Reason.OTHER, m.group(2))  # blocked by a PDB: an Event; throttled, failed: none
+                if kind is not None:
+                    held.setdefault((m.group(1), kind), m.group(3))
             elif m := PACE_LINE.search(line):
                 held.setdefault((m.group(1), PACED), m.group(2))
             elif m := WHY_NOT_LINE.search(line):

@@ -16,13 +16,13 @@ finishes"), the figures themselves are bench/bench_reaction.py's job.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet
+from tests.realk8s.ledger_view import ledger_json
 from tests.realk8s.serve_stories import (
     GPU,
     NS,
@@ -41,8 +41,6 @@ from tests.realk8s.serve_stories import (
     write_file,
 )
 
-LEDGER = "kdesched.dev/disruption-ledger"
-
 
 def start(serves: list[Serve], tmp_path: Path, cp: ControlPlane, identity: str) -> Serve:
     policy = write_file(tmp_path, "policy.yaml", policy_text())
@@ -60,9 +58,7 @@ def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 
 
 
 def ledger(cluster: Cluster) -> dict[str, object]:
-    lease = cluster.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched") or {}
-    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
-    return json.loads(text) if text else {}
+    return ledger_json(cluster, NS)
 
 
 def evictions(cluster: Cluster, app: str) -> int:

@@ -69,7 +69,7 @@ def test_concurrent_evictions_under_one_pdb_evict_exactly_the_budget(
     # short retries: the budget never recovers here (no disruption controller), only the count matters
     monkeypatch.setattr(LiveExecutor.__init__, "__defaults__", (
         RetrySettings(max_attempts=3, initial_backoff_seconds=0.05, max_backoff_seconds=0.2), True, time.sleep, None,
-        EVENT_RETRY))
+        EVENT_RETRY, time.monotonic))
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     code = main(["run", "--kubeconfig", str(control_plane.admin_kubeconfig), "--policy", str(policy), "-o", "json",

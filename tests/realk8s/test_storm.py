@@ -89,11 +89,11 @@ EVICTED_LINE = "kdesched.evictor: evicted "  # the evictor's log line of each ev
 
 def storm_policy(tmp_path: Path) -> Path:
     """The shipped default policy, cool-downs 5 s and replacement timeout 20 s (so moves held by a
-    cool-down finish within the storm's bound), rate limits raised above the storm's needs."""
+    cool-down finish within the storm's bound); the cluster-wide bucket's default (300/min, burst
+    100) is above the storm's needs."""
     return write_file(tmp_path, "policy.yaml", policy_text(
         cooldown={"workloadSeconds": COOLDOWN_SECONDS, "nodeSeconds": COOLDOWN_SECONDS},
-        safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS},
-        rateLimits={"perNode": {"perMinute": 120, "burst": 20}, "perNamespace": {"perMinute": 240, "burst": 60}}))
+        safety={"enabled": True, "replacementTimeoutSeconds": REPLACEMENT_TIMEOUT_SECONDS}))
 
 
 @pytest.fixture
@@ -353,11 +353,11 @@ def test_a_pod_on_a_tainted_node_must_move_only_when_another_node_can_take_it() 
 
 def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minute() -> None:
     hold = ("2026-11-26 10:00:01,000 INFO    kdesched.evictor: not evicting default/web-1 (p/RemovePodsViolatingNodeTaints)"
-            ": cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)")
+            " [cooldown-workload]: cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)")
     pace = ("2026-11-26 10:00:01,100 INFO    kdesched.evictor: pacing default/web-2 from n1 (RemovePodsViolatingNodeTaints)"
             ": held by the per-workload allowance (wave 1)")
     rate = ("2026-11-26 10:00:01,200 INFO    kdesched.evictor: not evicting default/web-3 (p/RemovePodsViolatingNodeTaints)"
-            ": rate limit: perNode bucket for n1 is empty")  # not a reason "why not" Events report
+            " [rate-limit]: rate limit: the cluster-wide eviction bucket is empty")  # not a reason "why not" Events report
     answer = "2026-11-26 10:00:01,300 INFO    kdesched.reactor.whynot: why-not {} {} on Node /n1 for default/web-1 {}"
     posted = WhyNotEvent(600.0, "Node", "n1", "CoolDown", "a")
     logs = {"a": "\n".join([hold, pace, rate, answer.format("posted", "CoolDown", ""),
@@ -368,8 +368,10 @@ def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minu
     found = analyse_why_not({"a": "\n".join([hold, pace, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
     assert [v.invariant for v in found.violations] == ["why-not-missing"] and "default/web-2 Paced" in found.violations[0].detail
     # a probe's refusal the decision answered under its own reason (the pod has an Event): not missing
-    probe = hold.replace("cool-down: workload Deployment/default/web lost a pod 3s ago (cooldown.workloadSeconds 5)",
-                         "PodDisruptionBudget default/web allows 0 disruption(s) and 0 are already planned")
+    probe = hold.replace("[cooldown-workload]: cool-down: workload Deployment/default/web lost a pod 3s ago "
+                         "(cooldown.workloadSeconds 5)",
+                         "[disruption-budget]: PodDisruptionBudget default/web allows 0 disruption(s) and 0 are "
+                         "already planned")
     ok = analyse_why_not({"a": "\n".join([probe, hold, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
     assert ok.violations == () and ok.reasoned == 1
     # another process's "exists" needs the Event; "lost" is a violation

@@ -27,6 +27,7 @@ import pytest
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet
+from tests.realk8s.ledger_view import ledger_text
 from tests.realk8s.serve_stories import (
     GPU,
     NS,
@@ -84,8 +85,7 @@ def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
 
 
 def ledger_annotation(cluster: Cluster) -> str:
-    lease = cluster.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kdesched") or {}
-    return str(((lease.get("metadata") or {}).get("annotations") or {}).get("kdesched.dev/disruption-ledger") or "")
+    return ledger_text(cluster, NS)
 
 
 @pytest.mark.parametrize("backoff", [True, False], ids=["backoff", "no-backoff"])

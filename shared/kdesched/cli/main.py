@@ -160,7 +160,8 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
             base = load_policy(path, check_block=(lambda raw, _: block_problems(raw, None)) if profiles
                                else block_problems)
         if profiles:
-            from kdesched.policy.presets import PresetCustomizations, expand_presets, merge_policies
+            from kdesched.policy.load import expand_presets
+            from kdesched.policy.presets import PresetCustomizations, merge_policies
 
             preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
             policy = merge_policies(base, preset) if base is not None else preset
@@ -294,7 +295,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(f"--event: {exc}") from None
         # the event map may name strategies no profile enables: run them as the function would
-        policy = event_policy(policy, scope.strategies)
+        from kdesched.policy.safety import Path as SafetyPath
+
+        policy = event_policy(policy, scope.strategies, loaded.settings.safety.resolve(SafetyPath.EVENT))
         strategies, nodes, trigger = scope.strategies, scope.nodes, f"{etype}:{node}"
         event_note = f"event {etype} on {node} runs {', '.join(scope.strategies) or 'nothing'}: {scope.reason}"
         log.info("%s", event_note)
@@ -310,16 +313,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from dataclasses import replace as _replace
 
         snapshot = _replace(snapshot, notes=(*snapshot.notes, *snapshot.actual_usage.notes()))
+    admission = _event_admission(loaded, snapshot, now, trigger) if args.event else None
     try:
-        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety)
+        plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety,
+                        gate=admission.gate if admission is not None else None)
     except PlanError as exc:
         raise InputError(str(exc)) from None
+    controlled = None
+    if admission is not None:  # the event path's admission pipeline, as serve and the functions ask it
+        from kdesched.reactor.controls import apply_verdicts, held_flags
+
+        controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
+        plan = controlled.plan
     if event_note:  # the report says what the event runs and why (a node not usable yet: nothing)
         from dataclasses import replace
 
         plan = replace(plan, notes=(event_note, *plan.notes))
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
                           started=started)
+    if controlled is not None:
+        from kdesched.reactor.controls import with_deferred
+
+        report = with_deferred(report, controlled)
     write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
                  clock={"time": now.isoformat(), "from": clock_from})
     code = EXIT_RUNTIME if plan.errors else EXIT_OK
@@ -371,7 +386,7 @@ def cmd_run(args: argparse.Namespace) -> int:
              len(snapshot.pods), len(snapshot.nodes), read.requests, read.bytes_read)
     if client.read_retries:
         log.info("%d read(s) were retried after transient failures", client.read_retries)
-    refused = _health_refusal(loaded, snapshot, ignore=args.ignore_cluster_health)
+    refused = _health_refusal(loaded, snapshot, ignore=args.ignore_cluster_health, client=client)
     if refused:
         log.error("%s", refused)
         return _read_failed(args, loaded, safety, started, refused)
@@ -407,21 +422,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
 
 
-def _health_refusal(loaded: LoadedPolicy, snapshot: Any, *, ignore: bool) -> str:
-    """Why ``run`` refuses to evict in this cluster ("" = it goes ahead): the cluster-health brake of
-    the event path (kdesched.evictor.health), judged on the run's snapshot. A dry run, or
+def _health_refusal(loaded: LoadedPolicy, snapshot: Any, *, ignore: bool, client: Any = None) -> str:
+    """Why ``run`` refuses to evict in this cluster ("" = it goes ahead): the run-wide controls of the
+    admission pipeline the event path uses (kdesched.admission.pipeline: the health brake, and the
+    alert brake when the policy turns it on), judged on the run's snapshot. A dry run, or
     ``--ignore-cluster-health``, goes ahead with a warning in the log."""
-    from kdesched.evictor.health import judge
+    from kdesched.admission.control import RunContext
+    from kdesched.admission.pipeline import Pipeline
+    from kdesched.evictor.ledger import Ledger
 
-    verdict = judge(snapshot.nodes.values(), loaded.settings.health_brake)
-    if not verdict.unhealthy:
+    settings = loaded.settings
+    alerts = None
+    if settings.alert_brake.enabled and client is not None:
+        from kdesched.kube.usage import read_brake_alerts
+
+        s = settings.alert_brake
+        alerts = read_brake_alerts(client, s.url, secret_namespace=s.token_secret_namespace,
+                                   secret_name=s.token_secret_name, token_file=s.token_file, ca_file=s.ca_file,
+                                   timeout=s.timeout_seconds, settle_seconds=s.settle_seconds)
+    now = client.clock.now() if client is not None and hasattr(client, "clock") else time.time()
+    brake = Pipeline.build(settings.admission).begin(RunContext(Ledger(), snapshot, now, alerts=alerts)).brake
+    if brake is None:
         return ""
     if ignore or loaded.dry_run:
-        log.warning("%s; going ahead (%s)", verdict.message,
+        log.warning("%s; going ahead (%s)", brake.message,
                     "--ignore-cluster-health" if ignore else "a dry run evicts nothing")
         return ""
-    return (f"{verdict.message.split('; no eviction is admitted')[0]}: kdesched run refuses to evict while the "
-            "cluster is this unhealthy (nothing was decided or evicted); pass --ignore-cluster-health to run anyway")
+    return (f"{brake.message.split('; no eviction is admitted')[0]}: kdesched run refuses to evict while the "
+            f"{brake.reason.value.replace('-', ' ')} holds (nothing was decided or evicted); pass "
+            "--ignore-cluster-health to run anyway")
+
+
+def _event_admission(loaded: LoadedPolicy, snapshot: Any, now: Any, trigger: str) -> Any:
+    """``simulate --event``: the admission pipeline serve and the functions use, on an empty
+    disruption ledger (a snapshot has none) and without the alert brake (simulate reads nothing
+    but its files: no Prometheus)."""
+    from dataclasses import replace as _replace
+
+    from kdesched.admission.alerts import AlertBrakeSettings
+    from kdesched.admission.control import RunContext
+    from kdesched.admission.pipeline import Pipeline
+    from kdesched.evictor.ledger import Ledger
+
+    settings = _replace(loaded.settings.admission, alerts=AlertBrakeSettings())
+    from kdesched.reactor import events as ev
+
+    etype = trigger.split(":")[0]
+    label = {ev.TAINTS_CHANGED: "taints", ev.LABELS_CHANGED: "affinity"}.get(etype, "rebalance")  # as serve labels it
+    return Pipeline.build(settings).begin(RunContext(Ledger(), snapshot, now.timestamp(), trigger=label))
 
 
 def _read_failed(args: argparse.Namespace, loaded: LoadedPolicy, safety: Any, started: float, error: str) -> int:

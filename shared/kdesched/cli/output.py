@@ -147,7 +147,7 @@ def _plain(obj: Any) -> Any:
 
 def dumps_indented(data: Any) -> str:
     """``json.dumps(data, indent=2)``, byte for byte, without ``json``'s pure-Python indenting
-    encoder (1 s for the 20 MB report of a 150,000-pod simulation): msgspec encodes and indents
+    encoder (seconds for a large simulation's report: docs/benchmarks.md): msgspec encodes and indents
     in C. Floats are written as ``json`` writes them (``repr``); anything msgspec could write
     differently (a non-ASCII character or DEL, which ``json`` escapes; see :func:`_plain`) goes
     through ``json`` itself."""

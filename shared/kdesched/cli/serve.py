@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import threading
 from dataclasses import dataclass, replace
@@ -25,7 +24,6 @@ from kdesched_functions import FUNCTIONS
 from kdesched.cli.flags import NumberFlag, address
 
 log = logging.getLogger("kdesched.cli.serve")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # fullmatch: "$" would let a trailing newline in
 
 
 
@@ -224,7 +222,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
     namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)
-    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+    from kdesched.model.names import is_dns_label  # here: `kdesched function` never loads the model package
+
+    if not is_dns_label(namespace):
         raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
     from kdesched.cli.main import client_limits

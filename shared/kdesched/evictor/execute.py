@@ -6,13 +6,15 @@ rule as reads): throttling (429 without a PDB cause), 502/503/504, a 5xx with Re
 dropped connections, with exponential backoff and jitter inside a total time budget, honouring
 Retry-After. A PodDisruptionBudget's 429 is retried too, within the same budget: upstream does not
 retry within a cycle, but an event-driven run may be the only run for a while, so a PDB that is
-briefly at its limit (a rollout in progress) gets a few bounded chances here. Anything
-deterministic (403, 400, 422, an eviction's 500 without Retry-After, 501) fails at once.
+briefly at its limit (a rollout in progress) gets a few bounded chances here. So is a 500 without
+Retry-After (the server may have failed after acting: it is confirmed as a lost answer is), except
+the API server's "more than one PodDisruptionBudget", which says the same for as long as both
+PDBs exist. Anything deterministic (403, 400, 422, that 500, 501) fails at once.
 
 Each outcome says what happened and why (``result`` and ``cause``): ``blocked`` is only a PDB's
 refusal, ``throttled`` a 429 that no PDB sent, ``failed`` a server error, a lost connection or a
 refusal, each with its cause. An eviction whose answer was lost (the connection dropped after the
-request was written, or a gateway timed out) is confirmed before it is reported: the pod is read
+request was written, a gateway timed out, or a 500) is confirmed before it is reported: the pod is read
 back, and gone, replaced or terminating means ``evicted`` (with its Event), so only a pod that was
 already gone before kdesched's first request is ``already-gone``.
 
@@ -290,9 +292,21 @@ def _retrying(settings: RetrySettings, retry: Callable[[BaseException], bool], s
     )
 
 
+# the API server's 500 for a pod under two PodDisruptionBudgets: the same answer for as long as both exist
+MULTIPLE_PDBS_MESSAGE = "more than one PodDisruptionBudget"
+
+
+def _plain_500(exc: BaseException) -> bool:
+    """A 500 that may have been a passing failure (etcd, a webhook) after the server acted: read
+    the pod back and retry it, unlike the deterministic 500 of a pod under more than one PDB."""
+    return (isinstance(exc, ApiError) and exc.status == 500
+            and MULTIPLE_PDBS_MESSAGE.lower() not in (exc.message or "").lower())
+
+
 def _eviction_retryable(exc: BaseException) -> bool:
-    """Transient by the one rule, or a PDB's refusal (a budget comes back within the retry budget)."""
-    return is_transient(exc, read=False) or is_pdb_refusal(exc)
+    """Transient by the one rule, a PDB's refusal (a budget comes back within the retry budget), or
+    a 500 other than the two-PDB one (its outcome is confirmed by reading the pod back)."""
+    return is_transient(exc, read=False) or is_pdb_refusal(exc) or _plain_500(exc)
 
 
 class _EventSender:
@@ -486,6 +500,8 @@ class LiveExecutor:
             except ApiError as exc:
                 if exc.status == 504:  # a gateway gave up waiting: the API server may have acted
                     lost = lost or f"attempt {attempts} timed out at a gateway (504)"
+                elif _plain_500(exc):  # it may have acted before failing: confirmed like a lost answer
+                    lost = lost or f"attempt {attempts} was answered 500 ({exc.message or exc.reason})"
                 raise
 
         try:
@@ -562,7 +578,8 @@ class LiveExecutor:
         if o.result == "abandoned":
             log.warning("not evicting %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
             return
-        log.warning("could not evict %s (strategy=%s profile=%s): %s", _label(e), e.strategy, e.profile, o.message)
+        log.warning("could not evict %s (strategy=%s profile=%s) [%s]: %s", _label(e), e.strategy, e.profile, o.result,
+                    o.message)
         if failure_events and self.events:
             sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
                         reason=FAILURE_EVENT_REASON, event_type="Warning",

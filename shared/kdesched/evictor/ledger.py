@@ -26,7 +26,7 @@ Per workload, a :class:`Move`:
 
 And the cool-downs (workload -> last eviction, node -> last eviction), which were the "eviction
 history" before, and ``unhealthy_at``: the last time a run saw the cluster unhealthy enough for the
-health brake (:mod:`kdesched.evictor.health`), so that every process waits the same settle time
+health brake (:mod:`kdesched.admission.health`), so that every process waits the same settle time
 before evicting again. A record without it (written before it existed) parses as "never".
 
 **Checked moves** (:class:`CheckedMove`): when :meth:`Ledger.settle` ends a move's in-flight pods
@@ -152,7 +152,7 @@ class Move:
     held: tuple[Held, ...] = ()
     # evictions past the replacement timeout whose workload is not whole yet: they no longer hold
     # the workload's allowance (the snapshot shows the pods still down), but disruption budgets
-    # count them until the workload is back at its Ready count (kdesched.evictor.budgets)
+    # count them until the workload is back at its Ready count (kdesched.admission.budgets)
     lingering: tuple[InFlight, ...] = ()
 
     @property
@@ -469,6 +469,11 @@ class Ledger:
     def cooldown_refusal(self, pod: Pod, strategy: str, now: float, workload_seconds: float,
                          node_seconds: float) -> str | None:
         """Why the cool-downs hold ``pod`` back from ``strategy`` now, or None."""
+        return (self.workload_cooldown(pod, strategy, now, workload_seconds)
+                or self.node_cooldown(pod, strategy, now, node_seconds))
+
+    def workload_cooldown(self, pod: Pod, strategy: str, now: float, workload_seconds: float) -> str | None:
+        """Why the workload's cool-down (or another strategy's move of it) holds ``pod`` back, or None."""
         key = workload_key(pod)
         if self.continuing(pod, key, strategy):
             return None
@@ -480,6 +485,12 @@ class Ledger:
         if workload_seconds > 0 and last is not None and now - last < workload_seconds:
             return (f"cool-down: workload {key} lost a pod {max(0, int(now - last))}s ago "
                     f"(cooldown.workloadSeconds {workload_seconds:g})")
+        return None
+
+    def node_cooldown(self, pod: Pod, strategy: str, now: float, node_seconds: float) -> str | None:
+        """Why the node cool-down holds ``pod`` back, or None (a pod continuing its move never)."""
+        if self.continuing(pod, workload_key(pod), strategy):
+            return None
         last = self.nodes.get(pod.node_name)
         if node_seconds > 0 and pod.node_name and last is not None and now - last < node_seconds:
             # the node cool-down stops flapping: a pod that came to the node after kdesched evicted

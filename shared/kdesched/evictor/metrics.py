@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.traffic import TRAFFIC
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -134,25 +135,9 @@ def record_cause(result: str, cause: str) -> None:
     EVICTION_CAUSES.labels(result=result, cause=cause or "-").inc()
 
 
-def refused_reason(why: str) -> str:
-    """A low-cardinality label for a planner refusal (:class:`kdesched.evictor.planner.Refusal`)."""
-    if "PodDisruptionBudget" in why:
-        return "disruption-budget"
-    if why.startswith("cool-down"):
-        return "cooldown"
-    if why.startswith("rate limit"):
-        return "rate-limit"
-    if why.startswith("already admitted"):
-        return "in-flight-elsewhere"
-    if "metadata.uid" in why:
-        return "no-uid"
-    if "nowhere to go" in why:
-        return "nowhere-to-go"
-    return "other"
-
-
-def record_refused(why: str, *, strategy: str, namespace: str) -> None:
-    EVICTIONS_REFUSED.labels(reason=refused_reason(why), strategy=strategy, namespace=namespace).inc()
+def record_refused(kind: Reason, *, strategy: str, namespace: str) -> None:
+    """One planner refusal, labelled by its reason (kdesched.evictor.reasons: never the message)."""
+    EVICTIONS_REFUSED.labels(reason=kind.value, strategy=strategy, namespace=namespace).inc()
 
 
 def record_event_lost(reason: str) -> None:

@@ -195,7 +195,8 @@ class Pacer:
         raw = pod.annotations.get(MAX_UNAVAILABLE_ANNOTATION)
         if raw is not None:
             errors: list[str] = []
-            value: Any = int(raw) if raw.strip().isdigit() else raw.strip()
+            # ASCII digits only: "²" and "٣" pass str.isdigit() and int() fails on the first
+            value: Any = int(raw) if raw.strip().isascii() and raw.strip().isdigit() else raw.strip()
             parsed = parse_max_unavailable(value, f"{workload}: annotation {MAX_UNAVAILABLE_ANNOTATION}", errors)
             if parsed is None:
                 self.notes.append(f"{errors[0]}; using {setting}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.pacing import Pacer
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Pod, PodDisruptionBudget
 from kdesched.strategies.framework import (
     ClusterState,
@@ -51,11 +52,12 @@ class Refusal:
     pod: Pod
     strategy: str
     profile: str
-    reason: str
+    reason: str  # for people
+    kind: Reason = Reason.OTHER  # for metrics, Events and code (kdesched.evictor.reasons)
 
     def to_json(self) -> dict[str, str]:
         return {"namespace": self.pod.namespace, "pod": self.pod.name, "node": self.pod.node_name,
-                "strategy": self.strategy, "profile": self.profile, "reason": self.reason}
+                "strategy": self.strategy, "profile": self.profile, "reason": self.reason, "code": self.kind.value}
 
 
 @dataclass
@@ -103,10 +105,10 @@ def spends_budget(pod: Pod, pdb: PodDisruptionBudget) -> bool:
     return not (current is not None and desired is not None and desired > 0 and current >= desired)
 
 
-Gate = Callable[[Pod, str, bool], "str | None"]
-"""An extra admission check (the reactor's cool-downs and token buckets), called with the pod, the
-strategy that wants it evicted, and whether pacing holds it for a later wave: a reason to refuse,
-or None."""
+Gate = Callable[[Pod, str, bool], "Verdict | None"]
+"""The admission pipeline's per-pod checks (:mod:`kdesched.admission.pipeline`), called with the
+pod, the strategy that wants it evicted, and whether pacing holds it for a later wave: the verdict
+that refuses it, or None."""
 
 
 class PlanningEvictor:
@@ -132,8 +134,8 @@ class PlanningEvictor:
         if not pod.uid:
             # upstream EvictPod refuses a pod without a UID before checking any limit
             why = "pod has no metadata.uid; the Eviction API call could not be preconditioned on it"
-            self.counter.refusals.append(Refusal(pod, strategy, profile, why))
-            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.NO_UID))
+            log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.NO_UID, why)
             return False
         self.counter.check(pod)  # raises the limit errors
         # a paced eviction held for a later wave is not sent in this run: the gate checks its
@@ -146,15 +148,15 @@ class PlanningEvictor:
                 self.counter.spent = str(exc)  # the engine runs no further strategy
                 raise
             if refused is not None:
-                self.counter.refusals.append(Refusal(pod, strategy, profile, refused))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, refused)
+                self.counter.refusals.append(Refusal(pod, strategy, profile, refused.message, refused.reason))
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, refused.reason, refused.message)
                 return False
         pdbs = [] if api_ignores_pdbs(pod) else self.state.snapshot.pdbs_for(pod)
         if len(pdbs) > 1:
             names = ", ".join(f"{b.namespace}/{b.name}" for b in pdbs)
             why = f"pod is covered by {len(pdbs)} PodDisruptionBudgets ({names}); the API server refuses to evict it"
-            self.counter.refusals.append(Refusal(pod, strategy, profile, why))
-            log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+            self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.MULTIPLE_PDBS))
+            log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.MULTIPLE_PDBS, why)
             return False
         pdbs = [pdb for pdb in pdbs if spends_budget(pod, pdb)]
         for pdb in pdbs:
@@ -164,15 +166,15 @@ class PlanningEvictor:
             if used + 1 > pdb.disruptions_allowed:
                 why = (f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows {pdb.disruptions_allowed} "
                        f"disruption(s) and {used} are already planned")
-                self.counter.refusals.append(Refusal(pod, strategy, profile, why))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, why)
+                self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.PDB))
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.PDB, why)
                 return False
         destination = None
         if self.pacer is not None:
             destination, nowhere = self.pacer.destination(pod)
             if nowhere:
-                self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere))
-                log.info("not evicting %s (%s/%s): %s", pod.key, profile, strategy, nowhere)
+                self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere, Reason.NOWHERE_TO_GO))
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.NOWHERE_TO_GO, nowhere)
                 return False
         for pdb in pdbs:
             key = (pdb.namespace, pdb.name)

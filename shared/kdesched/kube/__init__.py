@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from kdesched.kube.snapshot import load_live_snapshot
 
 # Loaded on first use (PEP 562): importing kdesched.kube.errors must not load the kubernetes
-# client, which costs ~0.2 s that `kdesched simulate` never needs.
+# client, whose import `kdesched simulate` never needs (its cost: docs/benchmarks.md, "Figures
+# behind the code").
 _LAZY = {
     "RESOURCES": "client", "KubeClient": "client", "ListResult": "client", "RequestStats": "client",
     "Resource": "client", "ApiError": "errors", "ConfigError": "errors", "Conflict": "errors",

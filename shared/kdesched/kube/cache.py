@@ -28,7 +28,7 @@ How (docs/reactor.md, "Warm cache in serve"):
   :meth:`KubeClient.sibling`) shares the bucket of the client it was made from, so the cache and
   the runs together stay within ``--kube-api-qps``. The first sync fits the bucket: one token
   per 500 objects (at 150,000 pods 300 pages: the burst of 100, then at most 4 s of refill at the
-  default 50 qps, spread over a LIST that reads ~580 MiB anyway), plus one count per kind.
+  default 50 qps, spread over a LIST that reads hundreds of MiB anyway), plus one count per kind.
 - The stores hold the records the model's parsers build (``Node.from_api``... and the fast path's
   Pod records): the same records a LIST-based snapshot (:func:`kdesched.kube.snapshot.load_live_snapshot`)
   holds, in the same order (the API server lists in etcd key order, ``namespace/name``; the
@@ -93,24 +93,23 @@ PARSERS: Mapping[str, Callable[[Any], Any]] = {
 CLUSTER_SCOPED = frozenset({"Node", "PriorityClass", "Namespace"})
 
 # Estimated resident bytes per cached record (records plus the store's dict and index entries),
-# measured with tracemalloc on bench/generate.py's clusters (docs/reactor.md, "Warm cache"); a
-# pod's share of the usage / owner / workload indexes is ~125 of its 2,725.
+# measured with tracemalloc on bench/generate.py's clusters (how and when: docs/benchmarks.md,
+# "Figures behind the code").
 BYTES_PER_RECORD: Mapping[str, int] = {
     "Pod": 2725, "Node": 1400, "PodDisruptionBudget": 700, "PriorityClass": 250, "Namespace": 450,
     "PersistentVolumeClaim": 350,
 }
-# All kinds together, when no container memory limit is found. 300,000 is twice the Kubernetes
-# scalability limit of 150,000 pods (about 0.8 GB estimated); past it the cache gives up and runs
-# LIST per event again.
+# All kinds together, when no container memory limit is found: twice the Kubernetes scalability
+# limit of 150,000 pods (its estimated size: docs/benchmarks.md, "Figures behind the code"); past
+# it the cache gives up and runs LIST per event again.
 DEFAULT_MAX_OBJECTS = 300_000
 # The share of the container's memory limit the stores may take (auto_ceiling). A re-LIST (after
-# 410, or coming back under the ceiling) builds the new store while the old one still serves runs:
-# measured with tracemalloc at 16,386 objects, the peak during 410 re-LISTs is 2.07 x the steady
-# store, and RSS runs ~1.1 x the estimate (423 MiB for 385 MiB at 150,000 pods, docs/reactor.md).
-# So at the ceiling a re-LIST reaches 0.35 x 2.07 x 1.1 = 0.80 of the limit; the other 20% is for
-# the interpreter and libraries (~50 MiB RSS at start), the LIST page being decoded and a run's
-# planning. (Half the limit would pass it during a re-LIST.) At 2 Gi (knative/standalone/) that is
-# ~275,000 objects; at 1 Gi ~138,000.
+# 410, or coming back under the ceiling) builds the new store while the old one still serves runs,
+# so the peak is about twice the steady store, and RSS runs a little above the estimate: this
+# share keeps a re-LIST at the ceiling near 80% of the limit, leaving the rest to the interpreter,
+# the LIST page being decoded and a run's planning (half the limit would pass it during a
+# re-LIST). The measured ratios and what the share allows at 1 and 2 Gi: docs/benchmarks.md,
+# "Figures behind the code".
 MEMORY_SHARE = 0.35
 # Bytes per object for the ceiling: a pod's (the largest record, and almost all of the objects).
 CEILING_BYTES_PER_OBJECT = BYTES_PER_RECORD["Pod"]

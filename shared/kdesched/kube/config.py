@@ -311,12 +311,17 @@ def check_kubeconfig(path: str, context: str | None = None) -> None:
         raise ConfigError(f"{where}.cluster.server: is required (the API server's URL, e.g. https://127.0.0.1:6443), "
                           f"got {_show(server)}")
     try:
-        parts = urlsplit(server.strip())
+        parts = urlsplit(server)
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
         parts, port_ok = None, False
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         raise ConfigError(f"{where}.cluster.server: must be an http or https URL, e.g. https://127.0.0.1:6443, "
+                          f"got {_show(server)}")
+    if any(c.isspace() or not c.isprintable() for c in server):
+        # urlsplit drops a trailing newline (and tabs), the HTTP client does not: every request then failed as a
+        # lost connection (run retried for 17 s and exited 1, serve retried forever)
+        raise ConfigError(f"{where}.cluster.server: must be a URL without spaces, newlines or control characters, "
                           f"got {_show(server)}")
 
 
@@ -327,7 +332,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     else ``$KUBECONFIG`` / ``~/.kube/config``.
     """
     # imported here, not at module level: the CLI builds its flags from this module, and
-    # ``kdesched simulate`` must not pay ~0.2 s for a client it never uses
+    # ``kdesched simulate`` must not pay the import of a client it never uses (docs/benchmarks.md)
     from kubernetes import config as k8s_config
     from kubernetes.client import Configuration
     from kubernetes.config.config_exception import ConfigException

@@ -17,9 +17,10 @@ is retried (a GET changes nothing; etcd's "request timed out" / "leader changed"
 eviction whose connection dropped is retried because the eviction carries a uid precondition and
 its outcome is confirmed by a GET (:mod:`kdesched.evictor.execute`). A 429 the Eviction API sends
 for a PodDisruptionBudget is not throttling: it is a refusal (:func:`is_pdb_refusal`), retried by
-the evictor's own rule because a budget comes back. Everything else is deterministic: another
-4xx, 501 and 505+, an eviction's 500 without ``Retry-After`` (the API server's "This pod has more
-than one PodDisruptionBudget" is one) fails at once instead of being retried for a minute.
+the evictor's own rule because a budget comes back. Everything else is deterministic here: another
+4xx, 501 and 505+, a write's 500 without ``Retry-After``. (The evictor still retries an eviction's
+plain 500 by its own rule, reading the pod back, except the API server's "This pod has more than
+one PodDisruptionBudget", which would say the same for a minute: :mod:`kdesched.evictor.execute`.)
 """
 
 from __future__ import annotations

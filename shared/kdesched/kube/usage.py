@@ -16,8 +16,11 @@ beside their snapshot, and only when an enabled LowNodeUtilization balances on u
   service account token when there is one (upstream's in-cluster client); the CA from
   ``kdesched.usage.prometheusCAFile`` (:mod:`kdesched.kube.prometheus`).
 
+The alert brake's alerts are read here too (:func:`read_brake_alerts`), because their token is
+taken as the Prometheus entry's is.
+
 Nothing here raises for a failed reading: the strategy that needs it fails with the message, the
-others run (docs/strategies.md, "Faults").
+others run (docs/strategies.md, "Faults"); the alert brake holds.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any
 
 from kdesched.kube.client import KubeClient, ReadRetry
 from kdesched.kube.errors import ApiError, NotFound
-from kdesched.kube.prometheus import query_instant
+from kdesched.kube.prometheus import query_instant, read_alerts
+from kdesched.model.alerts import AlertsReading
 from kdesched.model.errors import ModelError
 from kdesched.model.usage import (
     MetricsReadings,
@@ -213,3 +217,19 @@ def read_usage(client: KubeClient, policy: Policy, settings: UsageSettings, *, e
     young = settings.young_node_seconds if event_path and settings.young_node_seconds > 0 else None
     return Usage(metrics=metrics, prometheus=tuple(results), young_node_seconds=young)
 
+
+
+def read_brake_alerts(client: KubeClient, url: str, *, secret_namespace: str = "", secret_name: str = "",
+                      token_file: str = "", ca_file: str = "", timeout: float = 5.0, settle_seconds: float = 0.0,
+                      read: Callable[..., AlertsReading] = read_alerts) -> AlertsReading:
+    """The alert brake's reading (:func:`kdesched.kube.prometheus.read_alerts`) with its token taken
+    as a ``metricsProviders`` Prometheus entry takes it: the Secret's ``prometheusAuthToken`` when
+    ``authToken.secretReference`` names one, else ``tokenFile``, else the in-cluster service account
+    token when there is one. A Secret that cannot be read is the reading's error (the brake holds)."""
+    token = ""
+    if secret_name or not token_file:
+        token, problem = prometheus_token(client, secret_namespace, secret_name)
+        if problem:
+            return AlertsReading(source=url.rstrip("/"), error=f"{problem} (kdesched.alertBrake.authToken)")
+    return read(url, token=token, token_file=token_file, ca_file=ca_file, timeout=timeout,
+                settle_seconds=settle_seconds)

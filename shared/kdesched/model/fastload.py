@@ -4,8 +4,8 @@ Why: at 150,000 pods the realistic snapshot is 580 MB of JSON, and decoding it w
 library (every field into dicts, then the validating record parsers) was most of ``simulate``'s
 time. msgspec splits the ``items`` array without building anything, then decodes each Pod into
 typed structs that hold only the fields :meth:`Pod.from_api` reads (managedFields and status
-details are skipped by its C scanner): 5.6 us per pod against 9.2 for ``orjson`` (which builds
-every dict, and only of whole documents) and 21 for ``json`` (docs/benchmarks.md, "Decoding").
+details are skipped by its C scanner): faster than ``orjson`` (which builds every dict, and only
+of whole documents) and ``json`` (the figures: docs/benchmarks.md, "Decoding").
 
 The file is memory-mapped and the pages of items already turned into records are returned to the
 kernel as loading proceeds, so the records do not sit next to a second copy of the file. (A
@@ -28,9 +28,10 @@ built here when every check passes, the ordinary loader for the whole file (``Gi
 so that problems are reported in order by one code path.
 
 One difference, for input no tool writes: a key given twice (RFC 8259 says names SHOULD be unique)
-in the List object itself or inside a Pod the structs read keeps its last value here (msgspec does
-not report it), where the ordinary loader refuses the file, as it refuses a YAML mapping with a key
-twice. Every item read by the standard library here (other kinds, unusual pods) is refused alike.
+inside a Pod the structs read keeps its last value here (msgspec does not report it), where the
+ordinary loader refuses the file, as it refuses a YAML mapping with a key twice. The List object's
+own keys are walked once (:func:`_keys_once`, one regular-expression match per item) and every item
+read by the standard library here (other kinds, unusual pods) is refused alike.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import json
 import mmap
 import operator
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal
@@ -374,6 +376,10 @@ def _pod(item: _Item) -> Pod:
     _CONTAINER_NAMES.extend(map(_name_of, spec.containers or ()))
     if spec.initContainers:
         _CONTAINER_NAMES.extend(map(_name_of, spec.initContainers))
+    if spec.initContainers or (spec.containers is not None and len(spec.containers) > 1):
+        names_here = [*map(_name_of, spec.containers or ()), *map(_name_of, spec.initContainers or ())]
+        if len(set(names_here)) != len(names_here):
+            raise _Slow  # a container name twice in one Pod: validate.py reports it, as the API server does
     volumes = []
     for v in spec.volumes or ():
         kind = next((k for k in v if k != "name"), "")
@@ -501,6 +507,87 @@ def load_json_list(path: str, name: str) -> tuple[Snapshot, dict[str, Any]] | No
             pass
 
 
+_KEY = re.compile(rb'"((?:[^"\\\x00-\x1f]|\\.)*)"[ \t\n\r]*:[ \t\n\r]*')  # a key and its colon
+_WS = re.compile(rb"[ \t\n\r]*")
+_AFTER = re.compile(rb"[ \t\n\r]*([,\]}])[ \t\n\r]*")  # the delimiter after a value
+_WINDOW = 1 << 16
+
+
+def _value_end(mm: mmap.mmap, pos: int) -> int:
+    """Where the (small) JSON value at ``pos`` ends, read by the standard library (a key twice
+    inside it raises :class:`DuplicateKey`); -1 if it does not parse."""
+    window = _WINDOW
+    while True:
+        last = pos + window >= len(mm)
+        text = codecs.getincrementaldecoder("utf-8")().decode(mm[pos:pos + window], final=last)
+        try:
+            _, end = _STRICT_JSON.raw_decode(text)
+        except json.JSONDecodeError:
+            end = -1
+        if end >= 0 and (end < len(text) or last):  # a value cut at the window's end (a number) reads on
+            return pos + len(text[:end].encode("utf-8"))
+        if last:
+            return -1
+        window *= 4
+
+
+def _items_end(mm: mmap.mmap, pos: int, items: list[msgspec.Raw]) -> int:
+    """Just past the ``]`` of the array whose ``[`` is at ``pos``, walked by the lengths of the
+    items msgspec split from it; -1 when they do not line up (another ``items`` was split)."""
+    after = _AFTER.match
+    at = _WS.match(mm, pos + 1).end()  # type: ignore[union-attr]  # "*" always matches
+    if not items:
+        return at + 1 if mm[at:at + 1] == b"]" else -1
+    last = len(items) - 1
+    for i in range(last):
+        sep = after(mm, at + len(items[i]))
+        if sep is None or sep.group(1) != b",":
+            return -1
+        at = sep.end()
+    sep = after(mm, at + len(items[last]))
+    return sep.end() if sep is not None and sep.group(1) == b"]" else -1
+
+
+def _keys_once(mm: mmap.mmap, start: int, items: list[msgspec.Raw]) -> bool:
+    """Whether the List object at ``start`` names each of its keys once (msgspec keeps the last of
+    a key given twice, where the ordinary loader refuses the file: ``"items"`` twice would decide on
+    the second list alone). Walks the object's keys: ``items`` by the lengths of the items msgspec
+    split (one match per item), any other value by the standard library. False when in doubt: the
+    ordinary loader then reads the file and reports what it finds."""
+    key_at, after = _KEY.match, _AFTER.match
+    seen: set[str] = set()
+    pos = _WS.match(mm, start + 1).end()  # type: ignore[union-attr]  # "*" always matches
+    while True:
+        found = key_at(mm, pos)
+        if found is None:
+            return False
+        try:
+            key = json.loads(b'"' + found.group(1) + b'"')
+        except ValueError:
+            return False
+        if key in seen:
+            return False
+        seen.add(key)
+        pos = found.end()
+        if key == "items" and mm[pos:pos + 1] == b"[":
+            pos = _items_end(mm, pos, items)
+        else:
+            try:
+                pos = _value_end(mm, pos)
+            except (DuplicateKey, RecursionError):
+                return False
+        if pos < 0:
+            return False
+        sep = after(mm, pos)
+        if sep is None:
+            return False
+        if sep.group(1) == b"}":
+            return sep.end() == len(mm)
+        if sep.group(1) != b",":
+            return False
+        pos = sep.end()
+
+
 def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
     start = 0
     while start < len(mm) and mm[start] in b" \t\n\r":
@@ -509,7 +596,7 @@ def _load(mm: mmap.mmap, name: str) -> tuple[Snapshot, dict[str, Any]] | None:
         return None
     try:
         head = _HEAD.decode(mm)
-        if head.items is None:
+        if head.items is None or not _keys_once(mm, start, head.items):
             return None
         head_fields = {"kind": _json(head.kind), "metadata": _json(head.metadata)}
     except (msgspec.MsgspecError, ValueError, RecursionError):

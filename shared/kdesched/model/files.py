@@ -20,7 +20,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -113,12 +113,36 @@ def read_file_bytes(path: str, limit: int) -> bytes:
             raise InputRefused(f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+            data = read_at_most(fh.read, limit, first=st.st_size + 1)
     finally:
         os.close(fd)
-    if len(data) > limit:  # it grew after the check
+    if data is None:  # it grew after the check
         raise InputRefused(f"is more than the limit of {_size(limit)}")
     return data
+
+
+_CHUNK = 1 << 24
+
+
+def read_at_most(read: Callable[[int], bytes], limit: int, first: int = _CHUNK) -> bytes | None:
+    """At most ``limit`` bytes from ``read`` until it returns nothing; None when there are more.
+
+    Why chunks: ``read(n)`` allocates its whole ``n``-byte buffer before reading, so one read of
+    ``limit + 1`` reserved 2 GiB for a 7 kB snapshot (a MemoryError under a 2 GiB address-space
+    limit). The first read asks for ``first`` bytes (a file's size plus one: the whole file and a
+    look for more), each later one for at most 16 MiB."""
+    chunks: list[bytes] = []
+    total, want = 0, max(1, first)
+    while total <= limit:
+        chunk = read(min(want, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = _CHUNK
+    if total > limit:
+        return None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_stdin(limit: int = MAX_SNAPSHOT_BYTES) -> str:
@@ -146,18 +170,10 @@ def read_stdin(limit: int = MAX_SNAPSHOT_BYTES) -> str:
             raise ModelError("<stdin>", "is a device, not a file or a pipe; give a file")
         if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
             raise ModelError("<stdin>", f"is {st.st_size} bytes, more than the limit of {_size(limit)}")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = buffer.read(min(1 << 24, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
+        read = read_at_most(buffer.read, limit)
+        if read is None:
             raise ModelError("<stdin>", too_big)
-        data = b"".join(chunks)
-        del chunks
+        data = read
     except OSError as exc:
         raise ModelError("<stdin>", f"cannot read: {exc.strerror or exc}") from None
     except UnicodeError:

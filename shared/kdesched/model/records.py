@@ -534,10 +534,11 @@ class Pod:
 
 def positional_constructor(cls: type[Any]) -> Callable[..., Any]:
     """A constructor of the frozen, slotted dataclass ``cls`` taking every field positionally, in
-    field order, about 9x faster than ``cls(...)`` (0.4 against 3.8 us for a Pod).
+    field order, several times faster than ``cls(...)`` (docs/benchmarks.md, "Figures behind the
+    code").
 
     Why: a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (29
-    calls per Pod, ~0.5 s of a 150,000-pod load). Here a plain twin class with the very same
+    calls per Pod, a good part of a large load). Here a plain twin class with the very same
     ``__slots__`` (so the same memory layout) is filled with ordinary attribute stores, then
     becomes a ``cls`` by ``__class__`` assignment, which CPython allows exactly between classes of
     identical slot layout. The result is an ordinary, frozen ``cls`` instance: same fields, same

@@ -23,15 +23,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kdesched.model.errors import ModelError
+from kdesched.model.names import SUBDOMAIN_PATTERN, dns_label_problem, dns_subdomain_problem
 from kdesched.model.records import Pod
 
 SHOWN = 20
 """Problems listed in one error; the rest are counted."""
 
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL = re.compile(_LABEL)
-_DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_DNS_SUBDOMAINS = re.compile(rf"{_LABEL}(\.{_LABEL})*(\n{_LABEL}(\.{_LABEL})*)*")  # names joined by newlines
+# names joined by newlines, checked in one match (kdesched.model.names holds the one DNS rule)
+_DNS_SUBDOMAINS = re.compile(rf"{SUBDOMAIN_PATTERN}(\n{SUBDOMAIN_PATTERN})*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_VALUES = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?(\n(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?)*")
@@ -75,26 +74,7 @@ def object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # --- the API server's name rules (k8s.io/apimachinery/pkg/util/validation) -------------------------
-
-
-def dns_subdomain_problem(value: str) -> str | None:
-    """IsDNS1123Subdomain: at most 253 characters, lowercase DNS labels joined by dots."""
-    if len(value) > 253:
-        return f"must be at most 253 characters, got {len(value)}"
-    if _DNS_SUBDOMAIN.fullmatch(value) is None:
-        return (f"must be a DNS subdomain (lowercase letters, digits, '-' and '.', starting and ending with a "
-                f"letter or digit), got {value!r}")
-    return None
-
-
-def dns_label_problem(value: str) -> str | None:
-    """IsDNS1123Label: at most 63 characters, lowercase letters, digits and '-'."""
-    if len(value) > 63:
-        return f"must be at most 63 characters, got {len(value)}"
-    if _DNS_LABEL.fullmatch(value) is None:
-        return (f"must be a DNS label (lowercase letters, digits and '-', starting and ending with a letter or "
-                f"digit), got {value!r}")
-    return None
+# (DNS labels and subdomains: kdesched.model.names)
 
 
 def qualified_name_problem(value: str) -> str | None:
@@ -237,6 +217,23 @@ class _Checks:
             self.obj(res.get("requests"), f"{at}.resources.requests")
             self.obj(res.get("limits"), f"{at}.resources.limits")
 
+    def container_names_once(self, spec: Mapping[str, Any]) -> None:
+        """Container names are unique across a Pod's containers and initContainers (the API
+        server's ``Duplicate value``)."""
+        first: dict[str, str] = {}
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            for i, c in enumerate(items if isinstance(items, list) else ()):
+                name = c.get("name") if isinstance(c, Mapping) else None
+                if not isinstance(name, str) or not name:
+                    continue  # reported by containers()
+                at = f"spec.{key}[{i}].name"
+                if name in first:
+                    self.add(at, f"Duplicate value: {name!r} (the name of {first[name]}); container names are "
+                                 f"unique in a Pod")
+                else:
+                    first[name] = at
+
     def pod(self, raw: Mapping[str, Any]) -> None:
         meta = self.metadata(raw, "Pod")
         self.owner_references(meta)
@@ -244,6 +241,7 @@ class _Checks:
         if isinstance(raw.get("spec"), Mapping):  # a missing spec is one problem, not two
             self.containers(spec, "containers", required=True)
             self.containers(spec, "initContainers", required=False)
+            self.container_names_once(spec)
         node_name = self.string(spec.get("nodeName"), "spec.nodeName")
         if node_name:
             problem = dns_subdomain_problem(node_name)
@@ -332,6 +330,9 @@ _KIND_CHECKS = {
     "Pod": _Checks.pod, "Node": _Checks.node, "PodDisruptionBudget": _Checks.pdb,
     "PriorityClass": _Checks.priority_class, "Namespace": _Checks.namespace, "PersistentVolumeClaim": _Checks.pvc,
 }
+
+
+_KINDS_BY_LOWER = {kind.lower(): kind for kind in _KIND_CHECKS}
 
 
 def object_problems(kind: str, raw: Mapping[str, Any]) -> list[Problem]:
@@ -518,6 +519,10 @@ class SnapshotChecks:
                                f"as --policy")
             return False
         if kind not in _KIND_CHECKS:
+            known = _KINDS_BY_LOWER.get(kind.lower())
+            if known is not None:  # "pod": the API server knows no such kind (kinds are case-sensitive)
+                self.report(where, f"kind: {kind!r} is not a kind (kinds are case-sensitive): write {known}")
+                return False
             return True  # a kind kdesched does not read: skipped with a note by Snapshot.from_objects
         problems = object_problems(kind, raw)
         if problems:

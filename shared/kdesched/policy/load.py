@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -51,6 +51,7 @@ from kdesched.model.files import (
     refuse_duplicate_keys,
 )
 from kdesched.model.selectors import parse_selector
+from kdesched.model.validate import DuplicateKey, object_pairs
 from kdesched.policy import v1alpha1
 from kdesched.policy.args import INT32_MAX, SYSTEM_CRITICAL_PRIORITY, UINT_MAX, Fields, show
 from kdesched.policy.errors import PolicyError
@@ -63,6 +64,9 @@ from kdesched.policy.types import (
     PriorityThreshold,
     Profile,
 )
+
+if TYPE_CHECKING:  # rendered only for --profile: loaded when used
+    from kdesched.policy.presets import PresetCustomizations
 
 log = logging.getLogger("kdesched.policy")
 
@@ -114,8 +118,10 @@ def parse_yaml(text: str, source: str) -> Any:
     try:
         docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
     except yaml.YAMLError as exc:
-        try:
-            docs = [json.loads(text)]
+        try:  # JSON that YAML does not take (e.g. tabs); a key twice stays refused (DuplicateKey)
+            docs = [json.loads(text, object_pairs_hook=object_pairs)]
+        except DuplicateKey as dup:
+            raise PolicyError([f"not valid JSON: {dup}"], source) from None
         except (ValueError, RecursionError):
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -189,6 +195,21 @@ def policy_from_mapping(doc: Any, source: str, check_block: BlockCheck | None = 
     if errors or policy is None:
         raise PolicyError(errors, source)
     return policy
+
+
+def expand_presets(names: Sequence[str], custom: PresetCustomizations | None = None,
+                   namespaces: Collection[str] = ()) -> Policy:
+    """The policy for OpenShift profiles ``names`` (the CLI's ``--profile NAME``, repeatable):
+    :mod:`kdesched.policy.presets` renders the document, loaded here like any other (here, not
+    there: the presets module stays a renderer, and the loader imports it without a circle)."""
+    from kdesched.policy.presets import PresetCustomizations, render_presets
+
+    source = "presets " + ", ".join(names) if names else "presets"
+    try:
+        doc = render_presets(names, custom or PresetCustomizations(), namespaces)
+    except PolicyError as exc:
+        raise exc.with_source(source) from None
+    return policy_from_mapping(doc, source)
 
 
 def _dispatch(doc: Any, source: str, errors: list[str]) -> Policy | None:

@@ -294,19 +294,6 @@ def render_presets(names: Sequence[str], custom: PresetCustomizations,
     return doc
 
 
-def expand_presets(names: Sequence[str], custom: PresetCustomizations | None = None,
-                   namespaces: Collection[str] = ()) -> Policy:
-    """The policy for OpenShift profiles ``names`` (the CLI's ``--profile NAME``, repeatable)."""
-    from kdesched.policy.load import policy_from_mapping
-
-    source = "presets " + ", ".join(names) if names else "presets"
-    try:
-        doc = render_presets(names, custom or PresetCustomizations(), namespaces)
-    except PolicyError as exc:
-        raise exc.with_source(source) from None
-    return policy_from_mapping(doc, source)
-
-
 # --------------------------------------------------------------------------- preset documents
 
 OPERATOR_ONLY_FIELDS = ("managementState", "operatorLogLevel", "logLevel", "unsupportedConfigOverrides",

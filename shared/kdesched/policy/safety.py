@@ -104,7 +104,7 @@ def parse_max_unavailable(value: Any, where: str, errors: list[str]) -> int | st
             return value
     elif isinstance(value, str) and value.endswith("%"):
         digits = value[:-1]
-        if digits.isdigit() and 0 < int(digits) <= 100:
+        if digits.isascii() and digits.isdigit() and 0 < int(digits) <= 100:
             return f"{int(digits)}%"
     errors.append(f"{where}: must be an integer >= 1 or a percentage like \"25%\" (1% to 100%), got {_show(value)}")
     return None

@@ -6,11 +6,10 @@ place that happens, for every kind of run (node-scoped, balance, manual, sweep, 
 
 1. read the ledger (:mod:`kdesched.reactor.ledger_store`) and settle it against the run's snapshot
    (moves whose replacements are Ready end; held pods past the replacement timeout are given up);
-2. plan with it: the pacer counts in-flight pods as down and their destinations as taken, the gate
-   applies the cool-downs (a move continuing is not held back by its own earlier waves); then the
-   operator's controls (:mod:`kdesched.reactor.controls`): the cluster-health brake and closed
-   disruption windows defer evictions (reported ``deferred``, nothing written for them), the
-   disruption budgets refuse those that would take too many pods down at once;
+2. plan with it, asking the admission pipeline (:mod:`kdesched.admission.pipeline`, every control
+   in one documented order): the pacer counts in-flight pods as down and their destinations as
+   taken; the brakes and closed windows defer evictions (reported ``deferred``, nothing written
+   for them), the cool-downs, the bucket and the budgets refuse;
 3. write the ledger with this run's admitted (in flight) and held evictions, on the condition that
    nobody wrote it since step 1. If someone did, go back to 1 with the same snapshot: the plan is
    made again against what the other run admitted, so no two runs ever admit on the same state.
@@ -27,24 +26,26 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from kdesched.admission.control import RunContext
+from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmission
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.errors import ApiError
+from kdesched.model.alerts import AlertsReading
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.controls import Brake, Controlled, Controls
+from kdesched.reactor.controls import BrakeStatus, Controlled, apply_verdicts, held_flags
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
-from kdesched.reactor.limits import ClusterBucket, GateLog, make_gate
 from kdesched.reactor.surge import Chosen, Ended, Surges
 
 log = logging.getLogger("kdesched.reactor.admit")
@@ -55,28 +56,25 @@ REFUSED = frozenset({400, 401, 403, 404, 422})  # the API server will not take t
 # (kdesched.evictor.execute.RetrySettings.max_total_seconds), enforced on every attempt
 DEFAULT_DEADLINE_SECONDS = 60.0
 EVICTED = frozenset({"evicted", "already-gone"})
-# refusals that last only while something else settles (a replacement getting Ready, another run's
-# eviction): a node-scoped run refused so repeats like a paced one (kdesched.reactor.continuation)
-TRANSIENT_REFUSALS = ("PodDisruptionBudget ", "nowhere to go", "already admitted for eviction by another run")
 
 
 def waiting_workloads(decided: Decided) -> set[str]:
     """Workloads whose pods the run wanted and could not evict only for a passing reason (a PDB that
     allows no disruption while another pod is replaced, no room until a move settles, another run's
     eviction in flight): the run is repeated for them until they move or the move times out."""
-    return {workload_key(r.pod) for r in decided.plan.refusals if r.reason.startswith(TRANSIENT_REFUSALS)}
+    return {workload_key(r.pod) for r in decided.plan.refusals if r.kind.transient}
 
 
 @dataclass(frozen=True, slots=True)
-class Cooldowns:
-    """The cool-down settings a run applies."""
+class Retention:
+    """How long the ledger keeps what the controls read after a move ends."""
 
-    workload_seconds: float
-    node_seconds: float
-    keep_seconds: float  # how long the ledger keeps a cool-down (the longer of the two)
-    max_entries: int
-    backoff_base_seconds: float = 300.0  # wasted moves: the first back-off, doubled per wasted move
-    backoff_max_seconds: float = 3600.0  # and its cap
+    keep_seconds: float  # a cool-down (the longer of the workload's and the node's)
+    backoff_max_seconds: float = 3600.0  # the wasted-move back-off's cap
+
+    @classmethod
+    def of(cls, s: AdmissionSettings) -> Retention:
+        return cls(max(s.cooldown_workload_seconds, s.cooldown_node_seconds), s.backoff_max_seconds)
 
     @property
     def backoff_keep_seconds(self) -> float:
@@ -100,7 +98,7 @@ class Decided:
     """A plan whose evictions are admitted in the ledger (or a dry run, which writes nothing)."""
 
     plan: RunPlan
-    gate: GateLog
+    admission: RunAdmission  # what the pipeline answered (refusals for metrics, the cool-down repeat)
     before: Ledger  # the ledger the plan was made with (settled)
     admitted_at: float
     written: bool
@@ -109,7 +107,6 @@ class Decided:
     admissions: tuple[Admission, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     controlled: Controlled | None = None  # what the controls deferred (the plan above is what they let through)
-    brake: Brake = field(default_factory=lambda: Brake(False))
     # local monotonic time after which no eviction of this run may be sent or still be under way:
     # the ledger entries say the same in server time, so other runs know when it can no longer land
     deadline: float | None = None
@@ -186,14 +183,19 @@ def _counts(pod: Pod, snapshot: Snapshot | None, memo: dict[str, tuple[int, int]
 
 
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
-           dry_run: bool, now: float, bucket: ClusterBucket | None, cooldowns: Cooldowns, stop_when_spent: bool,
-           checkpoint: Callable[[], None] = lambda: None, controls: Controls | None = None,
-           trigger: str = "", clock: Callable[[], float] | None = None,
-           deadline_seconds: float = DEFAULT_DEADLINE_SECONDS, surges: Surges | None = None) -> Decided:
-    """Plan the run against the ledger and admit it (see the module docstring). ``trigger`` is the
-    run's label (taints, affinity, rebalance, sweep, manual, continuation) that disruption windows
-    may filter on; ``deadline_seconds``: how long after its admission an eviction may still be
-    sent (the executor enforces it: :attr:`Decided.deadline`). Raises
+           dry_run: bool, now: float, pipeline: Pipeline, retention: Retention, stop_when_spent: bool,
+           checkpoint: Callable[[], None] = lambda: None, trigger: str = "",
+           clock: Callable[[], float] | None = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+           namespace_labels: Callable[[str], Mapping[str, str] | None] | None = None,
+           alerts: AlertsReading | None = None, brake_status: BrakeStatus | None = None,
+           surges: Surges | None = None) -> Decided:
+    """Plan the run against the ledger and admit it (see the module docstring). The admission
+    pipeline (:mod:`kdesched.admission.pipeline`) answers every control; this is the loop that
+    writes the ledger conditionally and retries. ``trigger`` is the run's label (taints, affinity,
+    rebalance, sweep, manual, continuation) that disruption windows may filter on;
+    ``deadline_seconds``: how long after its admission an eviction may still be sent (the executor
+    enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading; ``surges``: the
+    surge-first moves (kdesched.reactor.surge), advanced in the settle and chosen after the plan. Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
@@ -214,15 +216,13 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             settled = surges.advance(settled, pods_of, now, ended)
         ledger = settled.ledger
         m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
-        brake = controls.brake(snapshot, scope.complete, ledger, now) if controls is not None else Brake(False)
-        gate, gate_log = make_gate(ledger, bucket, now=now, workload_seconds=cooldowns.workload_seconds,
-                                   node_seconds=cooldowns.node_seconds, stop_when_spent=stop_when_spent,
-                                   backoff_base_seconds=cooldowns.backoff_base_seconds,
-                                   backoff_max_seconds=cooldowns.backoff_max_seconds)
+        admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
+                                              namespace_labels or (lambda _ns: None), alerts))
+        if brake_status is not None:
+            brake_status.remember(admission.health, now)
         plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
-                        nodes=scope.nodes, gate=gate, safety=safety, ledger=ledger)
-        controlled = (controls.apply(plan, brake, ledger, snapshot, trigger, now) if controls is not None
-                      else Controlled(plan))
+                        nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
+        controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
         plan = controlled.plan
         chosen = surges.choose(plan, ledger, snapshot, scope.key, now) if surges is not None and not dry_run else None
         if chosen is not None:
@@ -230,20 +230,17 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
         notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
         own = read.ledger.written_by(run)  # an earlier attempt's records to replace
-        if dry_run or (not admissions and not settled.changed and not brake.record_unhealthy and not own):
+        if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
             if surges is not None and chosen is not None:
                 surges.fallback_events(chosen)
-            return Decided(plan, gate_log, ledger, now, False, settled, attempts, (), tuple(notes), controlled, brake,
+            return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled,
                            chosen=chosen)
         checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
         stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
         started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
         new = ledger.admit(admissions, stamp, run, deadline_seconds).prune(
-            stamp, cooldowns.keep_seconds, cooldowns.max_entries, cooldowns.backoff_keep_seconds)
-        if bucket is not None:
-            new = replace(new, bucket=bucket.drawn(ledger.bucket, stamp, sum(1 for a in admissions if not a.held)))
-        if brake.record_unhealthy:
-            new = new.with_unhealthy(now)
+            stamp, retention.keep_seconds, 0, retention.backoff_keep_seconds)
+        new = admission.record(new, sum(1 for a in admissions if not a.held), stamp)
         if chosen is not None:
             new = chosen.record(new)
         if _write(store, read, new, run):
@@ -256,8 +253,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if attempts > 1:
                 notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                              "meanwhile; this plan was made again against them)")
-            return Decided(plan, gate_log, ledger, stamp, True, settled, attempts, admissions, tuple(notes), controlled,
-                           brake, started + deadline_seconds, chosen, started_surges, tuple(ended))
+            return Decided(plan, admission, ledger, stamp, True, settled, attempts, admissions, tuple(notes),
+                           controlled, started + deadline_seconds, chosen, started_surges, tuple(ended))
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdesched.model.names import is_dns_subdomain
 from kdesched.reactor import metrics as m
 from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 from kdesched.reactor.lifecycle import unusable_reason
@@ -112,6 +113,8 @@ def digest_of(obj: Any) -> NodeDigest:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise NodeInputError("data.metadata.name", "is required")
+    if not is_dns_subdomain(name):  # as the API server names Nodes: every function downstream refuses it
+        raise NodeInputError("data.metadata.name", f"must be a node name (a DNS subdomain), got {name!r}")
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     if not isinstance(spec, Mapping):

@@ -1,21 +1,12 @@
-"""The operator's controls at admission: the cluster-health brake, disruption windows and budgets.
+"""The admission pipeline's answers applied to a run's plan and report, and the brake's /readyz state.
 
-Why: these decide whether a planned eviction may be admitted at all, for every kind of run, so
-they belong where every run admits its evictions (:func:`kdesched.reactor.admit.decide`), after
-the plan and before the ledger write:
-
-* the **health brake** (:mod:`kdesched.evictor.health`): while too many nodes (or a whole zone)
-  are NotReady or unreachable, and for ``healthBrake.settleSeconds`` after, nothing is admitted.
-  The last time a run saw the cluster unhealthy is kept in the disruption ledger, so every
-  process (the functions' pods, ``serve`` replicas) waits the same settle time;
-* **disruption windows** (:mod:`kdesched.evictor.windows`): an eviction whose strategy and trigger
-  a closed window covers is not admitted;
-* both report the evictions ``deferred`` (cause ``health-brake`` / ``window``), write nothing to
-  the ledger for them, and give the time the run should re-decide (the reactor repeats it then,
-  :mod:`kdesched.reactor.continuation`): the old plan is never replayed;
-* **disruption budgets** (:mod:`kdesched.evictor.budgets`): counted from the ledger's in-flight
-  pods plus this run's admissions; a refusal is reported ``blocked`` with the budget that stopped
-  it, like a cool-down, and the run is repeated shortly while something is in flight.
+Why: the controls themselves are pure, in :mod:`kdesched.admission` (one module each, in one
+order: :mod:`kdesched.admission.pipeline`). What is left for the reactor is shaping: a plan split
+into what may be admitted, what is deferred (a brake, a closed window: reported ``deferred`` with
+why, nothing written for them, re-decided when they may pass) and what a budget refused (reported
+``blocked``); the deferred evictions added back to the report; the health brake's last decision
+for ``/readyz`` and its gauge; and the Namespace LIST a per-namespace budget needs when the run's
+snapshot has no Namespaces.
 """
 
 from __future__ import annotations
@@ -29,24 +20,17 @@ from typing import Any
 
 from prometheus_client import Gauge
 
+from kdesched.admission.health import BrakeState
 from kdesched.engine import RunPlan, RunReport
-from kdesched.evictor.budgets import Budget, BudgetCheck
 from kdesched.evictor.execute import EvictionOutcome
-from kdesched.evictor.health import HealthBrakeSettings, HealthVerdict, judge, settling
-from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.pacing import PacedStep
 from kdesched.evictor.planner import Refusal
-from kdesched.evictor.windows import Window, Windows
-from kdesched.model.snapshot import Snapshot
+from kdesched.evictor.reasons import Verdict
 from kdesched.reactor.metrics import REGISTRY
 
 log = logging.getLogger("kdesched.reactor.controls")
 
 DEFERRED = "deferred"
-CAUSE_BRAKE = "health-brake"
-CAUSE_WINDOW = "window"
-BUDGET_RETRY_SECONDS = 5.0  # a run a budget held back looks again this soon (in-flight pods settle)
-UNHEALTHY_WRITE_SECONDS = 5.0  # the ledger's "last unhealthy" is moved at most this often
 
 HEALTH_BRAKE = Gauge("kdesched_health_brake", "1 while the cluster-health brake holds every eviction, by reason: "
                      "share (too many nodes NotReady or unreachable), zone (every node of a zone), settling (healthy "
@@ -56,20 +40,8 @@ BRAKE_REASONS = ("share", "zone", "settling")
 
 
 @dataclass(frozen=True, slots=True)
-class Brake:
-    """The health brake's decision for one run."""
-
-    holds: bool
-    reason: str = ""  # share | zone | settling
-    message: str = ""
-    until: float | None = None  # when the run should look again
-    verdict: HealthVerdict | None = None  # None: the snapshot does not hold every node (not judged)
-    record_unhealthy: bool = False  # move the ledger's "last unhealthy" to now
-
-
-@dataclass(frozen=True, slots=True)
 class Controlled:
-    """A plan after the controls: what may be admitted, what is deferred, what a budget refused."""
+    """A plan after the pipeline's plan checks: what may be admitted, what is deferred, what a budget refused."""
 
     plan: RunPlan
     deferred: tuple[EvictionOutcome, ...] = ()
@@ -78,49 +50,56 @@ class Controlled:
     notes: tuple[str, ...] = ()
 
 
-class Controls:
-    """The controls of one process (settings plus the state /readyz shows)."""
+def held_flags(plan: RunPlan) -> list[bool]:
+    """Per eviction of ``plan``: does pacing hold it for a later wave?"""
+    pacing = plan.pacing
+    return [pacing is not None and pacing.steps[i].wave > 0 for i in range(len(plan.evictions))]
 
-    def __init__(self, brake: HealthBrakeSettings | None = None, windows: Sequence[Window] = (),
-                 budgets: Sequence[Budget] = (),
-                 namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _ns: None,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.brake_settings = brake or HealthBrakeSettings()
-        self.windows = Windows(windows)
-        self.budgets = tuple(budgets)
-        self.namespace_labels = namespace_labels
+
+def apply_verdicts(plan: RunPlan, verdicts: Sequence[Verdict | None]) -> Controlled:
+    """Split ``plan`` by the pipeline's plan verdicts (kdesched.admission.pipeline.RunAdmission.finish)."""
+    if not any(v is not None for v in verdicts):
+        return Controlled(plan)
+    deferred: list[EvictionOutcome] = []
+    deferred_idx: list[int] = []
+    refusals: list[Refusal] = []
+    retry: list[float] = []
+    for i, (e, v) in enumerate(zip(plan.evictions, verdicts, strict=True)):
+        if v is None:
+            continue
+        if v.until is not None:
+            retry.append(v.until)
+        if v.reason.defers:
+            deferred.append(EvictionOutcome(e, DEFERRED, f"deferred: {v.message}", 0, v.reason.value))
+            deferred_idx.append(i)
+        else:
+            refusals.append(Refusal(e.pod, e.strategy, e.profile, v.message, v.reason))
+    keep = [i for i, v in enumerate(verdicts) if v is None]
+    pacing = plan.pacing
+    new = replace(plan, evictions=tuple(plan.evictions[i] for i in keep), refusals=(*plan.refusals, *refusals),
+                  pacing=replace(pacing, steps=tuple(pacing.steps[i] for i in keep)) if pacing is not None else None)
+    steps = tuple(pacing.steps[i] for i in deferred_idx) if pacing is not None else ()
+    notes = []
+    if deferred:
+        notes.append(f"{len(deferred)} eviction(s) deferred: {deferred[0].message.removeprefix('deferred: ')}")
+    if refusals:
+        notes.append(f"{len(refusals)} eviction(s) held back by disruption budgets (reported blocked)")
+    return Controlled(new, tuple(deferred), steps, min(retry) if retry else None, tuple(notes))
+
+
+class BrakeStatus:
+    """The health brake's last decision in this process, for /readyz and the gauge."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._last: tuple[float, Brake] | None = None
+        self._last: tuple[float, BrakeState] | None = None
 
-    # -- the health brake ------------------------------------------------------------------------
-    def brake(self, snapshot: Snapshot, complete: bool, ledger: Ledger, now: float) -> Brake:
-        """Judge the run's snapshot (when it holds every node: ``complete``), else go by the
-        ledger's "last unhealthy" alone; then the settle time."""
-        s = self.brake_settings
-        if not s.enabled:
-            return self._remember(now, Brake(False))
-        verdict = judge(snapshot.nodes.values(), s) if complete else None
-        if verdict is not None and verdict.unhealthy:
-            due = ledger.unhealthy_at is None or now - ledger.unhealthy_at >= min(UNHEALTHY_WRITE_SECONDS,
-                                                                                  s.settle_seconds / 4)
-            return self._remember(now, Brake(True, verdict.reason, verdict.message, now + max(s.settle_seconds, 1.0),
-                                             verdict, record_unhealthy=due))
-        ends = settling(ledger.unhealthy_at, now, s)
-        if ends is not None:
-            ago = max(0, int(now - (ledger.unhealthy_at or now)))
-            return self._remember(now, Brake(True, "settling", (
-                f"health brake: the cluster was last seen unhealthy {ago}s ago; evictions resume once it has been "
-                f"healthy for healthBrake.settleSeconds ({s.settle_seconds:g}s), in {max(0.0, ends - now):.0f}s"),
-                ends, verdict))
-        return self._remember(now, Brake(False, verdict=verdict))
-
-    def _remember(self, now: float, brake: Brake) -> Brake:
+    def remember(self, state: BrakeState, now: float) -> None:
         with self._lock:
-            self._last = (now, brake)
+            self._last = (now, state)
         for reason in BRAKE_REASONS:
-            HEALTH_BRAKE.labels(reason).set(1 if brake.holds and brake.reason == reason else 0)
-        return brake
+            HEALTH_BRAKE.labels(reason).set(1 if state.holds and state.reason == reason else 0)
 
     def status(self) -> str:
         """One line for /readyz ("" when the brake did not hold at the last decision)."""
@@ -133,77 +112,6 @@ class Controls:
         stale = "; it may have lifted since: the next run decides" if brake.until is not None and now >= brake.until \
             else ""
         return f"{brake.message} (as of {max(0, int(now - at))}s ago{stale}; not a failure: kdesched is ready)"
-
-    # -- windows and budgets ----------------------------------------------------------------------
-    def apply(self, plan: RunPlan, brake: Brake, ledger: Ledger, snapshot: Snapshot, trigger: str,
-              now: float) -> Controlled:
-        """Split ``plan``: deferred (brake, closed window), refused (budget), admitted (the rest)."""
-        if not plan.evictions or (not brake.holds and not self.windows and not self.budgets):
-            return Controlled(plan)
-        drop: dict[int, None] = {}
-        deferred: list[EvictionOutcome] = []
-        refusals: list[Refusal] = []
-        deferred_idx: list[int] = []  # plan positions of ``deferred``, in order
-        retry: list[float] = []
-        if brake.holds:
-            msg = f"deferred: {brake.message}"
-            deferred = [EvictionOutcome(e, DEFERRED, msg, 0, CAUSE_BRAKE) for e in plan.evictions]
-            drop = dict.fromkeys(range(len(plan.evictions)))
-            deferred_idx = list(range(len(plan.evictions)))
-            if brake.until is not None:
-                retry.append(brake.until)
-        else:
-            if self.windows:
-                states: dict[str, tuple[bool, str, float | None]] = {}
-                for i, e in enumerate(plan.evictions):
-                    if e.strategy not in states:
-                        st = self.windows.state(e.strategy, trigger, now)
-                        states[e.strategy] = (st.open, st.reason, st.opens_at)
-                    is_open, why, opens = states[e.strategy]
-                    if is_open:
-                        continue
-                    when = ("it re-decides then" if opens is not None else
-                            "no opening within 8 days: the next event or sweep re-decides")
-                    deferred.append(EvictionOutcome(e, DEFERRED, f"deferred: {why}; {when}", 0, CAUSE_WINDOW))
-                    drop[i] = None
-                    deferred_idx.append(i)
-                    if opens is not None:
-                        retry.append(opens)
-            if self.budgets:
-                check = BudgetCheck(self.budgets, ledger, snapshot.pods, self._labels(snapshot))
-                pacing = plan.pacing
-                for i, e in enumerate(plan.evictions):
-                    if i in drop or (pacing is not None and pacing.steps[i].wave > 0):
-                        continue  # held for a later wave: counted when its run sends it
-                    refused = check.admit(e.pod, e.strategy)
-                    if refused is not None:
-                        refusals.append(Refusal(e.pod, e.strategy, e.profile, refused))
-                        drop[i] = None
-                if refusals:
-                    retry.append(now + BUDGET_RETRY_SECONDS)
-        if not drop:
-            return Controlled(plan)
-        keep = [i for i in range(len(plan.evictions)) if i not in drop]
-        pacing = plan.pacing
-        if pacing is not None:
-            pacing = replace(pacing, steps=tuple(pacing.steps[i] for i in keep))
-        new = replace(plan, evictions=tuple(plan.evictions[i] for i in keep),
-                      refusals=(*plan.refusals, *refusals), pacing=pacing)
-        steps: tuple[PacedStep, ...] = ()
-        if plan.pacing is not None:
-            steps = tuple(plan.pacing.steps[i] for i in deferred_idx)
-        notes = []
-        if deferred:
-            notes.append(f"{len(deferred)} eviction(s) deferred: {deferred[0].message.removeprefix('deferred: ')}")
-        if refusals:
-            notes.append(f"{len(refusals)} eviction(s) held back by disruption budgets (reported blocked)")
-        return Controlled(new, tuple(deferred), steps, min(retry) if retry else None, tuple(notes))
-
-    def _labels(self, snapshot: Snapshot) -> Callable[[str], Mapping[str, str] | None]:
-        def labels(namespace: str) -> Mapping[str, str] | None:
-            ns = snapshot.namespaces.get(namespace)
-            return ns.labels if ns is not None else self.namespace_labels(namespace)
-        return labels
 
 
 def with_deferred(report: RunReport, controlled: Controlled) -> RunReport:

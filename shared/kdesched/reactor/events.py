@@ -18,11 +18,11 @@ Two rules the map needs beyond "type -> names":
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kdesched.model.names import is_dns_subdomain
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.control_plane import exclude_control_plane_taints, policy_safety
 from kdesched.policy.plugins import PLUGINS, parse_plugin_args
@@ -59,9 +59,6 @@ TOPOLOGY_STRATEGIES = frozenset({"RemovePodsViolatingTopologySpreadConstraint"})
 WELL_KNOWN_TOPOLOGY_KEYS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname")
 
 RUNNABLE_POINTS = ("deschedule", "balance")
-# a DNS subdomain (RFC 1123), as the API server validates Node names; matched whole (fullmatch:
-# ``$`` would accept a trailing newline)
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class EventScopeError(ValueError):
@@ -205,7 +202,7 @@ def topology_keys(settings_keys: Iterable[str], snapshot: Snapshot | None) -> fr
 def validate_node_name(node: Any) -> str:
     if not isinstance(node, str) or not node:
         raise EventScopeError(f"node: must be a non-empty node name, got {node!r}", "node")
-    if len(node) > 253 or not _NODE_NAME.fullmatch(node):
+    if not is_dns_subdomain(node):  # as the API server validates Node names
         raise EventScopeError(f"node: {node!r} is not a valid node name (lowercase DNS subdomain)", "node")
     return node
 

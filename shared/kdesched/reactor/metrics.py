@@ -34,23 +34,6 @@ LEADER = Gauge("kdesched_serve_leader", "1 while this `kdesched serve` instance 
                "0 while it is a standby; by the identity it campaigns with.", ["identity"], registry=REGISTRY)
 
 
-def refusal_kind(reason: str) -> str:
-    """A low-cardinality label for a refusal reason."""
-    if reason.startswith("cool-down: workload"):
-        return "cooldown-workload"
-    if reason.startswith("cool-down: node"):
-        return "cooldown-node"
-    if reason.startswith("cool-down:"):
-        return "cooldown-workload"
-    if reason.startswith("backed off after"):
-        return "wasted-move-backoff"
-    if reason.startswith("rate limit"):
-        return "rate-limit"
-    if reason.startswith("already admitted"):
-        return "in-flight-elsewhere"
-    return "other"
-
-
 WAITING = Counter("kdesched_reactor_not_usable_total",
                   "Rebalance triggers that ran nothing because their node was not usable for ordinary pods yet.",
                   ["type"], registry=REGISTRY)

@@ -9,9 +9,9 @@ record: the differences become the semantic events a watch would have sent (a no
 re-created: ``node.added``; usable now and not then: ``node.ready``; other taints:
 ``taints.changed``; other labels: ``labels.changed``, keys unknown so the conservative scope).
 
-The record holds hashes, not the nodes: a few dozen bytes per node, zlib-compressed: about
-15 bytes a node, so some 13,000 nodes fit in the annotation budget (measured with random uids). A cluster too large for it, or a first start (no
-record), reconciles nothing: the sweep remains the safety net, and the log says so.
+The record holds hashes, not the nodes: a few dozen bytes per node, zlib-compressed (how many
+nodes fit in the annotation budget: docs/benchmarks.md, "Figures behind the code"). A cluster too
+large for it, or a first start (no record), reconciles nothing: the sweep remains the safety net, and the log says so.
 
 What it cannot catch: a change acted on by no run because the process died between seeing it and
 running (the record is written from the classifier, i.e. from what was seen). A run that had

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kdesched.admission.pipeline import Pipeline
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import (
@@ -46,15 +47,16 @@ from kdesched.evictor.ledger import (
 )
 from kdesched.evictor.metrics import observe_run
 from kdesched.kube.client import KubeClient
-from kdesched.kube.usage import MetricsCollector, read_usage
+from kdesched.kube.usage import MetricsCollector, read_brake_alerts, read_usage
+from kdesched.model.alerts import AlertsReading
 from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.admit import Cooldowns, Decided, RunScope, decide, record_outcomes, waiting_workloads
+from kdesched.reactor.admit import Decided, Retention, RunScope, decide, record_outcomes, waiting_workloads
 from kdesched.reactor.classifier import digest_of
 from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.controls import Controls, NamespaceLabels, with_deferred
+from kdesched.reactor.controls import BrakeStatus, NamespaceLabels, with_deferred
 from kdesched.reactor.coordination import (
     Coalescer,
     KeyedCoalescers,
@@ -79,7 +81,6 @@ from kdesched.reactor.events import (
 )
 from kdesched.reactor.ledger_store import LedgerStore
 from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.limits import ClusterBucket
 from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
@@ -119,19 +120,15 @@ class Reactor:
         self.identity = identity or default_identity()
         self.wall_clock = wall_clock
         self.stop = stop or threading.Event()
-        g = settings.rate_limits.global_
-        self.bucket = ClusterBucket(g.per_minute, g.burst) if g is not None else None
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
         # surge-first moves (docs/safety.md): need the safety defaults' pacing and the ledger
         self.surges = Surges(client, enabled=settings.surge_enabled and self.safety.enabled,
                              timeout_seconds=self.safety.replacement_timeout_seconds)
-        self.cooldowns = Cooldowns(settings.cooldown_workload_seconds, settings.cooldown_node_seconds,
-                                   max(settings.cooldown_workload_seconds, settings.cooldown_node_seconds),
-                                   0, settings.wasted_move_base_seconds,  # 0: no entry cap (records per workload)
-                                   settings.wasted_move_max_seconds)
-        # the operator's controls at admission: health brake, disruption windows and budgets
-        self.controls = Controls(settings.health_brake, settings.windows, settings.budgets,
-                                 NamespaceLabels(lambda: client.list_raw("Namespace").items), clock=wall_clock)
+        # every control at admission, in one order, built once for this policy (kdesched.admission)
+        self.pipeline = Pipeline.build(settings.admission)
+        self.retention = Retention.of(settings.admission)
+        self.namespace_labels = NamespaceLabels(lambda: client.list_raw("Namespace").items)
+        self.brake_status = BrakeStatus(clock=wall_clock)  # the health brake's last decision, for /readyz
         # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
         self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
         self.balance_lock = threading.Lock()
@@ -207,7 +204,7 @@ class Reactor:
         if trigger.type == PING:
             strategies, nodes = None, None
         try:
-            policy = event_policy(self.policy, strategies) if strategies else self.policy
+            policy = event_policy(self.policy, strategies, self.safety) if strategies else self.policy
         except EventScopeError as exc:
             raise RequestError(str(exc), "data.strategies") from None
         dry_run = self._dry() or bool(dry)
@@ -255,7 +252,7 @@ class Reactor:
         strategies = tuple(names)
         if not strategies:
             return empty_result(self._dry(), "the event map runs nothing for this event", triggers)
-        policy = event_policy(self.policy, strategies)
+        policy = event_policy(self.policy, strategies, self.safety)
         return self._leased_run(policy, strategies, None, self._dry(), "rebalance", triggers)
 
     def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, RunResult]:
@@ -283,7 +280,7 @@ class Reactor:
         if not strategies:
             return empty_result(dry_run, reason, triggers)
         try:
-            policy = event_policy(self.policy, strategies)
+            policy = event_policy(self.policy, strategies, self.safety)
         except EventScopeError as exc:
             raise RequestError(str(exc), "strategies") from None
         if any(extension_point(s) == "balance" for s in strategies):
@@ -314,7 +311,7 @@ class Reactor:
                 _NodeReq(trigger, None, tuple(strategies))).result
         else:
             trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
-            policy = event_policy(self.policy, scope.strategies) if scope.strategies else self.policy
+            policy = event_policy(self.policy, scope.strategies, self.safety) if scope.strategies else self.policy
             result = self._balance_locked("continuation", lambda: self._leased_run(
                 policy, scope.strategies, scope.nodes, self._dry(), "continuation", [trigger]))
         results = [e.get("result") for e in result.evictions]
@@ -335,12 +332,21 @@ class Reactor:
             with guard:
                 snapshot = self.loader(self.client, None, kinds_needed(policy))
                 snapshot = self._with_usage(policy, snapshot)
-                # leased runs stop planning once the global bucket is empty (reactor.limits.make_gate)
+                # leased runs stop planning once the cluster-wide bucket is empty (kdesched.admission.bucket)
                 return self._decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, guard=guard,
                                                 stop_when_spent=True)
         except LockBusy:
             m.LOCK_BUSY.labels(label).inc()
             raise
+
+    def _alerts(self) -> AlertsReading | None:
+        """The alert brake's reading for one run (kdesched.admission.alerts), when it is on."""
+        s = self.settings.alert_brake
+        if not s.enabled:
+            return None
+        return read_brake_alerts(self.client, s.url, secret_namespace=s.token_secret_namespace,
+                                 secret_name=s.token_secret_name, token_file=s.token_file, ca_file=s.ca_file,
+                                 timeout=s.timeout_seconds, settle_seconds=s.settle_seconds)
 
     def _with_usage(self, policy: Policy, snapshot: Any) -> Any:
         """The snapshot plus the measured usage the policy balances on (LowNodeUtilization's
@@ -372,11 +378,12 @@ class Reactor:
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
-                             bucket=self.bucket, cooldowns=self.cooldowns, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint, controls=self.controls, trigger=label,
-                             clock=self.wall_clock, surges=self.surges)
-            for why in decided.gate.refusals:
-                m.REFUSALS.labels(m.refusal_kind(why)).inc()
+                             pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
+                             checkpoint=checkpoint, trigger=label, clock=self.wall_clock,
+                             namespace_labels=self.namespace_labels, alerts=self._alerts(),
+                             brake_status=self.brake_status, surges=self.surges)
+            for verdict in decided.admission.refused:
+                m.REFUSALS.labels(verdict.reason.value).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:
@@ -428,11 +435,13 @@ class Reactor:
         surging = set(decided.settled.ledger.surges) & _scope_workloads(decided)
         evicted |= begun | surging | {e.workload for e in decided.surges_ended}
         held |= begun | surging
-        until = decided.gate.cooldown_until if cooldown_repeat else None
+        until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
             # the controls deferred evictions: re-decide when they may pass (reactor.controls)
-            until, why = decided.retry_at, "the health brake" if decided.brake.holds else "a disruption window or budget"
+            brake = decided.admission.brake
+            until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
+                                            else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
         return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
 
@@ -462,7 +471,7 @@ class Reactor:
             if c.seconds is not None:
                 m.MOVE_READY.labels(c.strategy).observe(c.seconds)
         backoffs = decided.settled.ledger.backoffs
-        cd = self.cooldowns
+        cd = self.settings.admission
 
         def backoff_note(c: CheckedMove) -> str:
             b = backoffs.get(backoff_key(c.workload, c.strategy))

@@ -47,7 +47,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -152,6 +153,14 @@ CACHE_METRICS = _CacheCollector()
 REGISTRY.register(CACHE_METRICS)
 
 
+def outcome_counts(report: Mapping[str, Any]) -> str:
+    """``N eviction(s)`` for the pods a run evicted (or would evict, dry), then the other outcomes
+    by result: ``1 eviction(s), 2 paced``. Paced, failed or abandoned pods are no evictions."""
+    counts = Counter(str(o.get("result", "")) for o in report.get("evictions", []) if isinstance(o, Mapping))
+    done = counts.pop("evicted", 0) + counts.pop("dry-run", 0)
+    return ", ".join([f"{done} eviction(s)", *(f"{n} {result}" for result, n in sorted(counts.items()))])
+
+
 class ReactorServer:
     """The serve loop. ``app_factory`` builds the HTTP app (kept outside the reactor layer: Flask
     and CloudEvents live in the functions layer); None = no HTTP endpoint."""
@@ -230,7 +239,7 @@ class ReactorServer:
         if self.cache is not None and not self.cache.disabled and self.cache.unsynced():
             return False, f"leader, {self.cache.describe()}"
         cache = f"; {self.cache.describe()}" if self.cache is not None else ""
-        brake = self.reactor.controls.status()  # the health brake holds evictions: ready all the same
+        brake = self.reactor.brake_status.status()  # the health brake holds evictions: ready all the same
         return True, f"leader, watching {len(self.classifier)} node(s){cache}" + (f"; {brake}" if brake else "")
 
     @property
@@ -260,8 +269,8 @@ class ReactorServer:
                 if report.get("joined"):
                     log.info("%s on %s: joined the queued balance run", e.type, e.node)
                 else:
-                    log.info("%s on %s: %d eviction(s), %d blocked%s", e.type, e.node,
-                             len(report.get("evictions", [])), len(report.get("blocked", [])),
+                    log.info("%s on %s: %s, %d blocked%s", e.type, e.node, outcome_counts(report),
+                             len(report.get("blocked", [])),
                              f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
                 return
             except ShuttingDown:

@@ -32,9 +32,10 @@ sweepIntervalSeconds            900        ``kdesched serve`` periodic full run 
 historyMaxEntries               1000       accepted for 0.1 policies; the ledger is split per workload and
                                            has no entry cap any more (docs/design.md)
 safety                          see below  kdesched.policy.safety: on in the event path, off in simulate/run
-healthBrake                     see below  kdesched.evictor.health: no eviction while > 20% of nodes (or a zone) is down
-disruptionWindows               []         kdesched.evictor.windows: cron schedule + duration, allow or forbid
-disruptionBudgets               []         kdesched.evictor.budgets: at most N or N% unavailable through kdesched
+healthBrake                     see below  kdesched.admission.health: no eviction while > 20% of nodes (or a zone) is down
+alertBrake                      disabled   kdesched.admission.alerts: no eviction while named Prometheus alerts fire
+disruptionWindows               []         kdesched.admission.windows: cron schedule + duration, allow or forbid
+disruptionBudgets               []         kdesched.admission.budgets: at most N or N% unavailable through kdesched
 usage                           see below  kdesched.policy.usage: Prometheus CA and timeout, the young-node rule
 moves.surge                     true       surge-first moves in the event path (kdesched.evictor.surge); false:
                                            evictions only (what simulate and run always do)
@@ -51,10 +52,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdesched.evictor.budgets import Budget
-from kdesched.evictor.health import HealthBrakeSettings
-from kdesched.evictor.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
+from kdesched.admission.alerts import AlertBrakeSettings, parse_alert_brake
+from kdesched.admission.bucket import ClusterBucket
+from kdesched.admission.budgets import Budget
+from kdesched.admission.health import HealthBrakeSettings
+from kdesched.admission.pipeline import AdmissionSettings
+from kdesched.admission.windows import TRIGGERS, Cron, CronError, Window, parse_duration, parse_zone
 from kdesched.model.errors import ModelError
+from kdesched.model.names import is_dns_label, is_dns_subdomain
 from kdesched.model.selectors import LabelSelector
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.safety import SafetySettings, parse_safety
@@ -65,9 +70,6 @@ LEASE_NAME_ENV = "KDESCHED_LEASE_NAME"
 LEASE_NAMESPACE_ENV = "KDESCHED_LEASE_NAMESPACE"
 DRY_RUN_ENV = "KDESCHED_DRY_RUN"
 BROKER_ENV = ("K_SINK", "KDESCHED_BROKER_URL")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class ReactorSettings:
     broker_url: str = ""
     safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
     health_brake: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
+    alert_brake: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)  # kdesched.admission.alerts
     windows: tuple[Window, ...] = ()
     budgets: tuple[Budget, ...] = ()
     usage: UsageSettings = field(default_factory=UsageSettings)  # kdesched.policy.usage
@@ -126,6 +129,16 @@ class ReactorSettings:
     @property
     def surge_enabled(self) -> bool:
         return self.surge_moves is not False
+
+    @property
+    def admission(self) -> AdmissionSettings:
+        """The admission pipeline's settings (kdesched.admission.pipeline), from this block."""
+        g = self.rate_limits.global_
+        return AdmissionSettings(self.health_brake, self.alert_brake, self.cooldown_workload_seconds,
+                                 self.cooldown_node_seconds, self.wasted_move_base_seconds,
+                                 self.wasted_move_max_seconds,
+                                 ClusterBucket(g.per_minute, g.burst) if g is not None else None,
+                                 self.windows, self.budgets)
 
     @property
     def lease_renew_deadline(self) -> float:
@@ -221,8 +234,8 @@ class _Reader:
 
 KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
               "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
-              "historyMaxEntries", "dryRun", "safety", "healthBrake", "disruptionWindows", "disruptionBudgets",
-              "usage", "moves")
+              "historyMaxEntries", "dryRun", "safety", "healthBrake", "alertBrake", "disruptionWindows",
+              "disruptionBudgets", "usage", "moves")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -284,15 +297,20 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
 
     events, overridden = validate_event_map(block.get("events"), policy, errors)
     brake = parse_health_brake(r, block.get("healthBrake"))
+    alert_brake = AlertBrakeSettings()
+    try:
+        alert_brake = parse_alert_brake(block.get("alertBrake"))
+    except PolicyError as exc:
+        errors.extend(exc.errors)
     windows = parse_windows(block.get("disruptionWindows"), errors)
     budgets = parse_budgets(block.get("disruptionBudgets"), errors)
 
     # environment: names of the Lease, dry-run switch, broker address
     lease_name = env.get(LEASE_NAME_ENV) or "kdesched"
     lease_ns = env.get(LEASE_NAMESPACE_ENV) or env.get("POD_NAMESPACE") or "kdesched"
-    if len(lease_name) > 253 or not _DNS_SUBDOMAIN.match(lease_name):
+    if not is_dns_subdomain(lease_name):
         errors.append(f"{LEASE_NAME_ENV}: must be a DNS subdomain name, got {_show(lease_name)}")
-    if len(lease_ns) > 63 or not _DNS_LABEL.match(lease_ns):
+    if not is_dns_label(lease_ns):
         errors.append(f"{LEASE_NAMESPACE_ENV}: must be a namespace name (DNS label), got {_show(lease_ns)}")
     dry_reasons = ["kdesched.dryRun: true in the policy"] if dry_run else []
     env_dry = env.get(DRY_RUN_ENV, "")
@@ -313,7 +331,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, wasted_move_base_seconds=wasted_base,
         wasted_move_max_seconds=wasted_max, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake,
+        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake, alert_brake=alert_brake,
         windows=windows, budgets=budgets, usage=usage, surge_moves=surge_moves,
     )
 
@@ -356,7 +374,7 @@ def _plugin_names() -> tuple[str, ...]:
 
 def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
     """``kdesched.disruptionWindows``: a list of {name?, schedule, duration, action, timeZone?,
-    strategies?, triggers?} (kdesched.evictor.windows)."""
+    strategies?, triggers?} (kdesched.admission.windows)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -407,7 +425,7 @@ def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
 
 def parse_budgets(raw: Any, errors: list[str]) -> tuple[Budget, ...]:
     """``kdesched.disruptionBudgets``: a list of {name?, maxUnavailable, namespaceSelector? |
-    strategies?} (kdesched.evictor.budgets)."""
+    strategies?} (kdesched.admission.budgets)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):

@@ -45,6 +45,7 @@ from kdesched.evictor.ledger import (
 )
 from kdesched.evictor.pacing import PacingPlan
 from kdesched.evictor.planner import Refusal
+from kdesched.evictor.reasons import Reason
 from kdesched.evictor.surge import (
     BLOCK_SECONDS,
     DONE,
@@ -69,7 +70,6 @@ from kdesched.reactor import metrics as m
 
 log = logging.getLogger("kdesched.reactor.surge")
 
-PDB_ZERO = "PodDisruptionBudget "  # a planner refusal: the PDB allows no (more) disruption
 EVENT_INTERVAL_SECONDS = 60.0
 EVICT_TIMEOUT_SECONDS = 10.0  # the eviction inside a settle: one bounded attempt, the next run retries
 
@@ -376,7 +376,7 @@ def _candidates(plan: RunPlan, pacing: PacingPlan) -> dict[str, Candidate]:
             out[key] = Candidate(e.pod, e.strategy, e.profile, e.reason,
                                  f"the allowance of {step.workload} leaves no room (wave {step.wave})")
     for r in plan.refusals:
-        if r.reason.startswith(PDB_ZERO) and r.pod.owner_refs:
+        if r.kind == Reason.PDB and r.pod.owner_refs:
             key = workload_key(r.pod)
             if key not in out and key not in wave0:
                 out[key] = Candidate(r.pod, r.strategy, r.profile, r.reason, r.reason)
@@ -408,7 +408,7 @@ def _without(plan: RunPlan, surges: Mapping[str, tuple[Surge, str]], candidates:
         live = [p for p in index.get(key, ()) if not p.terminating and not p.terminal]
         admissions.append(Admission(c.pod, c.strategy, False, scope, "", len(live), sum(1 for p in live if pod_ready(p))))
     held = [Admission(r.pod, r.strategy, True, scope) for r in plan.refusals
-            if r.reason.startswith(PDB_ZERO) and r.pod.uid not in uids and workload_key(r.pod) in surges]
+            if r.kind == Reason.PDB and r.pod.uid not in uids and workload_key(r.pod) in surges]
     admissions += held
     held_uids = {a.pod.uid for a in held}
     refusals: list[Refusal] = []

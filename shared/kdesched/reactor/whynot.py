@@ -41,6 +41,7 @@ from prometheus_client import Counter
 from kdesched.engine import RunReport
 from kdesched.evictor.ledger import CheckedMove
 from kdesched.evictor.pacing import workload_of
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.errors import ApiError, Conflict
 from kdesched.model.records import Pod
 from kdesched.reactor.metrics import REGISTRY
@@ -83,26 +84,20 @@ class Held:
     reason: str
 
 
-def classify(reason: str, result: str = "", cause: str = "") -> str | None:
-    """The Event reason of a hold-back (a report reason string, or an outcome), or None when it is
-    not one this module reports (a rate limit, a limit of the policy, an error)."""
+def classify(kind: Reason, result: str = "", cause: str = "") -> str | None:
+    """The Event reason of a hold-back (a refusal's kind, or an outcome), or None when it is not one
+    this module reports (a rate limit, a limit of the policy, an error). From the reason enum
+    (kdesched.evictor.reasons), never from the message."""
     if result == "paced":
         return PACED
     if result == "deferred":
-        return BRAKE if cause == "health-brake" else WINDOW
+        try:
+            return Reason(cause).event or WINDOW
+        except ValueError:
+            return WINDOW
     if result == "blocked":
         return PDB
-    if reason.startswith("nowhere to go"):
-        return NOWHERE
-    if reason.startswith("cool-down"):
-        return COOLDOWN
-    if reason.startswith("backed off after"):
-        return BACKOFF
-    if reason.startswith("budget:"):
-        return BUDGET
-    if "PodDisruptionBudget" in reason:
-        return PDB
-    return None
+    return kind.event
 
 
 def held_back(report: RunReport) -> list[Held]:
@@ -110,13 +105,13 @@ def held_back(report: RunReport) -> list[Held]:
     time, then the outcomes ``paced``, ``deferred`` and ``blocked``)."""
     out: list[Held] = []
     for r in report.plan.refusals:
-        kind = classify(r.reason)
+        kind = classify(r.kind)
         if kind is not None:
             out.append(Held(r.pod, kind, r.reason))
     for o in report.outcomes:
         if o.result not in HELD_RESULTS:  # a throttled or failed eviction was not held back (its message
             continue                      # may still name a PodDisruptionBudget: "429, not a PodDisruptionBudget")
-        kind = classify(o.message, o.result, o.cause)
+        kind = classify(Reason.OTHER, o.result, o.cause)
         if kind is not None:
             out.append(Held(o.eviction.pod, kind, o.message))
     return out

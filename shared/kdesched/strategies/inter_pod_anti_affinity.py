@@ -194,8 +194,8 @@ def run(args: RemovePodsViolatingInterPodAntiAffinityArgs, handle: Handle, nodes
         everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name)]
     else:
         everyone = [(p, n) for n in state.nodes for p in state.pods_on_node(n.name) if listed(p)]
-    # only the label keys the candidates' terms look up are indexed (at 150,000 pods, indexing
-    # every label of every pod was most of this strategy's time)
+    # only the label keys the candidates' terms look up are indexed (indexing every label of every
+    # pod was most of this strategy's time in a large cluster: docs/benchmarks.md)
     index = _Index(everyone, _lookup_keys(p for pods in candidates.values() for p in pods))
     for node in nodes:
         pods = candidates.get(node.name)

@@ -137,8 +137,8 @@ def run(args: RemoveDuplicatesArgs, handle: Handle, nodes: Sequence[Node]) -> No
     # Before steps 1-3, an exact shortcut: the pods that pass the cheap, pure checks, and the keys
     # whose signature occurs twice on some node among them. The filters only ever remove pods, so
     # a key with no such repeat can have no duplicate, and the occurrences of its pods are never
-    # read: their evictability checks (most of this strategy's time) are skipped. At 150,000 pods
-    # 10% of the pods belong to such a key (docs/benchmarks.md).
+    # read: their evictability checks (most of this strategy's time) are skipped. Few pods belong
+    # to such a key in a large cluster (docs/benchmarks.md, "Figures behind the code").
     listed: list[tuple[str, list[tuple[Pod, _Identity]]]] = []
     for node in nodes:
         first: dict[tuple[str, ...], _Identity] = {}

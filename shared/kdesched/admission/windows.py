@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from kdesched.admission.control import Check, RunContext
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Reason, Verdict
+
 MONTHS = {n: i + 1 for i, n in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
                                            "nov", "dec"))}
 WEEKDAYS = {n: i for i, n in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
@@ -132,7 +136,7 @@ def _field(part: str, name: str, low: int, high: int, names: dict[str, int]) -> 
         rng, _, step_text = item.partition("/")
         step = 1
         if _:
-            if not step_text.isdigit() or int(step_text) < 1:
+            if not (step_text.isascii() and step_text.isdigit()) or int(step_text) < 1:
                 raise CronError(f"{name}: step must be a positive integer, got {step_text!r}")
             step = int(step_text)
         if rng in ("*", "?"):
@@ -153,7 +157,7 @@ def _value(text: str, name: str, low: int, high: int, names: dict[str, int]) -> 
     key = text.lower()
     if key in names:
         return names[key]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise CronError(f"{name}: {text!r} is not a number" + (f" or a name ({', '.join(names)})" if names else ""))
     v = int(text)
     if not low <= v <= high:
@@ -311,3 +315,34 @@ def _human(seconds: float) -> str:
     h, rest = divmod(int(seconds), 3600)
     mi, s = divmod(rest, 60)
     return "".join(f"{v}{u}" for v, u in ((h, "h"), (mi, "m"), (s, "s")) if v) or "0s"
+
+
+class WindowControl:
+    """The pipeline's control: an eviction whose strategy and trigger a closed window covers is
+    deferred (reported ``deferred``, nothing written for it) until the window opens."""
+
+    name = "window"
+
+    def __init__(self, windows: Sequence[Window]) -> None:
+        self.windows = Windows(windows)
+
+    def start(self, ctx: RunContext) -> Check:
+        return _WindowCheck(self.windows, ctx)
+
+
+class _WindowCheck(Check):
+    def __init__(self, windows: Windows, ctx: RunContext) -> None:
+        self.windows, self.ctx = windows, ctx
+        self.states: dict[str, WindowState] = {}
+
+    def planned(self, eviction: PlannedEviction, held: bool) -> Verdict | None:
+        if not self.windows:
+            return None
+        st = self.states.get(eviction.strategy)
+        if st is None:
+            st = self.states[eviction.strategy] = self.windows.state(eviction.strategy, self.ctx.trigger, self.ctx.now)
+        if st.open:
+            return None
+        when = ("it re-decides then" if st.opens_at is not None else
+                "no opening within 8 days: the next event or sweep re-decides")
+        return Verdict(Reason.WINDOW, f"{st.reason}; {when}", st.opens_at)

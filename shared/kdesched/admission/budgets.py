@@ -25,7 +25,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kdesched.admission.control import Check, RunContext
 from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Pod
 from kdesched.model.selectors import LabelSelector
 
@@ -138,3 +141,39 @@ class BudgetCheck:
         if why is None:
             self._count(pod.namespace, strategy)
         return why
+
+
+class BudgetControl:
+    """The pipeline's control: an eviction that would take a budget past its limit is refused
+    (reported ``blocked`` with the budget that stopped it); the run is repeated shortly."""
+
+    name = "budget"
+
+    def __init__(self, budgets: Sequence[Budget]) -> None:
+        self.budgets = tuple(budgets)
+
+    def start(self, ctx: RunContext) -> Check:
+        return _BudgetCheck(self.budgets, ctx)
+
+
+BUDGET_RETRY_SECONDS = 5.0  # a run a budget held back looks again this soon (in-flight pods settle)
+
+
+class _BudgetCheck(Check):
+    def __init__(self, budgets: tuple[Budget, ...], ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.check: BudgetCheck | None = None
+        if budgets:
+            snapshot = ctx.snapshot
+
+            def labels(namespace: str) -> Mapping[str, str] | None:
+                ns = snapshot.namespaces.get(namespace)
+                return ns.labels if ns is not None else ctx.namespace_labels(namespace)
+
+            self.check = BudgetCheck(budgets, ctx.ledger, snapshot.pods, labels)
+
+    def planned(self, eviction: PlannedEviction, held: bool) -> Verdict | None:
+        if self.check is None or held:  # a pod held for a later wave is counted when its run sends it
+            return None
+        why = self.check.admit(eviction.pod, eviction.strategy)
+        return Verdict(Reason.BUDGET, why, self.ctx.now + BUDGET_RETRY_SECONDS) if why is not None else None

@@ -9,16 +9,22 @@ node repair when more than 20% of a pool is unhealthy for the same reason.
 
 This module only judges one snapshot: :func:`judge` says whether the brake holds and why, from the
 nodes the run saw. Whether the brake is still settling after the cluster looked healthy again is
-decided with the time the disruption ledger keeps (``Ledger.unhealthy_at``), so every process
-agrees (:mod:`kdesched.reactor.controls`). Pure: no I/O, the clock passed in.
+decided with the time the disruption ledger keeps (``Ledger.unhealthy_at``, the API server's
+clock), so every process agrees: :class:`HealthBrake` is the pipeline's control, and ``kdesched
+run`` asks the same control before it decides. Pure: no I/O, the clock passed in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kdesched.admission.control import Check, RunContext
+from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Node
+
+UNHEALTHY_WRITE_SECONDS = 5.0  # the ledger's "last unhealthy" is moved at most this often
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -96,3 +102,63 @@ def settling(unhealthy_at: float | None, now: float, settings: HealthBrakeSettin
         return None
     ends = unhealthy_at + settings.settle_seconds
     return ends if ends > now else None
+
+
+@dataclass(frozen=True, slots=True)
+class BrakeState:
+    """The health brake's decision for one run (the report's, /readyz's and the gauge's)."""
+
+    holds: bool
+    reason: str = ""  # share | zone | settling (the gauge's label)
+    message: str = ""
+    until: float | None = None  # when the run should look again
+    verdict: HealthVerdict | None = None  # None: the snapshot does not hold every node (not judged)
+    record_unhealthy: bool = False  # move the ledger's "last unhealthy" to now
+
+
+def brake_state(settings: HealthBrakeSettings, ctx: RunContext) -> BrakeState:
+    """Judge the run's snapshot (when it holds every node), else go by the ledger's "last
+    unhealthy" alone; then the settle time."""
+    s, ledger, now = settings, ctx.ledger, ctx.now
+    if not s.enabled:
+        return BrakeState(False)
+    verdict = judge(ctx.snapshot.nodes.values(), s) if ctx.complete else None
+    if verdict is not None and verdict.unhealthy:
+        due = ledger.unhealthy_at is None or now - ledger.unhealthy_at >= min(UNHEALTHY_WRITE_SECONDS,
+                                                                              s.settle_seconds / 4)
+        return BrakeState(True, verdict.reason, verdict.message, now + max(s.settle_seconds, 1.0), verdict,
+                          record_unhealthy=due)
+    ends = settling(ledger.unhealthy_at, now, s)
+    if ends is not None:
+        ago = max(0, int(now - (ledger.unhealthy_at or now)))
+        return BrakeState(True, "settling", (
+            f"health brake: the cluster was last seen unhealthy {ago}s ago; evictions resume once it has been "
+            f"healthy for healthBrake.settleSeconds ({s.settle_seconds:g}s), in {max(0.0, ends - now):.0f}s"),
+            ends, verdict)
+    return BrakeState(False, verdict=verdict)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthBrake:
+    """The pipeline's first control: no eviction while the cluster is unhealthy, or settling."""
+
+    settings: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
+    name: str = "health-brake"
+
+    def start(self, ctx: RunContext) -> HealthCheck:
+        return HealthCheck(brake_state(self.settings, ctx), ctx)
+
+
+class HealthCheck(Check):
+    def __init__(self, state: BrakeState, ctx: RunContext) -> None:
+        self.state, self.ctx = state, ctx
+
+    def run(self) -> Verdict | None:
+        return Verdict(Reason.HEALTH_BRAKE, self.state.message, self.state.until) if self.state.holds else None
+
+    @property
+    def writes(self) -> bool:
+        return self.state.record_unhealthy
+
+    def record(self, ledger: Ledger, admitted: int, stamp: float) -> Ledger:
+        return ledger.with_unhealthy(self.ctx.now) if self.state.record_unhealthy else ledger

@@ -1,0 +1,144 @@
+"""The admission pipeline: every control, in one documented order, built once per policy.
+
+Why: "may this pod go now" had no home (reactor/admit.py, reactor/controls.py, reactor/limits.py,
+the engine and six evictor modules), nothing said in which order an eviction is checked, and a new
+control touched about seven places. Now ``run``, ``serve``, the functions and ``simulate --event``
+build one :class:`Pipeline` from the policy's settings and ask it, in this order:
+
+=====  =====================  ==========  =====================================================
+order  control                moment      answer
+=====  =====================  ==========  =====================================================
+1      health brake           run         defer every eviction (too many nodes down, settling)
+2      alert brake            run         defer every eviction (named Prometheus alerts firing)
+3      in flight elsewhere    pod         refuse (another run's eviction)
+4      wasted-move back-off   pod         refuse until the back-off ends
+5      cool-downs             pod         refuse until the workload's / node's cool-down ends
+6      ledger capacity        pod         refuse (the workload's record is full)
+7      cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
+8      disruption windows     plan        defer until the window opens
+9      disruption budgets     plan        refuse while the budget is spent
+=====  =====================  ==========  =====================================================
+
+The cheap, run-wide answers come first; the pod checks run while the planner plans (its ``gate``:
+the planner itself adds the PodDisruptionBudgets, the per-workload allowance and "somewhere to
+go"); the plan checks see the finished plan's waves (a pod pacing holds for a later wave is counted
+by the run that sends it). A new control is one module and one line in :meth:`Pipeline.build`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kdesched.admission.alerts import AlertBrake, AlertBrakeSettings
+from kdesched.admission.backoff import WastedMoveBackoff
+from kdesched.admission.bucket import ClusterBucket
+from kdesched.admission.budgets import Budget, BudgetControl
+from kdesched.admission.capacity import RecordCapacity
+from kdesched.admission.control import Check, Control, RunContext
+from kdesched.admission.cooldown import Cooldowns
+from kdesched.admission.health import BrakeState, HealthBrake, HealthBrakeSettings, HealthCheck
+from kdesched.admission.inflight import InFlight
+from kdesched.admission.windows import Window, WindowControl
+from kdesched.evictor.ledger import Ledger
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Reason, Verdict
+from kdesched.model.records import Pod
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    """Every control's settings (parsed once from the ``kdesched:`` block, kdesched.reactor.settings)."""
+
+    health: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
+    alerts: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)
+    cooldown_workload_seconds: float = 300.0
+    cooldown_node_seconds: float = 300.0
+    backoff_base_seconds: float = 300.0
+    backoff_max_seconds: float = 3600.0
+    bucket: ClusterBucket | None = field(default_factory=lambda: ClusterBucket(300, 100))
+    windows: tuple[Window, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+
+
+class Pipeline:
+    """The controls of one policy, in order."""
+
+    def __init__(self, controls: Sequence[Control]) -> None:
+        self.controls = tuple(controls)
+
+    @classmethod
+    def build(cls, s: AdmissionSettings) -> Pipeline:
+        controls: list[Control | None] = [
+            HealthBrake(s.health),
+            AlertBrake(s.alerts),
+            InFlight(),
+            WastedMoveBackoff(s.backoff_base_seconds, s.backoff_max_seconds),
+            Cooldowns(s.cooldown_workload_seconds, s.cooldown_node_seconds),
+            RecordCapacity(),
+            s.bucket,
+            WindowControl(s.windows),
+            BudgetControl(s.budgets),
+        ]
+        return cls([c for c in controls if c is not None])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.controls)
+
+    def begin(self, ctx: RunContext) -> RunAdmission:
+        """Start every control for one run (the run-wide answers are taken now)."""
+        return RunAdmission(ctx, tuple(c.start(ctx) for c in self.controls))
+
+
+@dataclass
+class RunAdmission:
+    """The pipeline during one run: what it answered, for the report, metrics and the repeat."""
+
+    ctx: RunContext
+    checks: tuple[Check, ...]
+    refused: list[Verdict] = field(default_factory=list)  # every pod-stage refusal (metrics)
+    until: float | None = None  # the earliest time a cool-down or back-off that held a pod ends
+
+    def __post_init__(self) -> None:
+        self.brake: Verdict | None = next((v for v in (c.run() for c in self.checks) if v is not None), None)
+
+    @property
+    def health(self) -> BrakeState:
+        """The health brake's state this run (for /readyz and the gauge)."""
+        return next((c.state for c in self.checks if isinstance(c, HealthCheck)), BrakeState(False))
+
+    def gate(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+        """The planner's ``gate``: the pod checks in order, the first refusal wins."""
+        for c in self.checks:
+            verdict = c.pod(pod, strategy, held)
+            if verdict is not None:
+                self.refused.append(verdict)
+                if verdict.until is not None and verdict.reason in (Reason.BACKOFF, Reason.COOLDOWN_WORKLOAD,
+                                                                    Reason.COOLDOWN_NODE):
+                    self.until = verdict.until if self.until is None else min(self.until, verdict.until)
+                return verdict
+        for c in self.checks:
+            c.passed(pod, strategy, held)
+        return None
+
+    def finish(self, evictions: Sequence[PlannedEviction], held: Sequence[bool]) -> list[Verdict | None]:
+        """The plan checks over the finished plan, in plan order: a verdict per eviction (a brake
+        defers them all), or None for the evictions that may go."""
+        if self.brake is not None:
+            return [self.brake] * len(evictions)
+        out: list[Verdict | None] = []
+        for e, h in zip(evictions, held, strict=True):
+            out.append(next((v for v in (c.planned(e, h) for c in self.checks) if v is not None), None))
+        return out
+
+    @property
+    def writes(self) -> bool:
+        """Must the run write the ledger although it admits nothing (a control's state changed)?"""
+        return any(c.writes for c in self.checks)
+
+    def record(self, ledger: Ledger, admitted: int, stamp: float) -> Ledger:
+        """The ledger with every control's state after ``admitted`` evictions were admitted."""
+        for c in self.checks:
+            ledger = c.record(ledger, admitted, stamp)
+        return ledger
