@@ -108,6 +108,13 @@ def test_a_pdb_that_scales_with_the_replicas_allows_no_surge(spec: dict[str, obj
     assert (refusal is not None and refusal.reason == Fallback.PDB_SCALES) == blocks
     if refusal is not None:
         assert "web" in refusal.message
+    # the same from the PDB's status, with a snapshot that holds only one of the pods (a node's run)
+    observed = PodDisruptionBudget.from_api({"metadata": {"name": "web", "namespace": "default"},
+                                             "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
+                                             "status": {"currentHealthy": ready, "expectedPods": ready,
+                                                        "disruptionsAllowed": 0}})
+    refusal = surge_refusal(pods[0], "Deployment", dep(ready), RS, pods[:1], [observed])
+    assert (refusal is not None and refusal.reason == Fallback.PDB_SCALES) == blocks
 
 
 def test_max_surge_and_the_opt_out_are_read_from_the_api_object() -> None:

@@ -183,7 +183,7 @@ def test_a_pdb_that_allows_nothing_no_longer_pins_a_workload_to_a_tainted_node(
     s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig)
     wait_leading(control_plane, real, s)
     leaving = {p["metadata"]["uid"] for p in app_pods(real, "shop")}
-    with Watcher(real, "shop", leaving) as w:
+    with Watcher(real, "shop", leaving) as w, logged(s):
         t0 = time.monotonic()
         set_taints(real, "node-a", [GPU])
         control_plane.wait_for(lambda: w.off.keys() == leaving, 30, what="both pods off node-a")

@@ -140,22 +140,25 @@ def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replic
 
 
 def pdb_refusal(pdb: PodDisruptionBudget, ready: int) -> NoSurge | None:
-    """Would ``pdb`` still allow no eviction with one pod more (``ready`` Ready pods now, all
-    expected)? Its desired healthy count is scaled on the controller's replicas, rounded up, as the
-    disruption controller does: ``maxUnavailable: 0`` or ``minAvailable: 100%`` keep up with the
-    extra pod, so the move could never evict and would only churn."""
-    expected = ready + 1
+    """Would ``pdb`` still allow no eviction with one pod more? Its desired healthy count is scaled on
+    the controller's replicas, rounded up, as the disruption controller does: ``maxUnavailable: 0``
+    or ``minAvailable: 100%`` keep up with the extra pod, so the move could never evict and would only
+    churn. Counted from the PDB's status (``currentHealthy``, ``expectedPods``) when it has one: a
+    node-scoped run's snapshot may hold only the node's pods; else from ``ready``, the Ready pods
+    the run sees."""
+    healthy = pdb.current_healthy if pdb.current_healthy is not None else ready
+    expected = (pdb.expected_pods if pdb.expected_pods is not None else ready) + 1
     desired: int | None = None
     if pdb.min_available:
         desired = _scaled(pdb.min_available, expected)
     elif pdb.max_unavailable:
         u = _scaled(pdb.max_unavailable, expected)
         desired = None if u is None else expected - u
-    if desired is None or expected - desired >= 1:
+    if desired is None or healthy + 1 - desired >= 1:
         return None
     spec = (f"minAvailable {pdb.min_available}" if pdb.min_available else f"maxUnavailable {pdb.max_unavailable}")
-    return NoSurge(Fallback.PDB_SCALES, f"PodDisruptionBudget {pdb.namespace}/{pdb.name} ({spec}) allows no eviction "
-                   "even with one pod more: it scales with the replicas")
+    return NoSurge(Fallback.PDB_SCALES, f"PodDisruptionBudget {pdb.namespace}/{pdb.name} ({spec}, {healthy} of "
+                   f"{expected - 1} healthy) would allow no eviction even with one pod more")
 
 
 def _scaled(value: str, expected: int) -> int | None:

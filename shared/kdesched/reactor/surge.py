@@ -278,6 +278,7 @@ class Surges:
                                  c.strategy, deployment.generation + 1), deployment.resource_version)
         for c, why in fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
+            log.info("no surge-first move for %s (%s) [%s]: %s", c.pod.key, c.why, why.reason.value, why.message)
         if not surges:
             return Chosen(plan, candidates=candidates, fallbacks=tuple(fallbacks))
         return _without(plan, surges, candidates, scope, tuple(fallbacks), index)
