@@ -25,7 +25,7 @@ from typing import Any, Self
 import pytest
 
 from tests.realk8s.cluster import Cluster, is_ready
-from tests.realk8s.controlplane import READY_AFTER, ControlPlane, Kubelet, Proc
+from tests.realk8s.controlplane import DEFAULT_CONTROLLERS, READY_AFTER, ControlPlane, Kubelet, Proc
 from tests.realk8s.serve_stories import (
     GPU,
     SERVE_SA,
@@ -42,6 +42,17 @@ from tests.realk8s.serve_stories import (
 )
 
 READY_3S = {READY_AFTER: "3"}
+
+
+@pytest.fixture(scope="module")
+def controller_manager(control_plane: ControlPlane) -> Iterator[Proc]:
+    """The usual controllers plus resourcequota (it keeps a ResourceQuota's usage, without which the
+    API server's quota admission refuses every pod of its namespace)."""
+    proc = control_plane.start_controller_manager((*DEFAULT_CONTROLLERS, "resourcequota"))
+    try:
+        yield proc
+    finally:
+        control_plane.stop_controller_manager()
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
@@ -308,6 +319,47 @@ def test_where_no_surge_is_possible_it_says_why_and_keeps_the_normal_rules(
     for app in ("nosurge", "optout"):
         assert deployment(real, app)["spec"]["replicas"] == 1
     print(f"[surge figures] fallbacks: {sorted(reasons)}")
+
+
+def test_a_quota_that_refuses_the_extra_pod_restores_at_once_and_falls_back(
+        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+    """A ResourceQuota of one pod: the scale-up cannot create the extra pod (the ReplicaSet says
+    ReplicaFailure, exceeded quota). The move is given up at once (well before the timeout), the
+    replicas restored, the reason reported; the workload then keeps the normal rules (an eviction,
+    as the allowance permits)."""
+    real.node("node-a")
+    real.deployment("web", 1, annotations=READY_3S)
+    wait_placement(control_plane, real, "web", lambda p: p == {"node-a": 1})
+    control_plane.wait_for(lambda: len(ready_pods(real, "web")) == 1, 30, what="web Ready")
+    real.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "one-pod", "namespace": "default"},
+                 "spec": {"hard": {"pods": "1"}}})
+    control_plane.wait_for(lambda: ((real.get("/api/v1/namespaces/default/resourcequotas/one-pod") or {})
+                                    .get("status") or {}).get("used", {}).get("pods") == "1", 30,
+                           what="the quota's usage")
+    real.node("spare-1")
+    before, rs_before = deployment(real, "web"), replicasets(real, "web")
+    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig)
+    wait_leading(control_plane, real, s)
+    with logged(s):
+        set_taints(real, "node-a", [GPU])
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.05,
+                               what="the scale-up")
+        up = time.monotonic()
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 30, interval=0.1,
+                               what="the replicas restored")
+        restored = time.monotonic() - up
+        control_plane.wait_for(lambda: s.metric("kdesched_surge_moves_total", outcome="gave-up") >= 1, 15,
+                               what="the move given up")
+        ended = [e for e in real.events("default") if e.get("reason") == "SurgeMoveEnded"]
+        # then the normal rules: evicted (the allowance permits one of one), the replacement on spare-1
+        wait_placement(control_plane, real, "web", lambda p: p == {"spare-1": 1}, timeout=60,
+                       what="web moved the normal way")
+    print(f"[surge figures] quota refusing the extra pod: replicas restored {restored:.1f}s after the scale-up; "
+          f"then evicted the normal way")
+    assert restored < 10, f"restored only {restored:.1f}s after the scale-up (the timeout is 120 s)"
+    assert ended and "exceeded quota" in ended[0]["note"], ended
+    assert s.metric("kdesched_surge_fallbacks_total", reason="recent-failure") >= 1
+    assert_restored(real, "web", before, rs_before)
 
 
 def _no_surge(name: str) -> dict[str, Any]:

@@ -135,6 +135,7 @@ class Surges:
         surges = dict(ledger.surges)
         blocks = dict(ledger.surge_blocks)
         moves = dict(ledger.moves)
+        workloads, nodes, node_by = dict(ledger.workloads), dict(ledger.nodes), dict(ledger.node_strategies)
         checked: list[CheckedMove] = []
         changed = False
         for key, s in ledger.surges.items():
@@ -166,6 +167,15 @@ class Surges:
             if step.block:
                 blocks[key] = (now + BLOCK_SECONDS, step.why)
             mv = moves.get(key)
+            entry = next((f for f in mv.inflight if f.uid == s.uid), None) if mv is not None else None
+            if entry is not None and step.outcome != DONE:
+                # nothing was evicted: the cool-downs its admission started are taken back (as for an
+                # eviction that did not happen), so the pod keeps the normal rules at once
+                if _same(workloads.get(key), entry.at):
+                    workloads.pop(key, None)
+                if _same(nodes.get(s.node), entry.at):
+                    nodes.pop(s.node, None)
+                    node_by.pop(s.node, None)
             if mv is not None:
                 mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != s.uid), progress=now)
                 if mv.kept:
@@ -176,7 +186,8 @@ class Surges:
             ended.append(Ended(key, s, step.outcome, step.why))
         if not changed:
             return settled
-        new = replace(ledger, surges=surges, surge_blocks=blocks, moves=moves)
+        new = replace(ledger, surges=surges, surge_blocks=blocks, moves=moves, workloads=workloads, nodes=nodes,
+                      node_strategies=node_by)
         return replace(settled, ledger=new, checked=(*settled.checked, *checked), surges_changed=True)
 
     def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None) -> bool | None:
@@ -420,6 +431,11 @@ def _without(plan: RunPlan, surges: Mapping[str, tuple[Surge, str]], candidates:
     new_pacing = replace(pacing, steps=tuple(pacing.steps[i] for i in keep))
     new = replace(plan, evictions=tuple(plan.evictions[i] for i in keep), refusals=tuple(refusals), pacing=new_pacing)
     return Chosen(new, tuple(admissions), dict(surges), dict(candidates), fallbacks)
+
+
+def _same(recorded: float | None, at: float) -> bool:
+    """Is ``recorded`` the admission time ``at`` (the record keeps milliseconds)?"""
+    return recorded is not None and abs(recorded - at) < 0.002
 
 
 def _checked(key: str, s: Surge, step: Step, now: float) -> CheckedMove:
