@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import Surge
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
@@ -125,3 +126,15 @@ def test_replicas_an_hpa_changed_are_left_alone() -> None:
     out = surges(client).advance(Settled(moving(old)), {KEY: [old]}, T0 + 2, ended)
     assert not [c for c in client.calls if c[0] in ("scale", "evict")]
     assert [e.outcome for e in ended] == ["overridden"] and KEY not in out.ledger.surges
+
+
+def test_a_brake_or_closed_window_holds_the_eviction_then_the_timeout_restores() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    braked = Verdict(Reason.HEALTH_BRAKE, "health brake: 3 of 10 nodes are NotReady")
+    client = StubClient(2)
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended, hold=lambda e: braked)
+    assert not client.calls and not out.surges_changed  # nothing evicted while braked: the move waits
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 121, ended, hold=lambda e: braked)
+    assert [c for c in client.calls if c[0] != "event"] == [("scale", (1, "41"))]
+    assert [e.outcome for e in ended] == ["overridden"] and "health brake" in ended[0].why

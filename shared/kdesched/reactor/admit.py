@@ -34,6 +34,8 @@ from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmissio
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Verdict
 from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
@@ -210,10 +212,13 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
                                  snapshot.nodes if scope.complete else None)
         ended: list[Ended] = []
-        if surges is not None and not dry_run:
+        if surges is not None and not dry_run and settled.ledger.surges:
             # the recovery step: every surge-first move in the ledger is finished or restored from what
-            # the cluster shows now, by whichever process settles (a restart, another replica)
-            settled = surges.advance(settled, pods_of, now, ended)
+            # the cluster shows now, by whichever process settles (a restart, another replica). Its
+            # eviction waits while the run's brakes or a closed window would defer one
+            held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
+                                                namespace_labels or (lambda _ns: None), alerts))
+            settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
         ledger = settled.ledger
         m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
         admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
@@ -259,6 +264,15 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
         log.debug("ledger write lost (attempt %d): deciding again against the new ledger", attempts)
+
+
+def deferral(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | None]:
+    """Would the run's brakes (health, alerts) or a closed disruption window defer ``eviction`` now?
+    Asked as for a held eviction, which the budgets do not count: no side effect on the run."""
+    def ask(eviction: PlannedEviction) -> Verdict | None:
+        verdict = admission.finish([eviction], [True])[0]
+        return verdict if verdict is not None and verdict.reason.defers else None
+    return ask
 
 
 def _write(store: LedgerStore, read: LedgerRead, new: Ledger, run: str) -> bool:

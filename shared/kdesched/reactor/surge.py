@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,8 +44,8 @@ from kdesched.evictor.ledger import (
     workload_key,
 )
 from kdesched.evictor.pacing import PacingPlan
-from kdesched.evictor.planner import Refusal
-from kdesched.evictor.reasons import Reason
+from kdesched.evictor.planner import PlannedEviction, Refusal
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import (
     BLOCK_SECONDS,
     DONE,
@@ -126,9 +126,11 @@ class Surges:
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
-                ended: list[Ended]) -> Settled:
+                ended: list[Ended], hold: Callable[[PlannedEviction], Verdict | None] | None = None) -> Settled:
         """Every surge-first move of the ledger, one step on. Runs whatever the switch says: a move
-        begun before the switch was turned off is still finished or restored."""
+        begun before the switch was turned off is still finished or restored. ``hold``: whether the
+        run's brakes or a closed window defer an eviction now; the move's eviction then waits (and
+        the move is given up at its timeout, the replicas restored)."""
         ledger = settled.ledger
         if not ledger.surges:
             return settled
@@ -156,6 +158,13 @@ class Surges:
             step = advance(s, deployment, replicaset, pods, now)
             if s.uid in self._not_started and step.action == Action.WAIT:
                 step = Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
+            if step.action == Action.EVICT and hold is not None:
+                marked = next((p for p in pods or () if p.uid == s.uid), None)
+                verdict = hold(PlannedEviction(marked, s.node, s.strategy, "", "surge-first")) if marked else None
+                if verdict is not None:
+                    log.info("surge-first move of %s: its eviction waits (%s)", key, verdict.message)
+                    step = (Step(Action.RESTORE, f"its eviction was deferred past the timeout ({verdict.message})",
+                                 OVERRIDDEN) if now >= s.deadline else Step(Action.WAIT))
             done = self._act(key, s, step, deployment)
             if done is None:
                 continue  # not carried out (a conflict): the next run decides again
