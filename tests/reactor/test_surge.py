@@ -138,3 +138,15 @@ def test_a_brake_or_closed_window_holds_the_eviction_then_the_timeout_restores()
     out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 121, ended, hold=lambda e: braked)
     assert [c for c in client.calls if c[0] != "event"] == [("scale", (1, "41"))]
     assert [e.outcome for e in ended] == ["overridden"] and "health brake" in ended[0].why
+
+
+def test_a_lost_ledger_write_does_not_make_the_next_attempt_take_its_own_scale_back_for_someone_elses() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    client = StubClient(2)
+    driver = surges(client)
+    ended: list[Ended] = []
+    driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)  # evicted, scaled back; write lost
+    client.replicas, client.generation = 1, 7
+    # the same snapshot (the pod still shows), the ledger as it was read before
+    out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5.2, ended)
+    assert not ended and not out.surges_changed  # waits for the pod to go, as after its own scale-back

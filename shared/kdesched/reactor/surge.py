@@ -71,6 +71,7 @@ from kdesched.reactor import metrics as m
 log = logging.getLogger("kdesched.reactor.surge")
 
 EVENT_INTERVAL_SECONDS = 60.0
+MAX_REMEMBERED = 10000  # per-process memory of the moves it evicted for (a few hundred bytes each)
 EVICT_TIMEOUT_SECONDS = 10.0  # the eviction inside a settle: one bounded attempt, the next run retries
 
 
@@ -123,6 +124,10 @@ class Surges:
         self._events: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._not_started: set[str] = set()  # moves this process recorded and could not scale up: ended at once
+        # moves whose pod this process evicted and scaled back, with when: a ledger write that lost its
+        # race (the run decides again on the same snapshot, which still shows the pod) does not make
+        # the next attempt take kdesched's own scale-back for someone else's
+        self._evicted: dict[str, float] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -142,6 +147,8 @@ class Surges:
         changed = False
         for key, s in ledger.surges.items():
             namespace = key.split("/", 2)[1]
+            if not s.scaled_back and s.uid in self._evicted:
+                s = replace(s, scaled_back=self._evicted[s.uid])
             try:
                 deployment = get_deployment(self.client, namespace, s.deployment)
                 replicaset = get_replicaset(self.client, namespace, s.replicaset) if deployment else None
@@ -171,8 +178,14 @@ class Surges:
             changed = True
             if done is True:
                 surges[key] = replace(s, scaled_back=now)
+                with self._lock:
+                    if len(self._evicted) > MAX_REMEMBERED:  # moves another process ended
+                        self._evicted.clear()
+                    self._evicted[s.uid] = now
                 continue
             del surges[key]
+            with self._lock:
+                self._evicted.pop(s.uid, None)
             if step.block:
                 blocks[key] = (now + BLOCK_SECONDS, step.why)
             mv = moves.get(key)
