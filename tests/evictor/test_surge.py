@@ -177,7 +177,7 @@ def test_the_pod_gone_with_the_replicas_still_ours_puts_them_back() -> None:
 def test_the_pod_gone_after_the_scale_back_ends_the_move_done() -> None:
     new = web("web-2", "spare-1", created=1)
     old = web("web-1", "node-a")
-    s = surge_of(old, scaled_back=T0 + 5)
+    s = surge_of(old, evicted=T0 + 5)
     step = advance(s, dep(1, generation=7), RS, [new], T0 + 6)
     assert step.action == Action.END and step.outcome == DONE
 
@@ -224,7 +224,7 @@ def test_without_the_pods_only_the_owner_and_the_clock_are_judged() -> None:
 # -- in the ledger -----------------------------------------------------------------------------------
 def test_the_move_is_kept_in_the_workload_record_and_read_back() -> None:
     old = web("web-1", "node-a")
-    s = surge_of(old, scaled_back=T0 + 4.5)
+    s = surge_of(old, evicted=T0 + 4.5)
     rec = WorkloadRecord("Deployment/default/web", surge=s, surge_block=(T0 + 300, "quota"))
     back = WorkloadRecord.from_text(rec.to_text())
     assert back == rec and not back.empty

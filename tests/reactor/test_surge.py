@@ -78,21 +78,27 @@ def surges(client: StubClient) -> Surges:
     return Surges(client, enabled=True, timeout_seconds=120)  # type: ignore[arg-type]
 
 
-def test_a_ready_replacement_evicts_the_pod_then_scales_back_on_the_version_read() -> None:
+def test_a_ready_replacement_evicts_the_pod_and_the_scale_back_waits_until_it_is_seen_going() -> None:
     old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
     client = StubClient(2)
     ended: list[Ended] = []
-    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)
-    assert [c for c in client.calls if c[0] != "event"] == [("evict", ("web-1", old.uid)), ("scale", (1, "41"))]
-    assert out.surges_changed and out.ledger.surges[KEY].scaled_back == T0 + 5 and not ended
+    driver = surges(client)
+    out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)
+    assert [c for c in client.calls if c[0] != "event"] == [("evict", ("web-1", old.uid))]
+    assert out.surges_changed and out.ledger.surges[KEY].evicted == T0 + 5 and not ended
     assert out.ledger.moves[KEY].inflight  # still in flight until the pod is seen gone
+    # the next run sees it terminating: now the replicas go back, on the version read
+    going = replace(old, deletion_time=NOW)
+    out = driver.advance(Settled(out.ledger), {KEY: [going, new]}, T0 + 6, ended)
+    assert [c for c in client.calls if c[0] != "event"][-1] == ("scale", (1, "41"))
+    assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
 
 
 def test_the_pod_gone_ends_the_move_done_with_a_checked_move() -> None:
     old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
     client = StubClient(1, generation=7)
     ended: list[Ended] = []
-    out = surges(client).advance(Settled(moving(old, scaled_back=T0 + 5)), {KEY: [new]}, T0 + 6, ended)
+    out = surges(client).advance(Settled(moving(old, evicted=T0 + 5)), {KEY: [new]}, T0 + 6, ended)
     assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
     assert KEY not in out.ledger.moves and out.ledger.workloads[KEY] == T0 + 0.25  # the eviction's cool-down stays
     assert [(c.outcome, c.landed) for c in out.checked] == [("achieved", "spare-1")]
@@ -145,8 +151,8 @@ def test_a_lost_ledger_write_does_not_make_the_next_attempt_take_its_own_scale_b
     client = StubClient(2)
     driver = surges(client)
     ended: list[Ended] = []
-    driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)  # evicted, scaled back; write lost
-    client.replicas, client.generation = 1, 7
+    driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)  # evicted; the ledger write lost
     # the same snapshot (the pod still shows), the ledger as it was read before
     out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5.2, ended)
-    assert not ended and not out.surges_changed  # waits for the pod to go, as after its own scale-back
+    assert not ended and not out.surges_changed  # waits for the pod to go, as after its own eviction
+    assert [c[0] for c in client.calls if c[0] != "event"] == ["evict"]  # not evicted twice

@@ -9,10 +9,13 @@ leaves it on the node forever. With the stock controllers a move can cost nothin
    the Deployment controller would scale the ReplicaSet straight back; scaling the Deployment is a
    "scaling event" that only resizes its current ReplicaSet: no new ReplicaSet, template unchanged);
 2. once the new pod is Ready on another node, the pod that must go is **evicted** (the Eviction
-   API: its PodDisruptionBudget, which now counts the new pod, is checked by the API server) and,
-   right after, the Deployment is scaled back. The ReplicaSet has its count again without the
-   evicted pod; if it was quick enough to create a pod for the evicted one, that pod is not Ready
-   and is the first the ReplicaSet removes on the scale-back.
+   API: its PodDisruptionBudget, which now counts the new pod, is checked by the API server);
+3. once the evicted pod is seen terminating, the Deployment is scaled back. The ReplicaSet has
+   meanwhile made a pod for the evicted one (the replicas were still one more); that pod is not
+   Ready yet and is the first the ReplicaSet removes. Not at the moment of the eviction: a
+   ReplicaSet that has not seen the eviction yet counts the evicted pod as active and removes one
+   of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at once
+   where its budget allowed 2).
 
 Why not the ``controller.kubernetes.io/pod-deletion-cost`` way (mark the pod, scale up, scale back
 and let the ReplicaSet controller delete the marked pod): the ReplicaSet controller deletes pods
@@ -84,6 +87,7 @@ class Fallback(enum.StrEnum):
     BLOCKED = "recent-failure"  # the last surge of the workload was given up a moment ago
     PDB_SCALES = "pdb-scales-with-replicas"  # maxUnavailable 0 / minAvailable 100%: no eviction even with one more
     BUSY = "move-in-progress"  # the workload already has a pod in flight or a surge under way
+    CONTROLS = "held-by-controls"  # a disruption budget or window holds it (as it would its eviction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,12 +208,12 @@ class Surge:
     # conditional on the version the move was chosen at, so it is exactly one more than then. Any
     # other spec write (an HPA setting the same replicas, a template change) moves it on
     generation: int = 0
-    scaled_back: float = 0.0  # when kdesched evicted the pod and scaled back (0: not yet)
+    evicted: float = 0.0  # when kdesched evicted the pod (0: not yet); the scale-back follows once it is seen going
 
     def to_json(self) -> list[Any]:
         return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
                 round(self.started, 3), round(self.deadline, 3), self.strategy, self.generation,
-                round(self.scaled_back, 3)]
+                round(self.evicted, 3)]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Surge:
@@ -224,7 +228,7 @@ class Surge:
 
 class Action(enum.StrEnum):
     WAIT = "wait"  # nothing to do yet
-    EVICT = "evict"  # the replacement is Ready: evict the pod, then scale back
+    EVICT = "evict"  # the replacement is Ready: evict the pod (the scale-back once it is seen terminating)
     RESTORE = "restore"  # over or given up: scale back (only if the replicas are still ours), end
     END = "end"  # over: end (the replicas are not kdesched's to touch)
 
@@ -266,14 +270,22 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
     mine = s.ours(deployment)
     if marked_gone:
         if mine:
-            # evicted (by kdesched, whose scale-back did not go through, or by something else): the
-            # replicas go back, and the ReplicaSet removes a pod it may have made for it (not Ready yet)
+            # evicted (by kdesched at the last step, or by something else): only now, with the pod seen
+            # terminating, do the replicas go back: the ReplicaSet then removes the pod it may have
+            # made for the evicted one (not Ready yet), never one of the Ready pods (scaling back at the
+            # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling)
             return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if replicas == s.surged and not mine and _rollout(s, deployment, pods):
         # the template changed (a rollout) with the replicas still at kdesched's value: put them back
         return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
     if mine:
+        if s.evicted:
+            # evicted, and not seen terminating yet (a snapshot from before the eviction)
+            if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
+                return Step(Action.RESTORE, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
+                            OVERRIDDEN)
+            return Step(Action.WAIT)
         if replacement is not None:
             return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
                         f"{replacement.node_name}", "", replacement)
@@ -290,14 +302,14 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             return Step(Action.RESTORE, f"no replacement was Ready on another node within "
                         f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
         return Step(Action.WAIT)
-    if replicas == s.surged and not s.scaled_back:
+    if replicas == s.surged and not s.evicted:
         return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
                     "during the move (the value kdesched had set): the owner's value stays", OVERRIDDEN)
-    if s.scaled_back:
-        # kdesched evicted the pod and scaled back: the pod is on its way out (a snapshot from before
-        # the eviction may not show it terminating yet)
-        if now - s.scaled_back >= SCALE_DOWN_GRACE_SECONDS:
-            return Step(Action.END, f"{s.pod} was still there {now - s.scaled_back:.0f}s after its eviction",
+    if s.evicted:
+        # evicted, the replicas changed by someone else since: the pod is on its way out (a snapshot
+        # from before the eviction may not show it terminating yet)
+        if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
+            return Step(Action.END, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
                         OVERRIDDEN)
         return Step(Action.WAIT)
     if replicas == s.original:

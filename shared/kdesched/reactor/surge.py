@@ -82,6 +82,7 @@ class Candidate:
     profile: str
     reason: str  # the strategy's reason for moving it
     why: str  # why surge-first: "single replica", the pacing or PDB refusal
+    admitted: bool = False  # the admission pipeline's plan checks (budgets, windows) already let it through
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +125,9 @@ class Surges:
         self._events: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._not_started: set[str] = set()  # moves this process recorded and could not scale up: ended at once
-        # moves whose pod this process evicted and scaled back, with when: a ledger write that lost its
+        # moves whose pod this process evicted, with when: a ledger write that lost its
         # race (the run decides again on the same snapshot, which still shows the pod) does not make
-        # the next attempt take kdesched's own scale-back for someone else's
+        # the next attempt evict it again or take it for alive
         self._evicted: dict[str, float] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
@@ -147,8 +148,8 @@ class Surges:
         changed = False
         for key, s in ledger.surges.items():
             namespace = key.split("/", 2)[1]
-            if not s.scaled_back and s.uid in self._evicted:
-                s = replace(s, scaled_back=self._evicted[s.uid])
+            if not s.evicted and s.uid in self._evicted:
+                s = replace(s, evicted=self._evicted[s.uid])
             try:
                 deployment = get_deployment(self.client, namespace, s.deployment)
                 replicaset = get_replicaset(self.client, namespace, s.replicaset) if deployment else None
@@ -177,7 +178,7 @@ class Surges:
                 continue  # not carried out (a conflict): the next run decides again
             changed = True
             if done is True:
-                surges[key] = replace(s, scaled_back=now)
+                surges[key] = replace(s, evicted=now)
                 with self._lock:
                     if len(self._evicted) > MAX_REMEMBERED:  # moves another process ended
                         self._evicted.clear()
@@ -214,17 +215,14 @@ class Surges:
 
     def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None) -> bool | None:
         """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
-        the move goes on scaled back, False when it ended."""
+        the move goes on (evicted), False when it ended."""
         namespace, _, name = s.pod.partition("/")
         if step.action == Action.WAIT:
             return None
         if step.action == Action.EVICT:
-            assert deployment is not None
             if not self._evict(namespace, name, s, step):
                 return None  # refused (a PDB, another writer): the next run looks again
-            # at once, so a pod the ReplicaSet makes for the evicted one is removed before it is Ready
-            self._scale(namespace, s.deployment, s.original, deployment.resource_version)
-            return True  # a lost scale-back is taken again by the next settle (RESTORE: pod gone, replicas ours)
+            return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
         if step.action == Action.RESTORE:
             # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
             # or a rollout begun on top of it, evicted.advance)
@@ -248,11 +246,11 @@ class Surges:
             log.info("surge-first move: evicting %s/%s after its replacement was Ready: %s; trying again at the next "
                      "run", namespace, name, exc)
             return False
-        log.info("surge-first move: evicted %s/%s (%s); Deployment %s back to %d replicas", namespace, name, step.why,
-                 s.deployment, s.original)
+        log.info("surge-first move: evicted %s/%s (%s); Deployment %s goes back to %d replicas once it is seen "
+                 "terminating", namespace, name, step.why, s.deployment, s.original)
         self.client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
                                  note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
-                                 f"{s.deployment} back to {s.original} replicas")
+                                 f"{s.deployment} goes back to {s.original} replicas")
         return True
 
     def _scale(self, namespace: str, name: str, replicas: int, version: str) -> bool:
@@ -277,8 +275,12 @@ class Surges:
             log.info("surge-first move of %s (%s) %s: %s", e.workload, s.pod, e.outcome, e.why)
 
     # -- admission: which pods move surge-first ---------------------------------------------------
-    def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str, now: float) -> Chosen:
-        """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions."""
+    def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str, now: float,
+               admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Chosen:
+        """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions.
+        ``admit``: the admission pipeline's plan checks (disruption budgets, windows) for a pod they
+        have not judged yet (held for a later wave, kept by a PDB): the move is in flight like an
+        eviction, so it must fit the budgets as one."""
         if not self.enabled or plan.pacing is None:
             return Chosen(plan)
         candidates = _candidates(plan, plan.pacing)
@@ -302,6 +304,10 @@ class Surges:
                     log.info("surge-first move of %s: cannot read its owner: %s", key, exc)
             if refusal is None:
                 refusal = surge_refusal(c.pod, kind, deployment, replicaset, siblings, snapshot.pdbs_for(c.pod))
+            if refusal is None and not c.admitted and admit is not None:
+                verdict = admit(PlannedEviction(c.pod, c.pod.node_name, c.strategy, c.profile, c.reason))
+                if verdict is not None:
+                    refusal = NoSurge(Fallback.CONTROLS, verdict.message)
             if refusal is not None:
                 fallbacks.append((c, refusal))
                 continue
@@ -405,7 +411,7 @@ def _candidates(plan: RunPlan, pacing: PacingPlan) -> dict[str, Candidate]:
             wave0[key] = wave0.get(key, 0) + 1
             if pod_ready(e.pod) and ready - wave0[key] <= 0 and key not in out:
                 out[key] = Candidate(e.pod, e.strategy, e.profile, e.reason,
-                                     f"its eviction would leave {step.workload} with no Ready pod")
+                                     f"its eviction would leave {step.workload} with no Ready pod", True)
         elif key not in out and key not in wave0:
             out[key] = Candidate(e.pod, e.strategy, e.profile, e.reason,
                                  f"the allowance of {step.workload} leaves no room (wave {step.wave})")
