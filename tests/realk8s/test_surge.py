@@ -333,6 +333,13 @@ def test_a_quota_that_refuses_the_extra_pod_restores_at_once_and_falls_back(
     control_plane.wait_for(lambda: len(ready_pods(real, "web")) == 1, 30, what="web Ready")
     real.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "one-pod", "namespace": "default"},
                  "spec": {"hard": {"pods": "1"}}})
+    try:
+        _quota_story(control_plane, real, serves, tmp_path)
+    finally:  # the reset between tests does not know ResourceQuotas
+        real.api.delete("/api/v1/namespaces/default/resourcequotas/one-pod")
+
+
+def _quota_story(control_plane: ControlPlane, real: Cluster, serves: list[Serve], tmp_path: Path) -> None:
     control_plane.wait_for(lambda: ((real.get("/api/v1/namespaces/default/resourcequotas/one-pod") or {})
                                     .get("status") or {}).get("used", {}).get("pods") == "1", 30,
                            what="the quota's usage")
