@@ -34,6 +34,7 @@ from kdesched.evictor.ledger import Admission, Ledger
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
+from kdesched.reactor.admit import conflict_backoff
 from kdesched.reactor.ledger_store import LedgerStore
 
 from bench.machine import machine
@@ -62,6 +63,7 @@ def admit_one(store: LedgerStore, p: Pod, run: str) -> tuple[int, float]:
         if store.write(read, new, run):
             return lost, time.perf_counter() - started
         lost += 1
+        time.sleep(conflict_backoff(lost))  # as kdesched.reactor.admit.decide waits
 
 
 def writer(kubeconfig: str, index: int, admissions: int, start_at: float, out: Any) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import bisect
 import copy
+import email.utils
 import itertools
 import json
 import socket
@@ -141,6 +142,9 @@ class FakeApiServer:
         self.scripts: dict[tuple[str, str], deque[int | tuple[int, float] | Fault]] = {}
         self.report_remaining = True  # False: LIST pages omit remainingItemCount (as the server may)
         self.metrics_served = True  # False: metrics.k8s.io is not served (no metrics-server): 404
+        # every answer carries Date (RFC 7231), as the real API server's: this server's clock is the
+        # local one plus clock_offset seconds (a server whose clock differs from the client's)
+        self.clock_offset = 0.0
         self._bookmarks = 0
         # eviction concurrency: how many eviction requests are being handled at once, the most seen,
         # and an optional gate that holds them until that many are in flight (see gather_evictions)
@@ -658,6 +662,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` of every answer (send_response adds it): the fake's clock (``clock_offset``)."""
+        when = time.time() + self.fake.clock_offset if timestamp is None else timestamp
+        return email.utils.formatdate(when, usegmt=True)
 
     def _dispatch(self) -> None:
         split = urlsplit(self.path)

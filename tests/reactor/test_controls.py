@@ -239,7 +239,7 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
 
     posted: list[dict[str, Any]] = []
     clock = Clock(0.0)
-    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock)
+    events = WhyNotEvents(lambda **kw: posted.append(kw) or True, clock=clock, wall=clock)
     pods = [Pod.from_api(web(f"web-7d9f8-{i}", "p0")) for i in range(7)]
     reasons = ["cool-down: workload Deployment/default/web lost a pod 3s ago", "nowhere to go: no other Ready node",
                "budget: disruption budget (maxUnavailable 1, cluster-wide) allows 1", "rate limit: global"]

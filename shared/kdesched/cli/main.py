@@ -400,7 +400,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     freeze_heap()
     policy = parity_policy(policy)
     try:
-        plan = plan_run(policy, snapshot, safety=safety)
+        # ages (PodLifeTime, minPodAge, failed pods) against the API server's clock, which set the
+        # pods' creationTimestamp, not this machine's (kdesched.kube.clock)
+        plan = plan_run(policy, snapshot, safety=safety, now=datetime.fromtimestamp(client.clock.now(), UTC))
     except PlanError as exc:
         raise InputError(str(exc)) from None
     plan_done = time.perf_counter()

@@ -8,7 +8,9 @@ with ``json.loads``. HTTP and transport failures become the typed errors of
 :mod:`kdesched.kube.errors` here, once. Every request and every byte read is counted, so a run can
 report (and a benchmark can compare) what it cost the API server, and every request first takes a
 token from the client-side rate limit (:class:`TokenBucket`), so no caller can flood it. The client
-is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them.
+is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them. The
+``Date`` of every answer feeds :attr:`KubeClient.clock`, the API server's clock
+(:mod:`kdesched.kube.clock`): the one clock of every time kdesched writes to the cluster.
 
 Every read (each LIST page and each GET of one object) is retried as client-go's REST client
 retries it (``rest/with_retry.go`` ``IsNextRetry``/``checkWait``: a 429 or 5xx with ``Retry-After``
@@ -42,6 +44,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from kdesched.kube.clock import ServerClock
 from kdesched.kube.config import (
     ClientLimits,
     Impersonation,
@@ -228,12 +231,14 @@ class KubeClient:
     def __init__(self, api_client: ApiClient, *, request_timeout: float | None = 60.0,
                  reporting_instance: str | None = None, impersonation: Impersonation | None = None,
                  limits: ClientLimits | None = None, read_retry: ReadRetry = ReadRetry(),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, clock: ServerClock | None = None) -> None:
         """``limits``: the client-side rate limit and the eviction concurrency this client is sized
         for (None: no rate limit, one eviction at a time; the constructors below always pass one).
         Build ``api_client`` from a Configuration whose ``connection_pool_maxsize`` is at least
-        ``limits.connections`` (:meth:`from_config` and :meth:`for_host` do)."""
+        ``limits.connections`` (:meth:`from_config` and :meth:`for_host` do). ``clock``: the API
+        server's clock, fed by every answer (:mod:`kdesched.kube.clock`; shared with siblings)."""
         self.api_client = api_client
+        self.clock = clock if clock is not None else ServerClock()
         self.limits = limits
         self.rate_limiter = TokenBucket(limits.qps, limits.burst) if limits is not None else None
         self.impersonation = impersonation
@@ -357,15 +362,18 @@ class KubeClient:
         if self.rate_limiter is not None:
             TRAFFIC.waited(self.rate_limiter.acquire())
         self._count(requests=1)
+        sent_at = time.monotonic()  # the Date of the answer: the API server's clock (kube.clock)
         try:
             resp = self.api_client.call_api(method, url, sent, serialized, post_params,
                                             _request_timeout=timeout if timeout is not None else self.request_timeout)
         except ApiException as exc:
+            self.clock.observe(exc.headers, sent_at, time.monotonic())
             TRAFFIC.request(method, exc.status or "error")
             raise error_from_api_exception(exc) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             TRAFFIC.request(method, "error")
             raise unavailable_from(exc) from None
+        self.clock.observe(resp.headers, sent_at, time.monotonic())
         TRAFFIC.request(method, resp.status)
         if not 200 <= resp.status <= 299:
             data = self._read(resp)
@@ -465,9 +473,9 @@ class KubeClient:
                 return
 
     def sibling(self, *, pool_size: int | None = None) -> KubeClient:
-        """A new client to the same server with the same credentials, its own connection pool and
-        its own request counters (the watch cache holds one long-lived watch per kind; it must not
-        take the run's pooled connections, and its traffic is reported separately)."""
+        """A new client to the same server with the same credentials and the same :attr:`clock`, its
+        own connection pool and its own request counters (the watch cache holds one long-lived watch
+        per kind; it must not take the run's pooled connections, and its traffic is reported separately)."""
         import copy
 
         configuration = copy.deepcopy(self.api_client.configuration)
@@ -475,7 +483,7 @@ class KubeClient:
             configuration.connection_pool_maxsize = max(int(pool_size), 1)
         return KubeClient(ApiClient(configuration=configuration), request_timeout=self.request_timeout,
                           reporting_instance=self.reporting_instance, impersonation=self.impersonation,
-                          read_retry=self.read_retry, sleep=self._sleep)
+                          read_retry=self.read_retry, sleep=self._sleep, clock=self.clock)
 
     def _list(self, kind: str, namespace: str | None, field_selector: str | None, label_selector: str | None,
               page_size: int, fast: bool, resource_version: str | None = None) -> tuple[list[Any], str]:
@@ -649,7 +657,7 @@ class KubeClient:
         """:meth:`create_event` that raises the typed error (one attempt; the evictor retries it).
         ``event_name``: the Event's name, kept by a caller that retries, so an Event whose answer was
         lost is not posted twice (the retry gets 409 AlreadyExists instead)."""
-        when = now or datetime.now(UTC)
+        when = now or datetime.fromtimestamp(self.clock.now(), UTC)  # the API server's time, as Events' own
         regarding: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name}
         known = RESOURCES.get(kind)
         if known is not None and not known.namespaced:

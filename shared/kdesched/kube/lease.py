@@ -45,10 +45,6 @@ RENEW_ATTEMPTS = 3  # a renew that meets a 409 re-reads and tries again, this ma
 _RECORD_FIELDS = ("holderIdentity", "acquireTime", "renewTime", "leaseDurationSeconds", "leaseTransitions")
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class ObservedRecord:
     """A Lease record as this process last saw it, and when (local monotonic seconds) it first
@@ -147,14 +143,14 @@ class LeaseLock:
     The lease is free when absent, when it names no holder, or when its record has not changed for
     its ``leaseDurationSeconds`` as measured by ``monotonic`` since this process first saw it (see
     the module docstring: never by comparing the holder's ``renewTime`` with our wall clock).
-    ``clock`` only stamps the times we write. API errors other than a lost race
+    ``clock`` only stamps the times we write (default: the API server's, ``client.clock``). API errors other than a lost race
     (:class:`Conflict`) propagate to the caller. Locks sharing a client share their observations,
     so they must share their ``monotonic`` clock too.
     """
 
     def __init__(self, client: KubeClient, namespace: str, name: str, holder_identity: str,
-                 lease_duration_seconds: int = 60, *, clock: Clock = utc_now, monotonic: Monotonic = time.monotonic,
-                 observations: LeaseObservations | None = None) -> None:
+                 lease_duration_seconds: int = 60, *, clock: Clock | None = None,
+                 monotonic: Monotonic = time.monotonic, observations: LeaseObservations | None = None) -> None:
         if not holder_identity:
             raise ValueError("holder_identity must be a non-empty string")
         if lease_duration_seconds < 1:
@@ -164,7 +160,8 @@ class LeaseLock:
         self.name = name
         self.holder_identity = holder_identity
         self.lease_duration_seconds = lease_duration_seconds
-        self.clock = clock
+        # the API server's time (kube.clock), as kubectl shows it beside the server's own timestamps
+        self.clock = clock if clock is not None else lambda: datetime.fromtimestamp(client.clock.now(), UTC)
         self.monotonic = monotonic
         self.observations = observations if observations is not None else observations_for(client)
 
@@ -186,8 +183,9 @@ class LeaseLock:
     def try_acquire(self) -> bool:
         """Take the lease if it is free, expired or already ours. False if someone else holds it or
         won the race for it."""
-        now, mono = self.clock(), self.monotonic()
+        mono = self.monotonic()
         lease = get_lease(self.client, self.namespace, self.name)
+        now = self.clock()  # after the read: the client's first answer has set the API server's clock
         if lease is None:
             try:
                 created = create_lease(self.client, self.namespace, self.name,

@@ -23,6 +23,7 @@ that dies, or a Lease write that fails, after evicting loses nothing that a rede
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -203,68 +204,81 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
     while True:
         attempts += 1
-        read = store.read()
-        # a run that lost a commit race plans as if its earlier write had not happened: what it
-        # admits now replaces it (kdesched.reactor.ledger_store)
-        current = read.ledger.without_run(run)
-        keys = [k for k, mv in current.moves.items() if mv.kept]
-        pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
-        settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
-                                 snapshot.nodes if scope.complete else None)
-        ended: list[Ended] = []
-        if surges is not None and not dry_run and settled.ledger.surges:
-            # the recovery step: every surge-first move in the ledger is finished or restored from what
-            # the cluster shows now, by whichever process settles (a restart, another replica). Its
-            # eviction waits while the run's brakes or a closed window would defer one
-            held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
-                                                namespace_labels or (lambda _ns: None), alerts))
-            settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
-        ledger = settled.ledger
-        m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
-        admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
-                                              namespace_labels or (lambda _ns: None), alerts))
-        if brake_status is not None:
-            brake_status.remember(admission.health, now)
-        plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
-                        nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
-        controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
-        plan = controlled.plan
-        chosen = (surges.choose(plan, ledger, snapshot, scope.key, now, plan_check(admission))
-                  if surges is not None and not dry_run else None)
-        if chosen is not None:
-            plan = chosen.plan
-        admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
-        notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
-        own = read.ledger.written_by(run)  # an earlier attempt's records to replace
-        if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
-            if surges is not None and chosen is not None:
-                surges.fallback_events(chosen)
-            return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled,
-                           chosen=chosen)
-        checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
-        stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
-        started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
-        new = ledger.admit(admissions, stamp, run, deadline_seconds).prune(
-            stamp, retention.keep_seconds, 0, retention.backoff_keep_seconds)
-        new = admission.record(new, sum(1 for a in admissions if not a.held), stamp)
-        if chosen is not None:
-            new = chosen.record(new)
-        if _write(store, read, new, run):
-            started_surges: Mapping[str, str] = {}
-            if surges is not None:
-                surges.report_ended(ended)
-                if chosen is not None:
-                    started_surges = surges.start(chosen)  # only now: the move is in the ledger first
+        # one admission at a time in this process: planning is CPU work under one interpreter
+        # lock anyway, and runs of one process (serve's concurrent node runs) then never lose
+        # commits to each other; processes still race, optimistically (docs/design.md)
+        with store.admitting:
+            read = store.read()
+            # a run that lost a commit race plans as if its earlier write had not happened: what it
+            # admits now replaces it (kdesched.reactor.ledger_store)
+            current = read.ledger.without_run(run)
+            keys = [k for k, mv in current.moves.items() if mv.kept]
+            pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
+            settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
+                                     snapshot.nodes if scope.complete else None)
+            ended: list[Ended] = []
+            if surges is not None and not dry_run and settled.ledger.surges:
+                # the recovery step: every surge-first move in the ledger is finished or restored from
+                # what the cluster shows now, by whichever process settles (a restart, another
+                # replica). Its eviction waits while the run's brakes or a closed window would defer one
+                held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
+                                                    namespace_labels or (lambda _ns: None), alerts))
+                settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
+            ledger = settled.ledger
+            m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
+            admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
+                                                  namespace_labels or (lambda _ns: None), alerts))
+            if brake_status is not None:
+                brake_status.remember(admission.health, now)
+            plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
+                            nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
+            controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
+            plan = controlled.plan
+            chosen = (surges.choose(plan, ledger, snapshot, scope.key, now, plan_check(admission))
+                      if surges is not None and not dry_run else None)
+            if chosen is not None:
+                plan = chosen.plan
+            admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
+            notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
+            own = read.ledger.written_by(run)  # an earlier attempt's records to replace
+            if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
+                if surges is not None and chosen is not None:
                     surges.fallback_events(chosen)
-            if attempts > 1:
-                notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
-                             "meanwhile; this plan was made again against them)")
-            return Decided(plan, admission, ledger, stamp, True, settled, attempts, admissions, tuple(notes),
-                           controlled, started + deadline_seconds, chosen, started_surges, tuple(ended))
+                return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled,
+                               chosen=chosen)
+            checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
+            stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
+            started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
+            new = ledger.admit(admissions, stamp, run, deadline_seconds).prune(
+                stamp, retention.keep_seconds, 0, retention.backoff_keep_seconds)
+            new = admission.record(new, sum(1 for a in admissions if not a.held), stamp)
+            if chosen is not None:
+                new = chosen.record(new)
+            if _write(store, read, new, run):
+                started_surges: Mapping[str, str] = {}
+                if surges is not None:
+                    surges.report_ended(ended)
+                    if chosen is not None:
+                        started_surges = surges.start(chosen)  # only now: the move is in the ledger first
+                        surges.fallback_events(chosen)
+                if attempts > 1:
+                    notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
+                                 "meanwhile; this plan was made again against them)")
+                return Decided(plan, admission, ledger, stamp, True, settled, attempts, admissions, tuple(notes),
+                               controlled, started + deadline_seconds, chosen, started_surges, tuple(ended))
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
         log.debug("ledger write lost (attempt %d): deciding again against the new ledger", attempts)
+        time.sleep(conflict_backoff(attempts))
+
+
+def conflict_backoff(attempt: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait before deciding again after losing the commit ``attempt`` times in a row:
+    full jitter over 25 ms x 2^(attempt-1), at most 1 s. Runs that lost to each other otherwise read,
+    plan and commit again in lockstep and keep colliding (measured with 8 writers:
+    bench/bench_admissions.py, docs/benchmarks.md)."""
+    return (rng or random).uniform(0.0, min(1.0, 0.025 * 2 ** (attempt - 1)))
 
 
 def deferral(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | None]:
@@ -310,10 +324,11 @@ def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[Evi
     last: Exception | None = None
     for attempt in range(MAX_ATTEMPTS):
         try:
-            read = store.read()
-            scopes = {a.pod.uid: a.scope for a in decided.admissions if not a.held}
-            if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before, scopes)):
-                return ""
+            with store.admitting:
+                read = store.read()
+                scopes = {a.pod.uid: a.scope for a in decided.admissions if not a.held}
+                if store.write(read, read.ledger.record_outcomes(failed, decided.admitted_at, decided.before, scopes)):
+                    return ""
         except ApiError as exc:
             # conditional on the resourceVersion read and idempotent (taking back twice is taking back
             # once): any failure but a refusal is retried, or the pods would stay "in flight" for

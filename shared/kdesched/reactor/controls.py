@@ -90,7 +90,7 @@ def apply_verdicts(plan: RunPlan, verdicts: Sequence[Verdict | None]) -> Control
 class BrakeStatus:
     """The health brake's last decision in this process, for /readyz and the gauge."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float]) -> None:  # the API server's (runner: client.clock.now)
         self.clock = clock
         self._lock = threading.Lock()
         self._last: tuple[float, BrakeState] | None = None

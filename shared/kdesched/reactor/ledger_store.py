@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,7 @@ class LedgerStore:
         self.commit_name = f"{name}{COMMIT_SUFFIX}"
         self.last_write = WriteStats()
         self._legacy_gone = False  # the run Lease was seen without a 0.1 ledger: not looked at again
+        self.admitting = threading.RLock()  # one run of this process reads, plans and commits at a time
 
     # -- reading -------------------------------------------------------------------------------------
     def read(self) -> LedgerRead:

@@ -6,9 +6,14 @@ in, how many runs they became, how often the Lease was busy and why evictions we
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from kdesched.evictor.metrics import REGISTRY
+
+if TYPE_CHECKING:
+    from kdesched.kube.clock import ServerClock
 
 EVENTS = Counter("kdesched_reactor_events_total", "CloudEvents received by a function, by function, type and status.",
                  ["function", "type", "status"], registry=REGISTRY)
@@ -72,3 +77,13 @@ SURGE_MOVES = Counter("kdesched_surge_moves_total", "Surge-first moves (the repl
                       registry=REGISTRY)
 SURGE_FALLBACKS = Counter("kdesched_surge_fallbacks_total", "Pods that would have moved surge-first and kept the normal "
                           "rules instead, by reason (kdesched.evictor.surge.Fallback).", ["reason"], registry=REGISTRY)
+CLOCK_OFFSET = Gauge("kdesched_clock_offset_seconds", "This process's wall clock minus the API server's, as estimated "
+                     "from the Date of its answers (positive: this process is ahead). kdesched writes and compares "
+                     "every shared time on the API server's clock, so an offset changes no decision; NaN before the "
+                     "first answer.", registry=REGISTRY)
+
+
+def follow_clock(clock: ServerClock) -> None:
+    """Serve ``clock``'s offset as :data:`CLOCK_OFFSET` (read at scrape time; the latest call wins:
+    one process has one API client, and its siblings share its clock)."""
+    CLOCK_OFFSET.set_function(lambda: clock.offset_seconds() if clock.synced else float("nan"))

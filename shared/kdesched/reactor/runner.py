@@ -108,8 +108,11 @@ class Reactor:
 
     def __init__(self, policy: Policy, settings: ReactorSettings, client: KubeClient, *,
                  executor_factory: Callable[[bool], Executor] | None = None, loader: SnapshotLoader = default_loader,
-                 identity: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 identity: str | None = None, wall_clock: Callable[[], float] | None = None,
                  mono_clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> None:
+        """``wall_clock``: the time of everything written to the ledger and compared with it (and
+        with the cluster's own timestamps); default the API server's clock (``client.clock``,
+        :mod:`kdesched.kube.clock`), never this process's own, which may be minutes off the others'."""
         # the event path's safety defaults (kdesched.policy.safety), resolved once for this process
         self.safety = settings.safety.resolve(SafetyPath.EVENT)
         self.policy, self.safety_note = exclude_control_plane_taints(policy, self.safety)
@@ -118,7 +121,8 @@ class Reactor:
         self.executor_factory = executor_factory or self._default_executor
         self.loader = loader
         self.identity = identity or default_identity()
-        self.wall_clock = wall_clock
+        self.wall_clock = wall_clock if wall_clock is not None else client.clock.now
+        m.follow_clock(client.clock)
         self.stop = stop or threading.Event()
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
         # surge-first moves (docs/safety.md): need the safety defaults' pacing and the ledger
@@ -128,9 +132,9 @@ class Reactor:
         self.pipeline = Pipeline.build(settings.admission)
         self.retention = Retention.of(settings.admission)
         self.namespace_labels = NamespaceLabels(lambda: client.list_raw("Namespace").items)
-        self.brake_status = BrakeStatus(clock=wall_clock)  # the health brake's last decision, for /readyz
+        self.brake_status = BrakeStatus(clock=self.wall_clock)  # the health brake's last decision, for /readyz
         # named per object, reason and minute: at most one per minute cluster-wide (reactor.whynot)
-        self.why_not = WhyNotEvents(client.post_event, wall=wall_clock)
+        self.why_not = WhyNotEvents(client.post_event, wall=self.wall_clock)
         self.balance_lock = threading.Lock()
         self.node_locks = NodeLocks()
         # kdesched serve's moving average of node usage (kdesched.kube.usage.MetricsCollector), set

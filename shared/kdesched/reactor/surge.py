@@ -72,7 +72,8 @@ log = logging.getLogger("kdesched.reactor.surge")
 
 EVENT_INTERVAL_SECONDS = 60.0
 MAX_REMEMBERED = 10000  # per-process memory of the moves it evicted for (a few hundred bytes each)
-EVICT_TIMEOUT_SECONDS = 10.0  # the eviction inside a settle: one bounded attempt, the next run retries
+EVICT_TIMEOUT_SECONDS = 5.0  # the eviction inside a settle (the process's admission lock is held): one bounded
+# attempt, the next run retries
 
 
 @dataclass(frozen=True, slots=True)

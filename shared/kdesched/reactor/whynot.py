@@ -121,7 +121,7 @@ class WhyNotEvents:
     """Posts the "why not" Events of each live run, aggregated and rate-limited (module docstring)."""
 
     def __init__(self, post: Post, *, interval: float = INTERVAL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float]) -> None:
         self.post = post
         self.interval = interval
         self.clock = clock

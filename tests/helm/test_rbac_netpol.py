@@ -1,0 +1,198 @@
+"""The chart's permissions and network rules: least privilege as knative/ has it, and the
+NetworkPolicies admit exactly who they say.
+
+Why: a chart is a second place where RBAC can grow by accident. The rendered Roles, ClusterRoles
+and bindings are put through the very checks tests/deploy/test_rbac.py applies to the kustomize
+manifests (the same EXPECTED grants, the same bindings, no wildcards, secrets or pod deletion), in
+every mode. The NetworkPolicies are evaluated as the API defines them (a pod selected by a policy
+admits only what one of its rules matches) for every kdesched pod and a list of source namespaces:
+the data plane reaches the functions, the named namespaces reach `manual` (and serve), nothing else
+does. Whether a CNI enforces them is the cluster's business (there is none on the test control plane).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy import KNATIVE, Doc
+from tests.deploy import test_rbac as kustomize_rbac
+from tests.helm import find_obj, template
+
+MODES = ("knative", "standalone", "cronjob")
+ROLES_BY_MODE = {
+    "knative": set(kustomize_rbac.EXPECTED),
+    "standalone": {("ClusterRole", "kdesched-evictor"), ("Role", "kdesched-lease")},
+    "cronjob": {("ClusterRole", "kdesched-evictor"), ("Role", "kdesched-lease")},
+}
+RENDERED = KNATIVE / "(helm template)"  # a label for Doc: these objects come from the chart, not a file
+
+
+def docs(objs: list[dict[str, Any]]) -> list[Doc]:
+    return [Doc(RENDERED, i, o) for i, o in enumerate(objs)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rendered_rbac_is_the_documented_least_privilege(helm: Path, mode: str) -> None:
+    rendered = docs(template(helm, {"mode": mode}))
+    roles = [d for d in rendered if d.kind in ("Role", "ClusterRole")]
+    assert {(r.kind, r.name) for r in roles} == ROLES_BY_MODE[mode]
+    for role in roles:
+        got, want = kustomize_rbac.grants(role), kustomize_rbac.EXPECTED[(role.kind, role.name)]
+        assert got == want, f"{role.kind}/{role.name}: added {sorted(got - want, key=str)}, missing {sorted(want - got, key=str)}"
+        kustomize_rbac.test_no_wildcards_secrets_or_pod_deletion(role)
+    bindings = [d for d in rendered if d.kind in ("RoleBinding", "ClusterRoleBinding")]
+    accounts = {d.name for d in rendered if d.kind == "ServiceAccount"}
+    for sa in accounts:
+        bound = {(b.obj["roleRef"]["kind"], b.obj["roleRef"]["name"]) for b in bindings
+                 if any(s["name"] == sa and s["namespace"] == "kdesched" for s in b.obj["subjects"])}
+        assert bound == kustomize_rbac.EXPECTED_BINDINGS[sa], f"{sa}: bound to {bound}"
+    for b in bindings:
+        if b.kind == "RoleBinding":
+            assert b.obj["roleRef"]["kind"] == "Role"
+        for s in b.obj["subjects"]:
+            assert s["kind"] == "ServiceAccount" and s["name"] in accounts
+
+
+def test_the_rbac_checks_catch_a_widened_chart_role(helm: Path) -> None:
+    role = next(d for d in docs(template(helm)) if d.name == "kdesched-evictor")
+    widened = Doc(role.path, role.index, {**role.obj, "rules": [*role.obj["rules"], {
+        "apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]})
+    assert kustomize_rbac.grants(widened) != kustomize_rbac.EXPECTED[("ClusterRole", "kdesched-evictor")]
+    with pytest.raises(AssertionError):
+        kustomize_rbac.test_no_wildcards_secrets_or_pod_deletion(widened)
+
+
+def test_rbac_and_accounts_can_be_left_to_the_operator(helm: Path) -> None:
+    objs = template(helm, {"mode": "standalone", "rbac": {"create": False},
+                           "serviceAccount": {"create": False, "name": "descheduler"}})
+    assert not [o for o in objs if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
+                                                 "ServiceAccount")]
+    assert find_obj(objs, "Deployment", "kdesched")["spec"]["template"]["spec"]["serviceAccountName"] == "descheduler"
+
+
+# -- NetworkPolicies ---------------------------------------------------------------------------------
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        present = expr["key"] in labels
+        op = expr["operator"]
+        if op == "In" and not (present and labels[expr["key"]] in expr["values"]):
+            return False
+        if op == "NotIn" and present and labels[expr["key"]] in expr["values"]:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def admitted(policies: list[dict[str, Any]], pod: dict[str, str], source_namespace: str, port: int,
+             pod_namespace: str = "kdesched") -> bool:
+    """Does the set of NetworkPolicies let a pod in ``source_namespace`` reach ``pod`` (its labels) on
+    ``port``? Namespaces carry kubernetes.io/metadata.name; a pod no policy selects admits everything."""
+    ns_labels = {"kubernetes.io/metadata.name": source_namespace}
+    selecting = [p for p in policies if p["metadata"]["namespace"] == pod_namespace
+                 and "Ingress" in p["spec"].get("policyTypes", ["Ingress"]) and _matches(p["spec"]["podSelector"], pod)]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress") or ():
+            peers = rule.get("from")
+            ports = rule.get("ports")
+            if ports and not any(p.get("port") == port for p in ports):
+                continue
+            if not peers:
+                return True
+            for peer in peers:
+                assert "ipBlock" not in peer, "the chart admits namespaces, never address ranges"
+                ns_ok = "namespaceSelector" not in peer or _matches(peer["namespaceSelector"], ns_labels)
+                same_ns_only = "namespaceSelector" not in peer and source_namespace != pod_namespace
+                pod_ok = "podSelector" not in peer  # the chart never selects source pods
+                if ns_ok and pod_ok and not same_ns_only:
+                    return True
+    return False
+
+
+def pods(objs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """name -> pod labels of every kdesched workload the chart renders."""
+    out = {}
+    for o in objs:
+        if o["kind"] == "Service" and "template" in o.get("spec", {}) or o["kind"] == "Deployment":
+            out[o["metadata"]["name"]] = o["spec"]["template"]["metadata"]["labels"]
+        elif o["kind"] == "CronJob":
+            out[o["metadata"]["name"]] = o["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    return out
+
+
+DATA_PLANE = ["knative-eventing", "knative-serving", "kourier-system"]
+OTHERS = ["default", "kube-system", "kdesched", "monitoring", "ci", "tenant-a"]
+PORTS = (8080, 8012, 9091)
+
+
+@pytest.mark.parametrize("named", [[], ["ops"], ["ops", "platform"]], ids=["none", "ops", "two"])
+def test_knative_functions_admit_the_data_plane_and_manual_the_named_namespaces(helm: Path, named: list[str]) -> None:
+    objs = template(helm, {"manual": {"allowedNamespaces": named}})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    functions = pods(objs)
+    assert sorted(functions) == ["affinity", "classifier", "deadletter", "manual", "rebalance", "taints"]
+    for name, labels in functions.items():
+        for port in PORTS:
+            for ns in DATA_PLANE:
+                assert admitted(policies, labels, ns, port), f"{name}: the data plane ({ns}) must reach it"
+            for ns in [*OTHERS, "ops", "platform"]:
+                want = name == "manual" and ns in named
+                assert admitted(policies, labels, ns, port) is want, f"{name} from {ns}:{port}"
+
+
+def test_knative_metrics_namespaces_reach_only_the_metrics_port(helm: Path) -> None:
+    objs = template(helm, {"networkPolicy": {"metricsNamespaces": ["monitoring"]}})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    for labels in pods(objs).values():
+        assert admitted(policies, labels, "monitoring", 8080)
+        assert not admitted(policies, labels, "monitoring", 8012)
+
+
+@pytest.mark.parametrize("named", [[], ["ops"]], ids=["none", "ops"])
+def test_standalone_serve_admits_only_the_named_namespaces(helm: Path, named: list[str]) -> None:
+    objs = template(helm, {"mode": "standalone", "manual": {"allowedNamespaces": named},
+                           "networkPolicy": {"metricsNamespaces": ["monitoring"]}})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    (serve,) = pods(objs).values()
+    for ns in [*DATA_PLANE, *OTHERS, "ops"]:
+        assert admitted(policies, serve, ns, 8080) is (ns in named or ns == "monitoring"), ns
+        assert not admitted(policies, serve, ns, 9000), ns
+
+
+def test_cronjob_run_pod_admits_nothing(helm: Path) -> None:
+    objs = template(helm, {"mode": "cronjob", "manual": {"allowedNamespaces": ["ops"]}})
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    (run,) = pods(objs).values()
+    for ns in [*DATA_PLANE, *OTHERS, "ops"]:
+        assert not admitted(policies, run, ns, 8080)
+
+
+def test_the_evaluator_is_not_vacuous(helm: Path) -> None:
+    """Without the chart's policies every source is admitted: the checks above are about them."""
+    objs = template(helm, {"networkPolicy": {"enabled": False}})
+    assert not [o for o in objs if o["kind"] == "NetworkPolicy"]
+    for labels in pods(objs).values():
+        assert admitted([], labels, "tenant-a", 8080)
+
+
+def test_event_policy_names_the_sources_the_release_and_the_named_namespaces(helm: Path) -> None:
+    objs = template(helm, {"eventPolicy": {"enabled": True}, "manual": {"allowedNamespaces": ["ops"]}})
+    policy = find_obj(objs, "EventPolicy", "kdesched-broker")
+    assert policy["spec"]["to"] == [{"ref": {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "kdesched"}}]
+    senders = [f.get("sub") or f"{f['ref']['kind']}/{f['ref']['name']}" for f in policy["spec"]["from"]]
+    assert senders == ["ApiServerSource/kdesched-nodes", "PingSource/kdesched-sweep",
+                       "system:serviceaccount:kdesched:*", "system:serviceaccount:ops:*"]
+    assert not [o for o in template(helm) if o["kind"] == "EventPolicy"]
+    assert not [o for o in template(helm, {"mode": "standalone", "eventPolicy": {"enabled": True}})
+                if o["kind"] == "EventPolicy"]
