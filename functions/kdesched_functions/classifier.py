@@ -42,17 +42,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kdesched.errors import CannotRun, Unavailable
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
+from kdesched.reactor.classifier import Classifier, digest_of
 from kdesched.reactor.coordination import NodeLocks
 from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
 from kdesched.reactor.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
 from kdesched_functions import Function
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     Ack,
     FunctionApp,
-    HttpError,
     Incoming,
     Reply,
     Result,
@@ -232,13 +233,10 @@ class ClassifierFunction:
 
     def handle(self, incoming: Incoming) -> Result:
         if not self.classifier.seeded and not self.seed(background=True):
-            raise HttpError(503, "the node cache is not seeded: LIST nodes failed; retry later")
+            raise Unavailable("the node cache is not seeded: LIST nodes failed; retry later")
         self.resync_if_due()
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
-        try:
-            digest = digest_of(incoming.data)
-        except NodeInputError as exc:
-            raise HttpError(400, str(exc), exc.field) from None
+        digest = digest_of(incoming.data)  # NodeInputError: 400 naming the field
         name = digest.name
         key = (incoming.source, incoming.id)
         with self.locks.get(name):
@@ -255,12 +253,12 @@ class ClassifierFunction:
             replies = [Reply(e.type, dict(e.data), subject=e.node, id=e.id) for e in events]
             if len(replies) > 1:
                 if not self.broker_url:
-                    raise HttpError(500, f"{len(replies) - 1} more event(s) to emit but neither "
+                    raise CannotRun(f"{len(replies) - 1} more event(s) to emit but neither "
                                          f"{' nor '.join(BROKER_ENV)} is set")
                 try:
                     self.post(self.broker_url, NAME, replies[1:])
                 except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-                    raise HttpError(503, f"could not post events to the broker: {exc}") from None
+                    raise Unavailable(f"could not post events to the broker: {exc}") from None
             self.classifier.observe(action, incoming.data)  # commit
             m.CLASSIFIER_NODES.set(len(self.classifier))
             if replies:
@@ -294,6 +292,6 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
                         if deployed else None)
     fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
     fn.seed(background=True)
-    app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready)
+    app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready, answers=API_ANSWERS)
     app.config["KDESCHED_CLASSIFIER"] = fn
     return app

@@ -6,13 +6,15 @@ Why two modules: a function imports only what it uses, because with scale-to-zer
 paid again on the first event after an idle period. This module imports neither the reactor nor
 the policy package nor the kubernetes client, so ``deadletter`` starts with werkzeug and the
 CloudEvents SDK alone (docs/reactor.md, "Cold start"; a test checks ``sys.modules``). The app is
-plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: werkzeug serves it anyway
-(``werkzeug.serving``), and Flask on top (its routing, jinja2 templates, click CLI) cost CPU on
-every start (docs/benchmarks.md, "Figures behind the code") for nothing a function uses.
+plain werkzeug (:class:`FunctionApp`, four fixed routes), not Flask: Flask on top (its routing,
+jinja2 templates, click CLI) cost CPU on every start (docs/benchmarks.md, "Figures behind the code")
+for nothing a function uses. gunicorn serves it (:mod:`kdesched.httpserver`); tests drive the same
+app with werkzeug's test client.
 
 Knative retries 5xx/404/408/409/429 and treats a 2xx with a body that is not a CloudEvent as
 a failure (502 at the broker). Every function must therefore map outcomes to status codes the same
-way:
+way, by the exception's type (:func:`error_status`; each class carries its answer, the bases are in
+the leaf module :mod:`kdesched.errors`):
 
 =====================================================  =========================================
 outcome                                                answer
@@ -22,9 +24,9 @@ nothing to reply                                       202, empty body, no Conte
 not a CloudEvent, missing/invalid attribute, wrong     400 + JSON ``{"error", "field"}`` (never
 type, data or body not UTF-8 JSON, bad data field,     404/408/409/429: those would be retried)
 unknown strategy
-another run holds the lock / Lease                     429 (retried later)
-API server unreachable or failing, shutting down,      503 (retried)
-classifier cache not seeded
+another run holds the lock / Lease                     429 + Retry-After (retried later)
+API server unreachable or failing, shutting down,      503 + Retry-After (retried)
+classifier cache not seeded, every event slot taken
 anything else (a bug, RBAC forbids, bad kubeconfig)    500 + JSON
 =====================================================  =========================================
 
@@ -48,7 +50,6 @@ import codecs
 import json
 import logging
 import re
-import sys
 import threading
 import time
 import urllib.error
@@ -57,20 +58,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event, to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
+from kdesched import errors
+from kdesched.errors import BodyTooLarge, InvalidEvent, KdeschedError, Overloaded
 from kdesched.evictor.metrics import REGISTRY
-from kdesched.kube.errors import (
-    ApiError,
-    ConfigError,
-    Forbidden,
-    Gone,
-    ServerError,
-    TooManyRequests,
-    Unavailable,
-)
 from kdesched.reactor import metrics as m
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -90,14 +84,8 @@ STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 
 
-class HttpError(Exception):
-    """An answer other than success: ``status`` with a JSON body naming the problem."""
-
-    def __init__(self, status: int, message: str, field: str = "") -> None:
-        self.status = status
-        self.message = message
-        self.field = field
-        super().__init__(message)
+DEFAULT_MAX_EVENTS = 1000
+"""Events handled at once when the server sets no limit (tests, an app built in-process)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +124,8 @@ Handler = Callable[[Incoming], Result]
 # --- decoding ------------------------------------------------------------------------------------
 
 
-def _bad(message: str, field: str = "") -> HttpError:
-    return HttpError(400, message, field)
+def _bad(message: str, field: str = "") -> InvalidEvent:
+    return InvalidEvent(message, field)
 
 
 def _json_content_type(ct: str) -> bool:
@@ -198,7 +186,7 @@ def json_depth_exceeds(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 def decode(headers: Mapping[str, str], body: bytes, accepted: Sequence[str] | None) -> Incoming:
     """Decode and validate one CloudEvent from an HTTP request (binary or structured mode)."""
     if len(body) > MAX_BODY_BYTES:
-        raise HttpError(413, f"request body of {len(body)} bytes is over the limit of {MAX_BODY_BYTES}", "body")
+        raise BodyTooLarge(f"request body of {len(body)} bytes is over the limit of {MAX_BODY_BYTES}", "body")
     if json_depth_exceeds(body):
         raise _bad(f"JSON nested more than {MAX_JSON_DEPTH} levels deep; a kdesched event needs far fewer", "body")
     lower = {k.lower(): v for k, v in headers.items()}
@@ -323,51 +311,48 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
 # --- status mapping ------------------------------------------------------------------------------
 
 
-def raised_as(exc: BaseException, module: str, name: str) -> bool:
-    """Whether ``exc`` is a ``module.name``, without importing ``module``: the reactor's, engine's and
-    model's exceptions are named here, not imported, so that this module does not load the reactor
-    (and the kubernetes client) into ``deadletter``. An exception of a class whose module was never
-    imported cannot have been raised, so the lookup in ``sys.modules`` is exact."""
-    cls = getattr(sys.modules.get(module), name, None)
-    return isinstance(cls, type) and isinstance(exc, cls)
+class Answer(NamedTuple):
+    """The answer to an exception raised while handling an event."""
+
+    status: int
+    message: str
+    field: str = ""
+    retry_after: int | None = None
 
 
-BAD_REQUEST_ERRORS = (("kdesched.reactor.requests", "RequestError"), ("kdesched.reactor.classifier", "NodeInputError"))
-"""Exceptions that mean "this event can never succeed as sent" (400, with their ``field``)."""
-LOCK_BUSY = ("kdesched.reactor.coordination", "LockBusy")
-SHUTTING_DOWN = ("kdesched.reactor.coordination", "ShuttingDown")
-RUN_ERRORS = (("kdesched.engine", "PlanError"), ("kdesched.model.errors", "ModelError"))
-"""Exceptions of a run that cannot be carried out (500, with their own message)."""
+TypeAnswers = tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...]
+"""(exception types, status, message prefix), first match wins: the answers to errors of a layer
+that cannot carry its own (the kube layer's: :mod:`kdesched_functions.apierrors`)."""
+RETRY_AFTER_SECONDS = 5
+"""Retry-After of a 429 or 503 whose exception names none."""
 
 
-def error_status(exc: BaseException) -> tuple[int, str, str]:
-    """(status, message, field) for an exception raised while handling an event."""
-    if isinstance(exc, HttpError):
-        return exc.status, exc.message, exc.field
+def error_status(exc: BaseException, answers: TypeAnswers = ()) -> Answer:
+    """The answer to ``exc``, raised while handling an event: by its type, never by its name. Our
+    own errors carry their answer (:mod:`kdesched.errors`: ``status``, ``field``, ``retry_after``),
+    whichever module raised them; werkzeug's are mapped here, and ``answers`` maps other types (the
+    kube layer's, for an app that talks to the API server); anything else is a 500."""
+    if isinstance(exc, KdeschedError):
+        retry = exc.retry_after if exc.retry_after is not None else (
+            RETRY_AFTER_SECONDS if exc.status in (429, 503) else None)
+        return Answer(exc.status, str(exc), exc.field, retry)
     if isinstance(exc, RequestEntityTooLarge):  # max_content_length, before the body is read
-        return 413, f"request body over the limit of {MAX_BODY_BYTES} bytes", "body"
+        return Answer(413, f"request body over the limit of {MAX_BODY_BYTES} bytes", "body")
     if isinstance(exc, HTTPException) and exc.code is not None and 400 <= exc.code < 500 \
             and exc.code not in (404, 408, 409, 429):
-        return exc.code, str(exc.description or exc.name), ""
-    if any(raised_as(exc, *named) for named in BAD_REQUEST_ERRORS):
-        return 400, str(exc), str(getattr(exc, "field", "") or "")
-    if raised_as(exc, *LOCK_BUSY):
-        return 429, str(exc), ""
-    if raised_as(exc, *SHUTTING_DOWN):
-        return 503, str(exc), ""
-    if isinstance(exc, Forbidden):
-        return 500, f"the API server refused (check RBAC): {exc}", ""
-    if isinstance(exc, (Unavailable, ServerError, TooManyRequests, Gone)):
-        return 503, f"API server unavailable: {exc}", ""
-    if isinstance(exc, ApiError):
-        return 500, f"API error: {exc}", ""
-    if isinstance(exc, ConfigError):
-        return 500, f"cluster configuration: {exc}", ""
-    if any(raised_as(exc, *named) for named in RUN_ERRORS):
-        return 500, str(exc), ""
+        return Answer(exc.code, str(exc.description or exc.name))
+    for types, status, prefix in answers:
+        if isinstance(exc, types):
+            return Answer(status, f"{prefix}{exc}", "", RETRY_AFTER_SECONDS if status == 503 else None)
     if isinstance(exc, RecursionError):  # a safety net: decode() refuses deep JSON before parsing
-        return 400, "input nested too deeply", ""
-    return 500, f"internal error: {type(exc).__name__}: {exc}", ""
+        return Answer(400, "input nested too deeply")
+    return Answer(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def expected_error(exc: BaseException) -> bool:
+    """An answer the code meant to give (logged at INFO, without a traceback): our own errors
+    other than :class:`~kdesched.errors.CannotRun`."""
+    return isinstance(exc, (errors.InvalidEvent, errors.TryLater, errors.Unavailable))
 
 
 def _json_response(status: int, payload: Mapping[str, Any]) -> Response:
@@ -395,13 +380,16 @@ class FunctionApp:
     (``KDESCHED_FUNCTION``, the classifier's ``KDESCHED_CLASSIFIER``)."""
 
     def __init__(self, name: str, handler: Handler, accepted: Sequence[str] | None,
-                 ready: Callable[[], tuple[bool, str]] | None = None) -> None:
+                 ready: Callable[[], tuple[bool, str]] | None = None, max_events: int = DEFAULT_MAX_EVENTS,
+                 answers: TypeAnswers = ()) -> None:
         self.name = name
         self.handler = handler
         self.accepted = accepted
         self.ready = ready
         self.config: dict[str, Any] = {"KDESCHED_FUNCTION": name}
-        self._inflight = threading.BoundedSemaphore(1000)
+        self.answers = answers
+        self.max_events = max_events
+        self._slots = threading.BoundedSemaphore(max_events)
         self._routes: dict[str, dict[str, View]] = {
             "/": {"POST": self._receive}, "/healthz": {"GET": self._healthz},
             "/readyz": {"GET": self._readyz}, "/metrics": {"GET": self._metrics}}
@@ -425,6 +413,12 @@ class FunctionApp:
                     response = _json_response(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
         return response(environ, start_response)
 
+    def limit_events(self, max_events: int) -> None:
+        """Handle at most ``max_events`` events at once (the server sets the Service's
+        ``containerConcurrency``); set before serving."""
+        self.max_events = max_events
+        self._slots = threading.BoundedSemaphore(max_events)
+
     def test_client(self) -> Client:
         """A werkzeug test client (tests only: ``client.post("/", data=..., headers=...)``)."""
         from werkzeug.test import Client
@@ -434,31 +428,38 @@ class FunctionApp:
     def _receive(self, request: Request) -> Response:
         name, ce_type, ce_id = self.name, "-", "-"
         try:
-            with self._inflight:
+            # at most max_events at once (the Service's containerConcurrency): one more is answered
+            # 503 + Retry-After at once, never queued behind a run while it holds a server thread
+            if not self._slots.acquire(blocking=False):
+                raise Overloaded(f"{self.max_events} event(s) in progress, the most this instance takes at once")
+            try:
                 incoming = decode(dict(request.headers), request.get_data(cache=False), self.accepted)
                 ce_type, ce_id = incoming.type, incoming.id
                 result = self.handler(incoming)
-                if isinstance(result, Ack):
-                    m.EVENTS.labels(name, ce_type, "202").inc()
-                    return empty_response(202)
-                body, headers = encode(make_event(name, result), incoming.mode)
-                m.EVENTS.labels(name, ce_type, "200").inc()
-                return Response(body, status=200, headers=headers)
+            finally:
+                self._slots.release()
+            if isinstance(result, Ack):
+                m.EVENTS.labels(name, ce_type, "202").inc()
+                return empty_response(202)
+            body, headers = encode(make_event(name, result), incoming.mode)
+            m.EVENTS.labels(name, ce_type, "200").inc()
+            return Response(body, status=200, headers=headers)
         except Exception as exc:
-            status, message, fld = error_status(exc)
+            answer = error_status(exc, self.answers)
+            status, message, fld = answer.status, answer.message, answer.field
             m.EVENTS.labels(name, ce_type, str(status)).inc()
-            expected = isinstance(exc, HttpError) or raised_as(exc, *SHUTTING_DOWN)
+            expected = expected_error(exc)
             level = logging.ERROR if status >= 500 and not expected else logging.INFO
             log.log(level, "%s: %s %s -> %d: %s", name, ce_type, ce_id, status, message,
-                    exc_info=status == 500 and not isinstance(exc, HttpError),
+                    exc_info=status == 500 and not isinstance(exc, KdeschedError),
                     extra={"function": name, "ce_type": ce_type, "ce_id": ce_id, "status": status,
                            **({"field": fld} if fld else {})})
             payload: dict[str, Any] = {"error": message}
             if fld:
                 payload["field"] = fld
             resp = _json_response(status, payload)
-            if status in (429, 503):
-                resp.headers["Retry-After"] = "5"
+            if answer.retry_after is not None:
+                resp.headers["Retry-After"] = str(answer.retry_after)
             return resp
 
     def _healthz(self, request: Request) -> Response:
@@ -473,9 +474,12 @@ class FunctionApp:
 
 
 def create_function_app(name: str, handler: Handler, accepted: Sequence[str] | None, *,
-                        ready: Callable[[], tuple[bool, str]] | None = None) -> FunctionApp:
-    """The app serving one function at ``POST /`` plus /healthz, /readyz and /metrics."""
-    return FunctionApp(name, handler, accepted, ready)
+                        ready: Callable[[], tuple[bool, str]] | None = None,
+                        max_events: int = DEFAULT_MAX_EVENTS, answers: TypeAnswers = ()) -> FunctionApp:
+    """The app serving one function at ``POST /`` plus /healthz, /readyz and /metrics, handling at
+    most ``max_events`` events at once (more: 503 with Retry-After); ``answers``: see
+    :func:`error_status`."""
+    return FunctionApp(name, handler, accepted, ready, max_events, answers)
 
 
 def decode_knative_error(ext: Mapping[str, Any]) -> dict[str, Any]:

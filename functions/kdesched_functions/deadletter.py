@@ -17,13 +17,13 @@ import json
 import logging
 from typing import Any
 
+from kdesched.errors import InvalidEvent
 from kdesched.reactor.eventtypes import RUN_COMPLETED
 
 from kdesched_functions import Function
 from kdesched_functions.common import (
     Ack,
     FunctionApp,
-    HttpError,
     Incoming,
     Result,
     create_function_app,
@@ -40,8 +40,8 @@ def handle(incoming: Incoming) -> Result:
         data = incoming.data if isinstance(incoming.data, dict) else {}
         for key in ("evictions", "blocked"):
             if data.get(key) is not None and not isinstance(data[key], list):
-                raise HttpError(400, f"data.{key}: must be a list of pods in a run.completed report, got "
-                                     f"{type(data[key]).__name__}", f"data.{key}")
+                raise InvalidEvent(f"data.{key}: must be a list of pods in a run.completed report, got "
+                                   f"{type(data[key]).__name__}", f"data.{key}")
         evictions = data.get("evictions") or []
         log.info("audit: run %s (trigger %s) evictions=%d blocked=%d dryRun=%s: %s", incoming.id,
                  json.dumps(data.get("trigger")), len(evictions), len(data.get("blocked") or []), data.get("dryRun"),

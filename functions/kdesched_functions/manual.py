@@ -15,6 +15,7 @@ from kdesched.reactor.requests import parse_run_request, parse_sweep_data
 from kdesched.reactor.runner import Reactor
 
 from kdesched_functions import FUNCTIONS, Function
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import FunctionApp, Handler, Incoming, Result, create_function_app
 from kdesched_functions.runtime import load_runtime, reactor_app, run_completed, trigger_of
 
@@ -39,4 +40,5 @@ def create_serve_app(server: Any) -> FunctionApp:
     """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
     the manual function's handling on ``POST /`` over the server's in-process reactor."""
     return create_function_app("serve", manual_handler(server.reactor), FUNCTIONS[NAME].accepts,
-                               ready=server.ready)
+                               ready=server.ready, max_events=getattr(server, "http_concurrency", 10),
+                               answers=API_ANSWERS)

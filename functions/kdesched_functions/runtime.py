@@ -23,6 +23,7 @@ from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
 
 from kdesched_functions import Function
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     FunctionApp,
     Handler,
@@ -135,7 +136,7 @@ def node_event_handler(reactor: Reactor) -> Handler:
 
 
 def reactor_app(fn: Function, runtime: Runtime, handler: Handler) -> FunctionApp:
-    return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready)
+    return create_function_app(fn.name, handler, fn.accepts, ready=runtime.ready, answers=API_ANSWERS)
 
 
 def create_node_app(fn: Function, **inject: Any) -> FunctionApp:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kdesched.errors import CannotRun
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing
 from kdesched.evictor.ledger import Ledger
@@ -46,7 +47,7 @@ from kdesched.strategies.registry import Registry, default_registry
 log = logging.getLogger("kdesched.engine")
 
 
-class PlanError(ValueError):
+class PlanError(CannotRun, ValueError):
     """The policy cannot be applied to this cluster (e.g. a priority class it names is missing)."""
 
 

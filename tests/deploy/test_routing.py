@@ -244,6 +244,16 @@ def test_service_passes_the_knative_webhook(svc: Doc) -> None:
     assert all("valueFrom" not in e for e in container.get("env", [])), "fieldRef needs a feature flag"
 
 
+@pytest.mark.parametrize("svc", SERVICES, ids=lambda d: d.name)
+def test_the_function_takes_as_many_events_at_once_as_knative_sends(svc: Doc) -> None:
+    """KDESCHED_CONCURRENCY (the app's event slots and the HTTP server's threads, kdesched.httpserver)
+    is the Service's containerConcurrency: fewer would answer 503 to events queue-proxy let through,
+    more would let a run's slots be taken by requests that bypass it."""
+    spec = svc.obj["spec"]["template"]["spec"]
+    env = env_map(main_container(svc))
+    assert int(env["KDESCHED_CONCURRENCY"]) == spec["containerConcurrency"] >= 1, svc.name
+
+
 def scale(svc: Doc) -> tuple[int, int, int]:
     ann = svc.obj["spec"]["template"]["metadata"]["annotations"]
     spec = svc.obj["spec"]["template"]["spec"]

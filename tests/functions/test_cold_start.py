@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from kdesched.reactor import events as ev
 from kdesched.reactor import eventtypes
-from kdesched_functions import common
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
@@ -28,18 +27,19 @@ from tests.functions.helpers import ce_request
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Runs `kdesched function NAME` in-process with werkzeug's make_server replaced by a stand-in whose
-# serve_forever posts the event given on argv to the app and prints what sys.modules held.
+# Runs `kdesched function NAME` in-process with the HTTP server (kdesched.httpserver.WSGIServer)
+# replaced by a stand-in whose serve_forever posts the event given on argv to the app and prints
+# what sys.modules held.
 PROBE = r"""
 import json, sys
-import werkzeug.serving
+import kdesched.httpserver
 
 name, headers, body = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].encode("latin-1")
 
 class Server:
     server_port = 0
 
-    def __init__(self, host, port, app, threaded=False):
+    def __init__(self, host, port, app, **options):
         self.app = app
 
     def serve_forever(self):
@@ -50,7 +50,7 @@ class Server:
     def shutdown(self):
         pass
 
-werkzeug.serving.make_server = Server
+kdesched.httpserver.WSGIServer = Server
 from kdesched.cli.main import main
 sys.exit(main(["function", name, "--port", "0"]))
 """
@@ -135,12 +135,15 @@ def test_event_type_module_is_a_leaf_and_events_re_exports_it() -> None:
     assert len(names) == 13 and all(getattr(ev, n) is getattr(eventtypes, n) for n in names)
 
 
-def test_named_exceptions_resolve_to_exception_classes() -> None:
-    """common maps the reactor's exceptions by name (importing them would load the reactor): a
-    rename must fail here, not silently turn a 400 or a 429 into a 500."""
-    import importlib
-
-    named = [*common.BAD_REQUEST_ERRORS, common.LOCK_BUSY, common.SHUTTING_DOWN, *common.RUN_ERRORS]
-    for module, name in named:
-        cls = getattr(importlib.import_module(module), name)
-        assert isinstance(cls, type) and issubclass(cls, Exception), (module, name)
+def test_the_http_server_is_gunicorn_and_the_errors_module_a_leaf() -> None:
+    """The functions serve with gunicorn (its worker, socket and config modules; not its logging
+    module, which would load logging.config), and the errors every layer raises import nothing."""
+    out = probe("deadletter", ev.RUN_COMPLETED, {"trigger": {"type": "x"}, "evictions": []})
+    assert {"gunicorn.workers.gthread", "kdesched.httpserver", "kdesched.errors"} <= set(out["started"])
+    assert loaded(out["after_event"], "gunicorn.glogging", "gunicorn.arbiter", "logging.config") == []
+    code = ("import sys; before = set(sys.modules); import kdesched.errors; "
+            "print(sorted(set(sys.modules) - before))")
+    new = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    cwd=REPO).stdout.replace("'", '"'))
+    assert loaded(new, "kdesched", "kdesched_functions") == ["kdesched", "kdesched.errors"]
+    assert loaded(new, "kubernetes", "werkzeug", "gunicorn", "cloudevents") == []

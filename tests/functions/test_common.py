@@ -1,23 +1,29 @@
-"""Decoding, validation and status codes shared by every function, through a real Flask test client."""
+"""Decoding, validation and status codes shared by every function, through the app's werkzeug test client."""
 
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import uuid
 from typing import Any
 
 import pytest
+from kdesched import errors
+from kdesched.engine import PlanError
 from kdesched.kube.errors import Forbidden, Unavailable
+from kdesched.model.errors import ModelError
+from kdesched.reactor.classifier import NodeInputError
 from kdesched.reactor.coordination import LockBusy, ShuttingDown
 from kdesched.reactor.requests import RequestError
+from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     Ack,
-    HttpError,
     Incoming,
     Reply,
     create_function_app,
     decode_knative_error,
+    error_status,
     reply_id,
 )
 
@@ -27,7 +33,7 @@ T = "dev.kdesched.run.requested"
 
 
 def app_with(handler: Any, accepted: tuple[str, ...] | None = (T,)) -> Any:
-    return create_function_app("test", handler, accepted).test_client()
+    return create_function_app("test", handler, accepted, answers=API_ANSWERS).test_client()
 
 
 def echo(incoming: Incoming) -> Reply:
@@ -185,19 +191,74 @@ def raiser(exc: BaseException) -> Any:
 
 @pytest.mark.parametrize("exc,status", [
     (RequestError("data.strategies: unknown strategy 'X'", "data.strategies"), 400),
-    (HttpError(400, "bad", "data.node"), 400),
+    (errors.InvalidEvent("bad", "data.node"), 400),
+    (NodeInputError("metadata.name", "missing"), 400),
     (LockBusy("held"), 429),
     (ShuttingDown("bye"), 503),
+    (errors.Overloaded("full"), 503),
     (Unavailable("Connection refused"), 503),
     (Forbidden(403, "Forbidden", "nope"), 500),
+    (PlanError("no such priority class"), 500),
+    (ModelError("item 3", "bad"), 500),
     (RuntimeError("bug"), 500),
-], ids=["request", "http400", "lock", "shutdown", "unreachable", "forbidden", "bug"])
+], ids=["request", "invalid", "node-input", "lock", "shutdown", "overloaded", "unreachable", "forbidden", "plan",
+        "model", "bug"])
 def test_error_mapping(exc: BaseException, status: int) -> None:
     resp = post(app_with(raiser(exc)), *ce_request(T, {}))
     assert resp.status_code == status
     assert resp.status_code not in (404, 408, 409) and resp.get_json()["error"]
     if status == 400:
         assert resp.get_json()["field"]
+    if status in (429, 503):  # "try again later": when
+        assert int(resp.headers["Retry-After"]) >= 1
+    else:
+        assert "Retry-After" not in resp.headers
+
+
+def _renamed(cls: type[BaseException], monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """``cls`` as if it had been renamed and moved: the same bases and body under another name in
+    another module, and the old name gone from its module (what the old map by class-name strings
+    could not survive: the name it looked up no longer existed, so the answer became a 500)."""
+    body = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+    body.update(__module__="kdesched.elsewhere", __qualname__="Renamed")
+    monkeypatch.delattr(importlib.import_module(cls.__module__), cls.__name__)
+    return type("Renamed", cls.__bases__, body)
+
+
+@pytest.mark.parametrize("cls,args,status", [
+    (LockBusy, ("held",), 429), (ShuttingDown, ("bye",), 503), (RequestError, ("bad", "data.node"), 400),
+    (NodeInputError, ("metadata.name", "missing"), 400), (PlanError, ("x",), 500),
+], ids=["LockBusy", "ShuttingDown", "RequestError", "NodeInputError", "PlanError"])
+def test_renaming_a_class_keeps_its_answer(cls: type[BaseException], args: tuple[str, ...], status: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Errors are types, not names: the answer comes from the class's base in kdesched.errors."""
+    exc = _renamed(cls, monkeypatch)(*args)
+    assert type(exc).__name__ == "Renamed"
+    assert error_status(exc).status == status
+    resp = post(app_with(raiser(exc)), *ce_request(T, {}))
+    assert resp.status_code == status
+
+
+def _subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def test_every_error_class_answers_something_knative_handles_right() -> None:
+    """Every KdeschedError anywhere in the code: never 404/408/409 (Knative would retry a permanent
+    error), a 4xx never 429 unless it is "try later", and every 429/503 says when to retry."""
+    for module in ("kdesched.reactor.serve", "kdesched.reactor.requests", "kdesched.reactor.classifier",
+                   "kdesched.engine", "kdesched.model.errors", "kdesched_functions.classifier",
+                   "kdesched_functions.deadletter", "kdesched_functions.manual"):
+        importlib.import_module(module)
+    classes = _subclasses(errors.KdeschedError)
+    assert {LockBusy, ShuttingDown, RequestError, NodeInputError, PlanError, ModelError} <= set(classes)
+    for cls in classes:
+        assert cls.status in (400, 413, 429, 500, 503), cls
+        if cls.status in (429, 503):
+            assert cls.retry_after and cls.retry_after >= 1, cls
 
 
 def test_health_ready_metrics() -> None:

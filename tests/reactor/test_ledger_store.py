@@ -164,9 +164,69 @@ def test_a_malformed_record_is_reported_and_replaced(fake_api: FakeApiServer) ->
     assert s.write(s.read(), Ledger().admit(maintenance(1, 1)[:1], T0, "a", 60), "a")
     rec = next(o for o in fake_api.list("Lease") if o["metadata"]["name"] != "kdesched-ledger")
     rec["metadata"]["annotations"][RECORD_ANNOTATION] = "{not json"
-    fake_api.update(rec)
+    fake_api.update(rec)  # by hand: another process (or this one after FULL_READ_SECONDS) LISTs it
+    s = LedgerStore(client, "kdesched", "kdesched")
     read = s.read()
     assert "malformed" in read.problem and not read.ledger.moves
     assert s.write(read, read.ledger.admit(maintenance(1, 1)[:1], T0 + 1, "b", 60), "b")
     assert s.read().problem == ""
     client.close()
+
+
+def test_a_process_reads_only_the_records_committed_since_its_last_read(fake_api: FakeApiServer) -> None:
+    """The commit record lists the records each of its last commits wrote: a process that read at
+    generation G fetches only those (one GET each) instead of LISTing every record; a commit that
+    wrote more than LOG_NAMES, or more than LOG_COMMITS commits since, means a full read."""
+    from kdesched.reactor.ledger_store import LOG_COMMITS
+
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+    a_client, a = store(fake_api)
+    b_client, b = store(fake_api)
+    assert a.write(a.read(), Ledger().admit(maintenance(40, 5), T0, "a1", 60), "a1")  # 40 records: "many"
+    assert b.read() and b.last_read == "full"
+    first = b.read()
+    assert b.last_read == "incremental: 0 record(s) changed" and len(first.records) == 40
+    read = a.read()
+    assert a.last_read == "incremental: 0 record(s) changed"  # a's own commit is in its cache
+    # one more workload, on a node another workload's eviction holds the cool-down of: one record written
+    assert a.write(read, read.ledger.admit(maintenance(42, 5)[160:164], T0 + 1, "a2", 60), "a2")
+    assert a.last_write.records == 1
+    fake_api.clear_journal()
+    seen = b.read()
+    assert b.last_read == "incremental: 1 record(s) changed"
+    assert [r.method for r in fake_api.requests()] == ["GET"] * 2  # the commit record and that record
+    full = LedgerStore(b_client, "kdesched", "kdesched").read()
+    assert seen.ledger == full.ledger and set(seen.records) == set(full.records)
+    for i in range(LOG_COMMITS + 1):  # more commits than the log keeps: b reads everything again
+        r = a.read()
+        assert a.write(r, r.ledger.admit(maintenance(1, 1)[:1], T0 + 2 + i, f"x{i}", 60), f"x{i}")
+    assert b.read() and b.last_read == "full"
+    a_client.close()
+    b_client.close()
+
+
+def test_a_record_changed_by_an_uncommitted_write_is_read_again_after_the_conflict(fake_api: FakeApiServer) -> None:
+    """A run that lost its commit left its record written: another process's cached copy of that
+    record is stale (no commit lists it), its conditional write fails, and it reads everything again."""
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+    a_client, a = store(fake_api)
+    b_client, b = store(fake_api)
+    c_client, c = store(fake_api)
+    assert a.write(a.read(), Ledger().admit(maintenance(1, 1)[:1], T0, "a1", 60), "a1")
+    b.read()
+    first = a.read()
+    other = c.read()  # c commits a workload on another node meanwhile
+    assert c.write(other, other.ledger.admit(maintenance(3, 2)[9:10], T0 + 1, "c1", 60), "c1")
+    # a writes app0's record, then its commit loses to c's
+    assert not a.write(first, first.ledger.admit(maintenance(1, 1)[1:2], T0 + 2, "a2", 60), "a2")
+    assert a.last_write.records == 1
+    again = b.read()
+    assert again.ledger.moves.keys() == {"Deployment/team-0/app0", "Deployment/team-2/app2"}
+    assert b.last_read == "incremental: 1 record(s) changed"  # c's commit; a's uncommitted record is not listed
+    assert not b.write(again, again.ledger.admit(maintenance(1, 1)[2:3], T0 + 3, "b1", 60), "b1")  # 409 on app0
+    fresh = b.read()
+    assert b.last_read == "full"
+    assert "a2" in {h.run for mv in fresh.ledger.moves.values() for h in mv.held} | {
+        f.run for mv in fresh.ledger.moves.values() for f in mv.inflight}
+    for client in (a_client, b_client, c_client):
+        client.close()

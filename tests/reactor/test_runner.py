@@ -119,10 +119,13 @@ def test_the_ledger_is_shared_by_instances(fake_api: FakeApiServer, kube: KubeCl
     assert evicted(fake_api) == ["web-1"]
 
 
-def test_cooldown_holds_a_workload_against_a_new_trigger_once_its_move_ended(fake_api: FakeApiServer,
-                                                                             kube: KubeClient) -> None:
+def test_a_maintenance_reaching_the_workloads_next_node_is_not_held_by_its_cool_down(fake_api: FakeApiServer,
+                                                                                      kube: KubeClient) -> None:
+    """0.1 held web-2 for cooldown.workloadSeconds (300 s) because web-1 had moved for another node's
+    taint: a pool maintenance stalled per workload. A drain strategy's own pods that existed before
+    the last eviction are paced by the allowance, not by the cool-down; a replacement still is."""
     ready = [{"type": "Ready", "status": "True"}]
-    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"), node_obj("n4"))
     fake_api.add(pod_obj("web-1", "n1", owner_name="web", conditions=ready),
                  pod_obj("web-2", "n2", owner_name="web", conditions=ready))
     r = reactor(kube)
@@ -135,10 +138,8 @@ def test_cooldown_holds_a_workload_against_a_new_trigger_once_its_move_ended(fak
     node["spec"]["taints"] = [TAINT]
     fake_api.update(node)
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e2"), parse_node_event({"node": "n2"}))
-    assert out["evictions"] == [] and [b["pod"] for b in out["blocked"]] == ["web-2"]
-    assert "cool-down: workload" in out["blocked"][0]["reason"]
-    assert any("held by a cool-down: this run is repeated" in n for n in out["notes"])
-    assert evicted(fake_api) == ["web-1"]
+    assert [e["pod"] for e in out["evictions"]] == ["web-2"] and evicted(fake_api) == ["web-1", "web-2"]
+    # (the replacement's own case, a pod created after the eviction: tests/evictor/test_ledger.py)
 
 
 def test_the_removed_per_node_bucket_is_refused_naming_it(fake_api: FakeApiServer, kube: KubeClient) -> None:

@@ -157,6 +157,15 @@ def leader(cluster: Cluster, namespace: str = NS) -> str | None:
     return str(holder) if holder else None
 
 
+def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
+    """Until ``s`` holds the leader Lease and its readiness says it is watching (fails early if it exited)."""
+    def check() -> bool:
+        assert s.alive(), f"serve {s.identity} exited:\n{s.log()[-3000:]}"
+        status, why = s.readyz()
+        return leader(cluster) == s.identity and status == 200 and "leader, watching" in why
+    cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
+
+
 def install_standalone_rbac(cluster: Cluster) -> None:
     """The namespace, ServiceAccount, ClusterRole/Role and bindings of knative/common, exactly as shipped."""
     for path in ("knative/common/namespace.yaml", "knative/common/rbac-evictor.yaml"):

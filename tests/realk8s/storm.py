@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,7 +137,13 @@ WORKLOADS: tuple[WorkloadSpec, ...] = (
     WorkloadSpec("batch", "Deployment", 5, 150, max_unavailable="2"),
     WorkloadSpec("tiny", "Deployment", 2, 100),
 )
-BY_NAME = {w.name: w for w in WORKLOADS}
+BY_NAME: Mapping[str, WorkloadSpec] = {w.name: w for w in WORKLOADS}
+
+
+def by_name(workloads: Iterable[WorkloadSpec]) -> dict[str, WorkloadSpec]:
+    """The workloads of a storm by name: what :class:`Sample`, :func:`take_sample` and the checker
+    take (the storm of test_storm.py uses :data:`WORKLOADS`; test_pool_storm.py its own hundred)."""
+    return {w.name: w for w in workloads}
 
 
 def setup_cluster(cp: ControlPlane, cluster: Cluster) -> list[str]:
@@ -356,6 +363,7 @@ class Sample:
     pods: tuple[PodView, ...]
     nodes: Mapping[str, NodeView]
     ledger: str = ""  # the disruption ledger annotation read right after the pods and nodes
+    workloads: Mapping[str, WorkloadSpec] = field(default_factory=lambda: BY_NAME)  # the storm's, by name
 
     def live(self, app: str) -> list[PodView]:
         return [p for p in self.pods if p.app == app and not p.terminating]
@@ -364,7 +372,7 @@ class Sample:
         return sum(1 for p in self.live(app) if p.ready)
 
     def used_milli(self, node: str) -> int:
-        return sum(BY_NAME[p.app].cpu_milli for p in self.pods if p.node == node)
+        return sum(self.workloads[p.app].cpu_milli for p in self.pods if p.node == node)
 
     def fits_elsewhere(self, spec: WorkloadSpec, not_on: str) -> list[str]:
         """Nodes other than ``not_on`` where a pod of ``spec`` fits now (what the scheduler would take)."""
@@ -375,7 +383,7 @@ class Sample:
         """The cluster at this sample, compact: each workload's Ready/expected and where its pods run,
         and each node's state."""
         lines = []
-        for w in WORKLOADS:
+        for w in self.workloads.values():
             pods = self.live(w.name)
             where = ", ".join(f"{p.name}@{p.node or 'Pending'}{'' if p.ready else '(not Ready)'}" for p in pods)
             lines.append(f"  {w.name}: {self.ready(w.name)}/{w.replicas} Ready (allowance {w.allowance}): {where}")
@@ -390,12 +398,13 @@ def _milli(q: str) -> int:
     return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
 
 
-def take_sample(api: RawApi) -> Sample:
+def take_sample(api: RawApi, workloads: Mapping[str, WorkloadSpec] = BY_NAME, *, ledger: bool = True) -> Sample:
+    """Pods and nodes now, and (``ledger``) the disruption ledger read right after them."""
     at = time.time()
     pods = []
     for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]:
-        app = (p["metadata"].get("labels") or {}).get("app")
-        if app not in BY_NAME or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        app = str((p["metadata"].get("labels") or {}).get("app") or "")
+        if app not in workloads or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         pods.append(PodView(p["metadata"]["uid"], p["metadata"]["name"], app, p["spec"].get("nodeName") or "",
                             is_ready(p), bool(p["metadata"].get("deletionTimestamp"))))
@@ -406,7 +415,7 @@ def take_sample(api: RawApi) -> Sample:
             n["metadata"]["name"], bool(cond) and cond[0].get("status") == "True", bool(n["spec"].get("unschedulable")),
             tuple((t["key"], t["effect"]) for t in n["spec"].get("taints") or ()),
             (n["metadata"].get("labels") or {}).get(GOLD) == "gold", _milli(n["status"]["allocatable"]["cpu"]))
-    return Sample(at, tuple(pods), nodes, read_ledger(api))
+    return Sample(at, tuple(pods), nodes, read_ledger(api) if ledger else "", workloads)
 
 
 def read_ledger(api: RawApi) -> str:
@@ -444,9 +453,12 @@ class Checker:
     the sample time, the cluster state and the disruption ledger read at that moment (the first
     :data:`FIRST_VIOLATIONS`; the rest are counted)."""
 
-    def __init__(self, cp: ControlPlane, interval: float = 0.15) -> None:
+    def __init__(self, cp: ControlPlane, interval: float = 0.15, workloads: Mapping[str, WorkloadSpec] = BY_NAME, *,
+                 ledger: bool = True) -> None:
         self.api = RawApi(cp.url, cp.token, str(cp.ca_file))
         self.interval = interval
+        self.workloads = workloads
+        self.read_ledger = ledger  # False: the samples carry no ledger text (a big storm reads it apart)
         self.violations: list[Violation] = []
         self.more = 0  # violations beyond the first FIRST_VIOLATIONS
         self._samples: list[Sample] = []
@@ -481,7 +493,7 @@ class Checker:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                sample = take_sample(self.api)
+                sample = take_sample(self.api, self.workloads, ledger=self.read_ledger)
             except Exception:  # noqa: BLE001 - a failed sample is skipped (and counted), not a verdict
                 self.errors += 1
                 self._stop.wait(self.interval)
@@ -499,7 +511,7 @@ class Checker:
 def sample_violations(s: Sample) -> list[Violation]:
     """The allowance and PDB invariants on one sample."""
     found = []
-    for w in WORKLOADS:
+    for w in s.workloads.values():
         ready = s.ready(w.name)
         if ready < w.replicas - w.allowance:
             found.append(("allowance", (f"{w.kind} {w.name}: {ready} of {w.replicas} Ready, "
@@ -573,11 +585,11 @@ def analyse_evictions(evs: Sequence[Eviction], samples: Sequence[Sample], who: M
                                    f"{', '.join(who.get(group[0].pod, ())) or 'no process'} say they evicted it",
                                    ledger=_ledgers_around(samples, group[0].at, group[-1].at)))
     for e in evs:
-        spec = BY_NAME[e.app]
         before = [s for s in samples if s.at <= e.at]
         after = [s for s in samples if e.at < s.at <= e.at + bound_seconds]
         if not before or not after:
             continue
+        spec = before[-1].workloads[e.app]
         replaced = any(sum(1 for p in s.live(e.app) if p.node) >= spec.replicas and
                        all(p.uid != e.uid for p in s.live(e.app)) for s in after)
         if replaced:
@@ -734,7 +746,7 @@ def misplaced(s: Sample) -> list[str]:
     for p in s.pods:
         if p.terminating or not p.node or p.node not in s.nodes:
             continue
-        spec, node = BY_NAME[p.app], s.nodes[p.node]
+        spec, node = s.workloads[p.app], s.nodes[p.node]
         why = ("tainted " + STORM_TAINT["key"] if any(k == STORM_TAINT["key"] for k, _ in node.taints) else
                "no gold label" if spec.gold and not node.gold else "")
         if why and s.fits_elsewhere(spec, p.node):
@@ -744,7 +756,7 @@ def misplaced(s: Sample) -> list[str]:
 
 def settled(s: Sample) -> bool:
     return not misplaced(s) and all(s.ready(w.name) == w.replicas and len(s.live(w.name)) == w.replicas
-                                    for w in WORKLOADS)
+                                    for w in s.workloads.values())
 
 
 # -- the processes -------------------------------------------------------------------------------------
@@ -941,6 +953,22 @@ class SeedResult:
         if self.more_violations:
             lines.append(f"  ... and {self.more_violations} more violation(s)")
         return "\n".join(lines)
+
+
+def report(result: SeedResult, workdir: Path) -> str:
+    """Print the seed's summary; with KDESCHED_STORM_REPORT=FILE also append it to FILE and keep the
+    processes' logs in FILE.logs/MODE-SEED/ (pytest's own temporary directories are rotated away)."""
+    text = result.summary()
+    print("\n" + text)
+    path = os.environ.get("KDESCHED_STORM_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n\n")
+        keep = Path(f"{path}.logs") / f"{result.mode.split()[0]}-{result.seed}"
+        keep.mkdir(parents=True, exist_ok=True)
+        for log in workdir.glob("*.log"):
+            shutil.copy(log, keep / log.name)
+    return text
 
 
 def run_storm(api: RawApi, events: Sequence[StormEvent], *,

@@ -12,6 +12,7 @@ demand (a watch cut mid-stream, 5xx on the re-list).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,11 @@ def test_a_real_410_relists_and_keeps_every_change(compacting: ControlPlane) -> 
 def test_a_kind_counted_over_the_ceiling_is_not_listed(cluster: Cluster, kube: KubeClient) -> None:
     """The real server's remainingItemCount (a LIST of one object) says how many pods there are
     before any page of them is read: past the ceiling the cache gives up without listing them."""
+    # the previous module's Deployments are deleted in the background: their garbage collector may
+    # still be removing pods a ReplicaSet recreated meanwhile; this test counts every pod
+    deadline = time.monotonic() + 60
+    while kube.count_objects("Pod") and time.monotonic() < deadline:
+        time.sleep(0.5)
     cluster.namespace("many")
     cluster.node("n1")
     for i in range(4):

@@ -25,9 +25,7 @@ plane): each invariant the checker watches is shown to fail when it should, and 
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import signal
 import threading
 import time
@@ -40,7 +38,7 @@ from kdesched.reactor.classifier import Classifier
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet, Proc, RawApi
-from tests.realk8s.serve_stories import NS, Serve, leader, policy_text, write_file
+from tests.realk8s.serve_stories import NS, Serve, policy_text, wait_leading, write_file
 from tests.realk8s.storm import (
     MAX_ADDED,
     MAX_GAP_SECONDS,
@@ -67,6 +65,7 @@ from tests.realk8s.storm import (
     initial_model,
     misplaced,
     pods_by_uid,
+    report,
     run_storm,
     sample_violations,
     seeds_from_env,
@@ -111,14 +110,6 @@ def stoppers() -> Iterator[list[Serve | FunctionProc]]:
         p.stop()
 
 
-def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve, timeout: float = 60) -> None:
-    def check() -> bool:
-        assert s.alive(), f"serve {s.identity} exited:\n{s.log()[-3000:]}"
-        status, why = s.readyz()
-        return leader(cluster) == s.identity and status == 200 and "leader, watching" in why
-    cp.wait_for(check, timeout, what=f"{s.identity} to lead and watch")
-
-
 def finish(result: SeedResult, checker: Checker, since: float, last: float, logs: Callable[[], dict[str, str]]) -> None:
     """Wait for the cluster to settle (within result.bound), stop the checker and run the whole-run checks."""
     result.settled_after = wait_settled(checker, last, result.bound)
@@ -153,22 +144,6 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float, logs
     result.more_violations = checker.more
     if checker.errors:
         result.notes.append(f"{checker.errors} sample(s) failed and were skipped")
-
-
-def report(result: SeedResult, workdir: Path) -> str:
-    """Print the seed's summary; with KDESCHED_STORM_REPORT=FILE also append it to FILE and keep the
-    processes' logs in FILE.logs/MODE-SEED/ (pytest's own temporary directories are rotated away)."""
-    text = result.summary()
-    print("\n" + text)
-    path = os.environ.get("KDESCHED_STORM_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n\n")
-        keep = Path(f"{path}.logs") / f"{result.mode.split()[0]}-{result.seed}"
-        keep.mkdir(parents=True, exist_ok=True)
-        for log in workdir.glob("*.log"):
-            shutil.copy(log, keep / log.name)
-    return text
 
 
 @pytest.mark.parametrize("seed", PROFILE["serve"])

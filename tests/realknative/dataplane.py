@@ -468,6 +468,11 @@ class KnativeDataPlane:
             env["KDESCHED_BROKER_URL"] = self.broker_url  # the MT broker ingress of this data plane
         if name == "classifier":
             env["KDESCHED_CLASSIFIER_RESYNC_SECONDS"] = str(self.resync_seconds)
+        # Knative Serving's queue-proxy, which holds events past containerConcurrency back in its
+        # queue, is not part of this tier: the broker delivers to the functions directly. They take
+        # the default number of events at once (10) instead of answering 503 to what queue-proxy
+        # would have queued (KDESCHED_CONCURRENCY = containerConcurrency; docs/reactor.md)
+        env.pop("KDESCHED_CONCURRENCY", None)
         pod = service["spec"]["template"]["spec"]
         if pod.get("automountServiceAccountToken") is not False:
             env["KUBECONFIG"] = str(self.kubeconfig_for(pod.get("serviceAccountName") or "default"))

@@ -3,9 +3,9 @@
 Why: the CLI's main module stays about one-shot commands; the two server modes share their
 start-up order here: load and validate the policy and the ``kdesched:`` block first (bad input ->
 exit 2 before any API call), then build the client, then serve until SIGTERM/SIGINT, then exit 0.
-Both serve HTTP with ``werkzeug.serving.make_server(threaded=True)``: the threaded WSGI server
-Flask already depends on (no gunicorn in the pinned dependencies). One process per container is
-the Knative model, so a pre-forking server would add little.
+Both serve HTTP with gunicorn's threaded worker, in this process (:mod:`kdesched.httpserver`: one
+process per container holds the state; the threads match ``--concurrency``, the Service's
+``containerConcurrency``, plus a reserve for the probes).
 """
 
 from __future__ import annotations
@@ -35,6 +35,23 @@ def _default_port() -> int:
 
 
 _port = NumberFlag(int, 0, 65535)
+_concurrency = NumberFlag(int, 1, 1000)
+
+CONCURRENCY_ENV = "KDESCHED_CONCURRENCY"
+"""The Service's ``containerConcurrency``, set beside it in knative/base/services.yaml."""
+DEFAULT_CONCURRENCY = 10
+FUNCTION_GRACE_SECONDS = 600.0
+"""On SIGTERM a function lets requests in flight finish for up to this long: the longest revision
+timeout Knative allows by default. The real bound is the pod's grace period, which Knative sets to
+the Service's ``timeoutSeconds`` (and its queue-proxy drains before the container gets SIGTERM)."""
+
+
+def _add_concurrency_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--concurrency", type=_concurrency, metavar="N",
+                   default=os.environ.get(CONCURRENCY_ENV) or DEFAULT_CONCURRENCY,  # a string: checked by type
+                   help=f"events handled at once (default ${CONCURRENCY_ENV}, else {DEFAULT_CONCURRENCY}; on Knative "
+                        "the Service's containerConcurrency): one more is answered 503 with Retry-After at once. The "
+                        "HTTP server runs N threads plus 3 for the probes and /metrics")
 
 DEFAULT_MAX_OBJECTS_TEXT = ("auto: 35%% of the container's memory limit at ~2.7 KB per object, e.g. ~275,000 at "
                             "2 Gi; 300,000 without a limit")
@@ -102,6 +119,7 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                    help=f"ceiling of the watch cache, all kinds together (default {DEFAULT_MAX_OBJECTS_TEXT}); a "
                         "kind counted past it is not listed: the cache is dropped and runs LIST per event, as with "
                         "--no-cache, until the objects are counted under 80%% of it again (every 15 minutes)")
+    _add_concurrency_flag(p)
     from kdesched.cli.main import add_client_limit_flags
 
     add_client_limit_flags(p)
@@ -124,6 +142,7 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
     p.add_argument("--host", type=address, default="0.0.0.0", help="listen address: an IP address or a host name "
                    "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
+    _add_concurrency_flag(p)
     p.set_defaults(func=cmd_function)
     return p
 
@@ -241,7 +260,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = ReactorServer(policy, settings, client, host=args.host, port=args.port, app_factory=create_serve_app,
                            sweep_interval_seconds=args.sweep_interval, leader_election=args.leader_election,
                            identity=args.identity, cache=args.cache, cache_max_objects=max_objects,
-                           drain_seconds=DEFAULT_DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds)
+                           drain_seconds=DEFAULT_DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds,
+                           http_concurrency=args.concurrency)
     _on_signals(server.shutdown)
     log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "
              "(namespace from %s); %s", settings.balance_delay_seconds, settings.settle_seconds,
@@ -272,8 +292,7 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
 
 
 def cmd_function(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
-
+    from kdesched.httpserver import WSGIServer, container_cpus, describe_cpus, threads_for
     from kdesched.kube.errors import ConfigError
 
     if not args.name:
@@ -282,15 +301,26 @@ def cmd_function(args: argparse.Namespace) -> int:
         app = build_function_app(args.name, args.policy)
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
-    server = make_server(args.host, args.port, app, threaded=True)
+    app.limit_events(args.concurrency)
+    threads = threads_for(args.concurrency)
+    server = WSGIServer(args.host, args.port, app, threads=threads, graceful_seconds=FUNCTION_GRACE_SECONDS)
     stopping = threading.Event()
 
     def stop() -> None:
         if not stopping.is_set():
             stopping.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
+            threading.Thread(target=server.shutdown, name="kdesched-http-stop", daemon=True).start()
 
     _on_signals(stop)
-    log.info("function %s listening on %s:%d", args.name, args.host, server.server_port)
+    log.info("function %s listening on %s:%d (gunicorn gthread, one worker in this process: %d event(s) at once, "
+             "%d threads; %s)", args.name, args.host, server.server_port, args.concurrency, threads,
+             describe_cpus(container_cpus()))
     server.serve_forever()
+    log.info("function %s stopped", args.name)
+    if getattr(args, "exit_when_done", False):
+        # a request still running past the graceful stop must not hold the process (the pod's grace
+        # period ends it anyway)
+        from kdesched.cli.main import exit_now
+
+        exit_now(0)
     return 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from kdesched.errors import CannotRun
 
-class ModelError(ValueError):
+
+class ModelError(CannotRun, ValueError):
     """An object or file could not be turned into records.
 
     ``where`` names the place (file, document, item, object and field) so that the CLI can print

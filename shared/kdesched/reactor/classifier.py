@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdesched.errors import InvalidEvent
 from kdesched.model.names import is_dns_subdomain
 from kdesched.reactor import metrics as m
 from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
@@ -45,12 +46,11 @@ TOMBSTONE_SECONDS = 3600.0
 Taints = tuple[tuple[str, str, str], ...]  # (key, value, effect), sorted
 
 
-class NodeInputError(ValueError):
-    """The object is not a Node the classifier can read (names the field)."""
+class NodeInputError(InvalidEvent):
+    """The object is not a Node the classifier can read (HTTP 400, names the field)."""
 
     def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
+        InvalidEvent.__init__(self, f"{field}: {message}", field)
 
 
 @dataclass(frozen=True, slots=True)

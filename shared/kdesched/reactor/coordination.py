@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Self, TypeVar
 
+from kdesched.errors import TryLater, Unavailable
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 
@@ -49,11 +50,11 @@ Req = TypeVar("Req")
 Res = TypeVar("Res")
 
 
-class LockBusy(Exception):
+class LockBusy(TryLater):
     """Another run holds the lock (or the Lease): try again later (HTTP 429)."""
 
 
-class ShuttingDown(Exception):
+class ShuttingDown(Unavailable):
     """The process is stopping; the request was not run (HTTP 503, Knative retries elsewhere)."""
 
 

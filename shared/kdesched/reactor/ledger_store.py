@@ -38,7 +38,8 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class LedgerRead:
     lease: dict[str, Any] | None  # the commit record's Lease (None: not created yet)
     records: Mapping[str, Stored] = field(default_factory=dict)  # workload key -> as stored
     owners: Mapping[str, str] = field(default_factory=dict)  # node -> the workload record holding its cool-down
+    parsed: Mapping[str, WorkloadRecord] = field(default_factory=dict)  # workload key -> its record as read
     problem: str = ""  # a record could not be parsed: the run says so in its report
     legacy: dict[str, Any] | None = None  # the run Lease still carrying a 0.1 ledger annotation
 
@@ -120,6 +122,10 @@ class LedgerStore:
         self.last_write = WriteStats()
         self._legacy_gone = False  # the run Lease was seen without a 0.1 ledger: not looked at again
         self.admitting = threading.RLock()  # one run of this process reads, plans and commits at a time
+        # the records as this process last read or wrote them, at a commit generation: the next read
+        # fetches only what the commits since then wrote (their log in the commit record)
+        self._cache: _Cache | None = None
+        self.last_read = ""  # "full" or "incremental: N record(s) changed" (tests, the benchmark)
 
     # -- reading -------------------------------------------------------------------------------------
     def read(self) -> LedgerRead:
@@ -135,24 +141,32 @@ class LedgerStore:
             except (TypeError, ValueError, KeyError, IndexError) as exc:
                 problems.append(f"the ledger's commit record {self.namespace}/{self.commit_name} is malformed "
                                 f"({exc}); the health brake's settle time and the eviction bucket start afresh")
-        records: dict[str, WorkloadRecord] = {}
-        stored: dict[str, Stored] = {}
-        items = self.client.list_raw("Lease", namespace=self.namespace,
-                                     label_selector=f"{LEDGER_LABEL}={self.name}").items
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            annotations = meta.get("annotations") or {}
-            raw = str(annotations.get(RECORD_ANNOTATION) or "")
-            try:
-                rec = WorkloadRecord.from_text(raw)
-            except ValueError as exc:
-                problems.append(f"the ledger record {self.namespace}/{meta.get('name')} is malformed ({exc}); "
-                                "it is replaced at the next write")
-                key = str(annotations.get(WORKLOAD_ANNOTATION) or meta.get("name") or "")
-                stored[key] = Stored(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), raw)
-                continue
-            records[rec.key] = rec
-            stored[rec.key] = Stored(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), raw)
+        generation, changed = _log_of(text)
+        cached = self._cache
+        fresh = cached is not None and time.monotonic() - cached.listed < FULL_READ_SECONDS
+        if cached is not None and fresh and generation is not None and cached.generation is not None and \
+                (names := _changed_since(cached.generation, generation, changed)) is not None:
+            entries = dict(cached.entries)
+            self.last_read = f"incremental: {len(names)} record(s) changed"
+            for suffix in sorted(names):  # the records the commits since our last read wrote or deleted
+                name = f"{self.name}-w-{suffix}"
+                obj = self.client.get_raw("Lease", name, self.namespace)
+                for key in [k for k, (st, _) in entries.items() if st.name == name]:
+                    del entries[key]
+                if obj is not None:
+                    entry = self._entry(obj, problems)
+                    entries[entry[0]] = (entry[1], entry[2])
+        else:
+            self.last_read = "full"
+            entries = {}
+            for obj in self.client.list_raw("Lease", namespace=self.namespace,
+                                            label_selector=f"{LEDGER_LABEL}={self.name}").items:
+                entry = self._entry(obj, problems)
+                entries[entry[0]] = (entry[1], entry[2])
+        listed = cached.listed if self.last_read != "full" and cached is not None else time.monotonic()
+        self._cache = _Cache(generation, entries, listed)
+        stored = {k: st for k, (st, _) in entries.items()}
+        records = {k: rec for k, (_, rec) in entries.items() if rec is not None}
         legacy = self._legacy(records, problems)
         ledger, owners = Ledger.join(records.values(), cluster)
         if legacy is not None:
@@ -162,7 +176,21 @@ class LedgerStore:
         for p in problems:
             log.warning("%s", p)
         m.LEDGER_RECORDS.set(len(stored))
-        return LedgerRead(ledger, lease, stored, owners, "; ".join(problems), legacy)
+        return LedgerRead(ledger, lease, stored, owners, records, "; ".join(problems), legacy)
+
+    def _entry(self, obj: Mapping[str, Any], problems: list[str]) -> tuple[str, Stored, WorkloadRecord | None]:
+        """One record object as (workload key, as stored, parsed or None when malformed)."""
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        raw = str(annotations.get(RECORD_ANNOTATION) or "")
+        stored = Stored(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), raw)
+        try:
+            rec = WorkloadRecord.from_text(raw)
+        except ValueError as exc:
+            problems.append(f"the ledger record {self.namespace}/{meta.get('name')} is malformed ({exc}); "
+                            "it is replaced at the next write")
+            return str(annotations.get(WORKLOAD_ANNOTATION) or meta.get("name") or ""), stored, None
+        return rec.key, stored, rec
 
     def _legacy(self, records: Mapping[str, WorkloadRecord], problems: list[str]) -> dict[str, Any] | None:
         """The run Lease, when it still carries the ledger of 0.1 (one annotation): read once, written
@@ -186,9 +214,10 @@ class LedgerStore:
         or committed meanwhile (the caller re-reads and decides again). A refusal (403, 422...)
         raises; a failure that may have been carried out (5xx, a lost answer) is settled by
         reading the commit record back."""
-        records, cluster = ledger.split(read.owners)
+        records, cluster = ledger.split(read.owners, read.parsed)
         stats = WriteStats()
         deletes = 0
+        touched: list[str] = []
         try:
             for key in sorted(set(records) | set(read.records)):
                 rec = records.get(key)
@@ -200,15 +229,19 @@ class LedgerStore:
                 if old is not None and old.text == text:
                     continue
                 if text is None and old is not None:
+                    touched.append(old.name)
                     self._delete(old)
+                    self._cached(key, None)
                     deletes += 1
                     stats.deletes += 1
                 elif rec is not None and text is not None:
-                    self._put(rec, text, old)
+                    touched.append(old.name if old is not None else record_name(self.name, rec.key))
+                    self._cached(key, self._put(rec, text, old))
                     stats.records += 1
         except Conflict:
             m.LEDGER_WRITES.labels("conflict").inc()
             self.last_write = stats
+            self._cache = None  # another run changed a record we hold: read them all again
             return False
         except ApiError as exc:
             if exc.status in REFUSED:
@@ -217,23 +250,33 @@ class LedgerStore:
             # if they were written, are replaced then (Ledger.without_run)
             log.info("ledger record write: %s; deciding again", exc)
             self.last_write = stats
+            self._cache = None
             return False
         self.last_write = stats
-        return self._commit(read, cluster, run)
+        return self._commit(read, cluster, run, touched)
 
-    def _put(self, rec: WorkloadRecord, text: str, old: Stored | None) -> None:
+    def _cached(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Keep this process's copy of a record it just wrote (None: deleted) in step."""
+        if self._cache is None:
+            return
+        if obj is None:
+            self._cache.entries.pop(key, None)
+        else:
+            _, stored, rec = self._entry(obj, [])
+            self._cache.entries[key] = (stored, rec)
+
+    def _put(self, rec: WorkloadRecord, text: str, old: Stored | None) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": old.name if old is not None else record_name(self.name, rec.key),
                                 "namespace": self.namespace, "labels": {LEDGER_LABEL: self.name},
                                 "annotations": {RECORD_ANNOTATION: text, WORKLOAD_ANNOTATION: rec.key}}
         obj = {"metadata": meta, "spec": {"holderIdentity": _summary(rec)}}
         if old is None:
-            self.client.create_raw("Lease", obj)  # 409 AlreadyExists: another run created it (Conflict)
-        else:
-            meta["resourceVersion"] = old.version
-            try:
-                self.client.replace_raw("Lease", obj)
-            except NotFound:
-                raise Conflict(409, "Conflict", f"ledger record {old.name} was deleted meanwhile") from None
+            return self.client.create_raw("Lease", obj)  # 409 AlreadyExists: another run created it (Conflict)
+        meta["resourceVersion"] = old.version
+        try:
+            return self.client.replace_raw("Lease", obj)
+        except NotFound:
+            raise Conflict(409, "Conflict", f"ledger record {old.name} was deleted meanwhile") from None
 
     def _delete(self, old: Stored) -> None:
         try:
@@ -241,8 +284,17 @@ class LedgerStore:
         except NotFound:
             pass  # another run removed it already
 
-    def _commit(self, read: LedgerRead, cluster: ClusterRecord, run: str) -> bool:
-        text = json.dumps({**cluster.to_json(), **({"w": run} if run else {})}, separators=(",", ":"))
+    def _commit(self, read: LedgerRead, cluster: ClusterRecord, run: str, touched: Sequence[str] = ()) -> bool:
+        generation, changes = _log_of(_cluster_text(read.lease))
+        nxt = (generation or 0) + 1
+        prefix = f"{self.name}-w-"
+        names = [n.removeprefix(prefix) for n in touched]
+        listed = len(names) <= LOG_NAMES and all(n != t for n, t in zip(names, touched, strict=True))
+        entry: list[Any] = [nxt, sorted(names) if listed else None]
+        log_entries = [[g, sorted(v) if v is not None else None]
+                       for g, v in sorted(changes.items())][-(LOG_COMMITS - 1):]
+        text = json.dumps({**cluster.to_json(), **({"w": run} if run else {}), "g": nxt, "c": [*log_entries, entry]},
+                          separators=(",", ":"))
         try:
             if read.lease is None:
                 self.client.create_raw("Lease", {"metadata": {"name": self.commit_name, "namespace": self.namespace,
@@ -264,6 +316,10 @@ class LedgerStore:
                 m.LEDGER_WRITES.labels("conflict").inc()
                 return False
         m.LEDGER_WRITES.labels("written").inc()
+        if self._cache is not None and self._cache.generation == generation:
+            self._cache.generation = nxt  # our records are in the cache already; nobody committed between
+        else:
+            self._cache = None
         if read.legacy is not None:
             self._drop_legacy(read.legacy)
         return True
@@ -279,6 +335,51 @@ class LedgerStore:
         except ApiError as exc:
             log.info("could not remove the 0.1 ledger annotation from Lease %s/%s yet: %s", self.namespace,
                      self.name, exc)
+
+
+LOG_COMMITS = 16  # commits the commit record lists the changed records of
+# a full LIST at least this often, whatever the log says: a record someone edited by hand (kubectl),
+# or one a run wrote and never committed, is seen within this time even without a conflict
+FULL_READ_SECONDS = 30.0
+LOG_NAMES = 32  # record names one commit lists; a commit that wrote more says "many" (a full read)
+
+
+@dataclass
+class _Cache:
+    generation: int | None
+    entries: dict[str, tuple[Stored, WorkloadRecord | None]]
+    listed: float  # when the records were last LISTed (local monotonic): a full read at least this often
+
+
+def _cluster_text(lease: Mapping[str, Any] | None) -> str:
+    return str((((lease or {}).get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ANNOTATION) or "")
+
+
+def _log_of(text: str | None) -> tuple[int | None, dict[int, list[str] | None]]:
+    """(the commit generation, generation -> the record names that commit wrote, None: too many)."""
+    try:
+        raw = json.loads(text) if text else {}
+        generation = raw.get("g")
+        out: dict[int, list[str] | None] = {}
+        for g, names in raw.get("c") or ():
+            out[int(g)] = [str(n) for n in names] if names is not None else None
+        return (int(generation) if generation is not None else None), out
+    except (TypeError, ValueError, AttributeError):
+        return None, {}
+
+
+def _changed_since(since: int, now: int, log: Mapping[int, list[str] | None]) -> set[str] | None:
+    """The record names the commits after ``since`` up to ``now`` wrote; None when the log does not
+    cover them all (a full read is needed)."""
+    if now < since:
+        return None
+    out: set[str] = set()
+    for g in range(since + 1, now + 1):
+        names = log.get(g)
+        if names is None:
+            return None
+        out.update(names)
+    return out
 
 
 def _summary(rec: WorkloadRecord) -> str:

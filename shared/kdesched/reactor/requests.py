@@ -13,16 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdesched.errors import InvalidEvent
 from kdesched.policy.plugins import PLUGINS
 from kdesched.reactor.events import RUNNABLE_POINTS, EventScopeError, validate_node_name
 
 
-class RequestError(ValueError):
+class RequestError(InvalidEvent):
     """The event can never succeed as sent (HTTP 400): names the bad ``field``."""
-
-    def __init__(self, message: str, field: str = "") -> None:
-        self.field = field
-        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)

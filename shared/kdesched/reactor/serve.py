@@ -82,6 +82,7 @@ LEADER_SUFFIX = "-leader"
 RECORD_SECONDS = 10.0  # how often the leader writes the node record when it changed
 DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
 SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
+HTTP_GRACE_SECONDS = 3.0  # of that margin: requests in flight when HTTP stops (runs were told to stop)
 
 
 class LeaseAccessError(Exception):
@@ -171,7 +172,7 @@ class ReactorServer:
                  identity: str | None = None, workers: int = 8, retry_delay_seconds: float = 5.0,
                  watch_timeout_seconds: int = 300, cache: bool = True,
                  cache_max_objects: int = DEFAULT_MAX_OBJECTS, drain_seconds: float = DEFAULT_DRAIN_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, http_concurrency: int = 10) -> None:
         if not (math.isfinite(drain_seconds) and drain_seconds >= 0):
             raise ValueError(f"drain_seconds must be a finite number >= 0, got {drain_seconds!r}")
         self.stop = threading.Event()
@@ -219,6 +220,7 @@ class ReactorServer:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
         self.host, self.port = host, port
         self.app_factory = app_factory
+        self.http_concurrency = http_concurrency  # POST / events at once (the app answers more 503)
         self._http: Any = None
         self.reports: list[dict[str, Any]] = []  # recent reports (bounded), for tests and debugging
         self._reports_lock = threading.Lock()
@@ -441,12 +443,16 @@ class ReactorServer:
     def start_http(self) -> None:
         if self.app_factory is None:
             return
-        from werkzeug.serving import make_server  # Flask's server, threaded (no extra dependency)
+        # gunicorn's threaded worker in this process, beside the watches and the sweep (never a
+        # forked worker: the reactor's state and threads live here; kdesched.httpserver)
+        from kdesched.httpserver import WSGIServer, threads_for
 
-        self._http = make_server(self.host, self.port, self.app_factory(self), threaded=True)
+        threads = threads_for(self.http_concurrency)
+        self._http = WSGIServer(self.host, self.port, self.app_factory(self), threads=threads,
+                                graceful_seconds=HTTP_GRACE_SECONDS)
         self.port = self._http.server_port
         threading.Thread(target=self._http.serve_forever, name="kdesched-http", daemon=True).start()
-        log.info("serving HTTP on %s:%d", self.host, self.port)
+        log.info("serving HTTP on %s:%d (gunicorn gthread in this process, %d threads)", self.host, self.port, threads)
 
     def run(self) -> int:
         """Block until :meth:`shutdown`; returns the exit code: 0, or 1 when the Leases cannot be used
@@ -535,8 +541,8 @@ class ReactorServer:
             log.warning("%d run(s) still in flight after the %gs drain: told to stop at their next eviction "
                         "batch, not waited for; releasing the Lease and exiting", self.abandoned_runs,
                         self.drain_seconds)
-        if self._http is not None:
-            self._http.shutdown()
+        if self._http is not None:  # stop accepting; requests in flight get HTTP_GRACE_SECONDS
+            self._http.shutdown(timeout=HTTP_GRACE_SECONDS + 1)
             self._http = None
         if self._led and self.leader_election:
             self.write_node_record()  # what this leader saw last, for the next one
