@@ -27,6 +27,10 @@ EVICTOR: frozenset[Grant] = frozenset({
     ("policy", "poddisruptionbudgets", "list", None), ("policy", "poddisruptionbudgets", "watch", None),
     ("", "persistentvolumeclaims", "list", None), ("", "persistentvolumeclaims", "watch", None),
     ("events.k8s.io", "events", "create", None),
+    # surge-first moves (issue 29): the pod's Deployment and ReplicaSet read by name, replicas +1
+    # and back through the scale subresource only (the pod itself still leaves by eviction)
+    ("apps", "deployments", "get", None), ("apps", "replicasets", "get", None),
+    ("apps", "deployments/scale", "update", None),
 })
 LEASE: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "get", "kdesched"),

@@ -79,8 +79,8 @@ def test_namespaced_list(fake_api: FakeApiServer, kube: KubeClient) -> None:
 
 
 def test_bad_arguments_fail_before_any_request(fake_api: FakeApiServer, kube: KubeClient) -> None:
-    with pytest.raises(ValueError, match="unsupported kind 'Deployment'"):
-        kube.list_raw("Deployment")
+    with pytest.raises(ValueError, match="unsupported kind 'StatefulSet'"):
+        kube.list_raw("StatefulSet")  # (Deployments are read one by one: surge-first moves)
     with pytest.raises(ValueError, match="cluster-scoped"):
         kube.list_raw("Node", namespace="x")
     with pytest.raises(ValueError, match="page_size"):

@@ -125,8 +125,9 @@ def test_default_policy_is_the_seed_articles_policy() -> None:
         "RemovePodsViolatingNodeTaints": RemovePodsViolatingNodeTaintsArgs(),
     }
     example = load_policy(str(EXAMPLES / "default-v1alpha1.yaml"))
-    # the shipped copy adds only kdesched's safety switch (policy.safety: the shipped policies turn it on)
-    assert policy.kdesched == {"safety": {"enabled": True}} and example.kdesched == {}
+    # the shipped copy adds only kdesched's switches (policy.safety: the shipped policies turn the safety
+    # defaults on; surge-first moves, on by default in the event path, are said explicitly)
+    assert policy.kdesched == {"safety": {"enabled": True}, "moves": {"surge": True}} and example.kdesched == {}
     assert replace(example, source=policy.source, kdesched=policy.kdesched) == policy
 
 

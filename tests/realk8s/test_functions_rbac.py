@@ -48,6 +48,12 @@ UNUSED_BY_FUNCTIONS: dict[str, dict[Grant, str]] = {
         # after the last eviction by default; this test's functions answer within seconds).
         # tests/realk8s/test_ledger_records.py makes those deletes as this service account
         ("coordination.k8s.io", "leases", "delete", None): "the ledger's clean-up of ended records",
+    } | {
+        # surge-first moves: this test's stories evict pods of workloads that have room (no move would
+        # cost availability); tests/realk8s/test_surge.py makes these calls as this service account
+        grant: "surge-first moves (tests/realk8s/test_surge.py)"
+        for grant in (("apps", "deployments", "get", None), ("apps", "replicasets", "get", None),
+                      ("apps", "deployments/scale", "update", None))
     },
     "kdesched-classifier": {
         # kdesched-node-reader is shared with the ApiServerSource adapter (kdesched-node-source),

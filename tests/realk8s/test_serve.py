@@ -179,7 +179,10 @@ def test_two_replicas_one_leader_and_a_leader_killed_mid_run(control_plane: Cont
     # (evictor.ledger.STALE_ADMISSION_SECONDS, 75 s), then go back to the move's held pods
     wait_leading(control_plane, real, b, timeout=90)
     wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 8}, timeout=150, what="shop on node-1")
-    assert len(app_pods(real, "shop")) == 8
+    # the last pod on gpu-1 would leave shop with no Ready pod: it moves surge-first (docs/safety.md),
+    # and a pod the ReplicaSet makes for it in the moment before the scale-back is removed again
+    control_plane.wait_for(lambda: len(app_pods(real, "shop")) == 8, 15, what="8 shop pods")
+    assert (real.get("/apis/apps/v1/namespaces/default/deployments/shop") or {})["spec"]["replicas"] == 8
     # the old leader restarts: it stays standby
     a2 = start(serves, tmp_path, control_plane.admin_kubeconfig, "a-restarted")
     control_plane.wait_for(lambda: a2.readyz()[0] == 200 and "standby" in a2.readyz()[1], 60, what="a2 standby")

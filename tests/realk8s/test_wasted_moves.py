@@ -98,7 +98,9 @@ def test_a_replacement_put_back_on_its_node_is_wasted_and_backed_off_without_a_l
     wait_placement(control_plane, real, "web", lambda p: p == {"node-a": 1})
     kubelet.ready_delay = 1.0
     cooldown = {"workloadSeconds": 0, "nodeSeconds": 0, "wastedMoveBaseSeconds": BASE if backoff else 0}
-    policy = write_file(tmp_path, "policy.yaml", policy_text(cooldown=cooldown))
+    # the story is about evictions' checked moves: a 1-replica Deployment would otherwise be moved
+    # surge-first (its wasted surge-first move is tests/evictor/test_surge.py's)
+    policy = write_file(tmp_path, "policy.yaml", policy_text(cooldown=cooldown, moves={"surge": False}))
     s = Serve(control_plane.admin_kubeconfig, policy, "a", workdir=tmp_path, sweep_interval=2).start()
     serves.append(s)
 

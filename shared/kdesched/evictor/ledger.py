@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kdesched.evictor.surge import Surge
 from kdesched.evictor.workloads import Workload, pod_ready, workload_of
 from kdesched.model.records import Node, Pod
 from kdesched.model.scheduling import matches_node_selector
@@ -197,10 +198,12 @@ class Settled:
     expired: tuple[tuple[str, InFlight], ...] = ()  # in-flight pods not replaced within the timeout
     abandoned: tuple[tuple[str, InFlight], ...] = ()  # admitted, never evicted: back to held
     checked: tuple[CheckedMove, ...] = ()  # the moves whose outcome this settle found (checked moves)
+    surges_changed: bool = False  # a surge-first move advanced or ended (kdesched.reactor.surge)
 
     @property
     def changed(self) -> bool:
-        return bool(self.done or self.timed_out or self.expired or self.abandoned or self.checked)
+        return bool(self.done or self.timed_out or self.expired or self.abandoned or self.checked
+                    or self.surges_changed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,16 +324,24 @@ class WorkloadRecord:
     last: float | None = None  # the workload's last eviction (its cool-down)
     nodes: Mapping[str, tuple[float, str]] = field(default_factory=dict)  # node -> (last eviction, strategy)
     backoffs: Mapping[str, Backoff] = field(default_factory=dict)  # strategy -> consecutive wasted moves
+    # a surge-first move under way (kdesched.evictor.surge): the original and surged replicas, the
+    # marked pod, when it began and when it is given up; any process finishes or restores it
+    surge: Surge | None = None
+    surge_block: tuple[float, str] | None = None  # no surge before this time (the last one was given up), why
 
     @property
     def empty(self) -> bool:
-        return self.move is None and self.last is None and not self.nodes and not self.backoffs
+        return (self.move is None and self.last is None and not self.nodes and not self.backoffs
+                and self.surge is None and self.surge_block is None)
 
     def to_json(self) -> dict[str, Any]:
         return {"v": RECORD_VERSION, "k": self.key, **({"m": self.move.to_json()} if self.move is not None else {}),
                 **({"o": round(self.last, 3)} if self.last is not None else {}),
                 **({"n": {n: [round(t, 3), s] for n, (t, s) in sorted(self.nodes.items())}} if self.nodes else {}),
-                **({"b": {k: b.to_json() for k, b in sorted(self.backoffs.items())}} if self.backoffs else {})}
+                **({"b": {k: b.to_json() for k, b in sorted(self.backoffs.items())}} if self.backoffs else {}),
+                **({"s": self.surge.to_json()} if self.surge is not None else {}),
+                **({"sb": [round(self.surge_block[0], 3), self.surge_block[1]]} if self.surge_block is not None
+                   else {})}
 
     def to_text(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
@@ -359,10 +370,13 @@ class WorkloadRecord:
             if not isinstance(raw, Mapping) or raw.get("v") != RECORD_VERSION:
                 raise ValueError(f"not a version {RECORD_VERSION} workload record")
             last = raw.get("o")
+            block = raw.get("sb")
             return cls(str(raw["k"]), _move(raw["m"]) if raw.get("m") is not None else None,
                        float(last) if last is not None else None,
                        {str(n): (float(v[0]), str(v[1])) for n, v in (raw.get("n") or {}).items()},
-                       {str(k): Backoff(int(v[0]), float(v[1]), str(v[2])) for k, v in (raw.get("b") or {}).items()})
+                       {str(k): Backoff(int(v[0]), float(v[1]), str(v[2])) for k, v in (raw.get("b") or {}).items()},
+                       Surge.from_json(raw["s"]) if raw.get("s") is not None else None,
+                       (float(block[0]), str(block[1])) if block is not None else None)
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
@@ -403,6 +417,8 @@ class Ledger:
     node_strategies: Mapping[str, str] = field(default_factory=dict)  # node -> the strategy of its last eviction
     # the cluster-wide eviction bucket (kdesched.rateLimits.global): (tokens, at), None = full
     bucket: tuple[float, float] | None = None
+    surges: Mapping[str, Surge] = field(default_factory=dict)  # workload key -> its surge-first move
+    surge_blocks: Mapping[str, tuple[float, str]] = field(default_factory=dict)  # workload key -> (until, why)
 
     # -- reading -----------------------------------------------------------------------------------
     def move(self, key: str) -> Move | None:
@@ -411,9 +427,13 @@ class Ledger:
     def held_scopes(self) -> dict[str, list[str]]:
         """scope -> the pods held for it (what a process continues after a restart)."""
         out: dict[str, list[str]] = {}
+        surging = {s.uid for s in self.surges.values()}
         for mv in self.moves.values():
             for h in mv.held:
                 out.setdefault(h.scope, []).append(h.pod)
+            for f in mv.inflight:  # a surge-first move is finished by repeating the run that began it
+                if f.uid in surging and f.scope:
+                    out.setdefault(f.scope, []).append(f.pod)
         return out
 
     def reservations(self) -> dict[str, dict[str, int]]:
@@ -433,8 +453,9 @@ class Ledger:
         """Is this pod admitted for eviction by some run already, recently enough that the run may
         still be evicting it (its eviction is that run's)? An older admission of a pod still there
         was abandoned (its process died between admitting and evicting): see :meth:`settle`."""
-        return bool(uid) and any(f.uid == uid and f.may_still_land(now)
-                                 for mv in self.moves.values() for f in mv.inflight)
+        return bool(uid) and (any(f.uid == uid and f.may_still_land(now)
+                                  for mv in self.moves.values() for f in mv.inflight)
+                              or any(s.uid == uid for s in self.surges.values()))  # until its surge ends
 
     def continuing(self, pod: Pod, key: str, strategy: str) -> bool:
         """Does evicting ``pod`` for ``strategy`` continue its workload's move in progress? Only a
@@ -532,8 +553,12 @@ class Ledger:
         expired: list[tuple[str, InFlight]] = []
         abandoned: list[tuple[str, InFlight]] = []
         checked: list[CheckedMove] = []
+        governed = {s.uid for s in self.surges.values()}  # their surge-first move ends them (kdesched.reactor.surge)
         for key, mv in self.moves.items():
             inflight, held, progress, lingering = mv.inflight, mv.held, mv.progress, mv.lingering
+            surging = tuple(f for f in inflight if f.uid in governed)
+            if surging:
+                inflight = tuple(f for f in inflight if f.uid not in governed)
             if inflight and pods_of is not None:
                 # an admission whose eviction can no longer land (past its deadline, kdesched.evictor.execute)
                 # and whose pod is still there, not terminating: its run died between admitting and
@@ -572,9 +597,10 @@ class Ledger:
             if held and pods_of is not None:
                 present = {p.uid for p in pods_of.get(key, ())}
                 held = tuple(h for h in held if h.uid in present)  # a held pod that is gone needs no move
-            if held and not inflight and now - progress >= timeout_seconds:
+            if held and not inflight and not surging and now - progress >= timeout_seconds:
                 timed_out += [(key, h) for h in held]
                 held = ()
+            inflight = (*inflight, *surging)
             if inflight or held or lingering:
                 moves[key] = replace(mv, inflight=inflight, held=held, progress=progress, lingering=lingering)
         ledger = replace(self, moves=moves, backoffs=_backoffs_after(self.backoffs, checked, now))
@@ -625,10 +651,12 @@ class Ledger:
         if not run:
             return self
         moves: dict[str, Move] = {}
+        dropped: set[str] = set()
         workloads, nodes = dict(self.workloads), dict(self.nodes)
         for key, mv in self.moves.items():
             mine = [f for f in mv.inflight if f.run == run]
             if mine or any(h.run == run for h in mv.held):
+                dropped |= {f.uid for f in mine}
                 mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.run != run),
                              held=tuple(h for h in mv.held if h.run != run))
                 # and the cool-downs those admissions started (the workload's, their nodes'), unless
@@ -646,7 +674,9 @@ class Ledger:
                         del nodes[f.node]
             if mv.kept:
                 moves[key] = mv
-        return replace(self, moves=moves, workloads=workloads, nodes=nodes,
+        # a surge-first move the run recorded goes with its admission (it acts only after its commit)
+        surges = {k: s for k, s in self.surges.items() if s.uid not in dropped}
+        return replace(self, moves=moves, workloads=workloads, nodes=nodes, surges=surges,
                        node_strategies={k: v for k, v in self.node_strategies.items() if k in nodes})
 
     def with_unhealthy(self, at: float) -> Ledger:
@@ -705,11 +735,13 @@ class Ledger:
         if max_entries > 0 and len(backoffs) > MAX_BACKOFFS:
             backoffs = dict(sorted(backoffs.items(), key=lambda kv: kv[1].at)[len(backoffs) - MAX_BACKOFFS:])
         node_by = {k: v for k, v in self.node_strategies.items() if k in tables[1]}
+        blocks = {k: b for k, b in self.surge_blocks.items() if b[0] > now}
         return replace(self, moves=dict(self.moves), workloads=tables[0], nodes=tables[1], backoffs=backoffs,
-                       node_strategies=node_by)
+                       node_strategies=node_by, surge_blocks=blocks)
 
     def __bool__(self) -> bool:
-        return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None or self.backoffs)
+        return bool(self.moves or self.workloads or self.nodes or self.unhealthy_at is not None or self.backoffs
+                    or self.surges or self.surge_blocks)
 
     # -- the records it is stored as (kdesched.reactor.ledger_store) -------------------------------
     def split(self, owners: Mapping[str, str] = {},
@@ -744,10 +776,11 @@ class Ledger:
                 if node in self.nodes and entry[0] <= self.nodes[node] + 0.002:
                     nodes.setdefault(key, {}).setdefault(node, entry)
         records: dict[str, WorkloadRecord] = {}
-        for key in set(moves) | set(last) | set(backoffs) | set(nodes):
+        for key in set(moves) | set(last) | set(backoffs) | set(nodes) | set(self.surges) | set(self.surge_blocks):
             mv = moves.get(key)
             records[key] = WorkloadRecord(key, mv if mv is not None and mv.kept else None, last.get(key),
-                                          nodes.get(key, {}), backoffs.get(key, {}))
+                                          nodes.get(key, {}), backoffs.get(key, {}), self.surges.get(key),
+                                          self.surge_blocks.get(key))
         return records, ClusterRecord(self.unhealthy_at, self.bucket, loose)
 
     @classmethod
@@ -759,7 +792,13 @@ class Ledger:
         backoffs: dict[str, Backoff] = {}
         nodes: dict[str, tuple[float, str]] = dict(cluster.nodes)
         owners: dict[str, str] = {}
+        surges: dict[str, Surge] = {}
+        blocks: dict[str, tuple[float, str]] = {}
         for r in records:
+            if r.surge is not None:
+                surges[r.key] = r.surge
+            if r.surge_block is not None:
+                blocks[r.key] = r.surge_block
             if r.move is not None:
                 moves[r.key] = r.move
             if r.last is not None:
@@ -771,7 +810,7 @@ class Ledger:
                     nodes[node] = entry
                     owners[node] = r.key
         return cls(moves, workloads, {n: e[0] for n, e in nodes.items()}, cluster.unhealthy_at, backoffs,
-                   {n: e[1] for n, e in nodes.items() if e[1]}, cluster.bucket), owners
+                   {n: e[1] for n, e in nodes.items() if e[1]}, cluster.bucket, surges, blocks), owners
 
     # -- the record --------------------------------------------------------------------------------
     def to_annotation(self) -> str:

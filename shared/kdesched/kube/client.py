@@ -114,6 +114,9 @@ RESOURCES: dict[str, Resource] = {r.kind: r for r in (
     Resource("Lease", "coordination.k8s.io/v1", "leases", True),
     Resource("Event", "events.k8s.io/v1", "events", True),
     Resource("Secret", "v1", "secrets", True),  # only the Prometheus token Secret (kdesched.kube.usage)
+    # surge-first moves (kdesched.kube.owners): read one Deployment / ReplicaSet, write the Deployment's scale
+    Resource("Deployment", "apps/v1", "deployments", True),
+    Resource("ReplicaSet", "apps/v1", "replicasets", True),
 )}
 
 
@@ -339,11 +342,12 @@ class KubeClient:
 
     # -- transport -------------------------------------------------------------------------------
     def _send(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Mapping[str, Any] | None = None, timeout: Any = None) -> Any:
+              body: Mapping[str, Any] | None = None, timeout: Any = None,
+              content_type: str = "application/json") -> Any:
         """Send one request; return the unread response (a 2xx) or raise the typed error."""
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         method, url, header_params, serialized, post_params = self.api_client.param_serialize(
             method=method, resource_path=path, query_params=query or [], header_params=headers,
             body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
@@ -385,8 +389,8 @@ class KubeClient:
         return data
 
     def _json(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        resp = self._send(method, path, query=query, body=body)
+              body: Mapping[str, Any] | None = None, content_type: str = "application/json") -> dict[str, Any]:
+        resp = self._send(method, path, query=query, body=body, content_type=content_type)
         return self._parse(resp, method, path, self._read(resp))
 
     @staticmethod
@@ -424,6 +428,11 @@ class KubeClient:
         docs/cli.md); an eviction's uid precondition still protects the pod that was judged."""
         return self._list(kind, None, field_selector, None, page_size, kind == "Pod",
                           resource_version="0" if from_cache else None)[0]
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:
+        """The pods of one namespace that match ``label_selector``, as records (one workload's pods)."""
+        items = self._list("Pod", namespace, None, label_selector, 500, True)[0]
+        return [p if isinstance(p, Pod) else Pod.from_api(p) for p in items]
 
     def list_for_cache(self, kind: str, *, page_size: int = 500) -> tuple[list[Pod | dict[str, Any]], str]:
         """:meth:`list_for_snapshot` plus the list's resourceVersion (what a watch starts from):
@@ -569,6 +578,28 @@ class KubeClient:
             raise ValueError(f"{kind}: metadata.name is required to replace an object")
         body = {"apiVersion": res.group_version, "kind": res.kind, **obj}
         return self._json("PUT", res.path(meta.get("namespace") if res.namespaced else None, name), body=body)
+
+    def merge_patch(self, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any], *,
+                    subresource: str | None = None) -> dict[str, Any]:
+        """PATCH one object with a JSON merge patch (RFC 7386: ``null`` removes a key). A
+        ``metadata.uid`` in the patch is a precondition: Conflict if the object is another one."""
+        res = resource_for(kind)
+        path = res.path(namespace if res.namespaced else None, name, subresource)
+        return self._json("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def get_subresource(self, kind: str, name: str, namespace: str, subresource: str) -> dict[str, Any] | None:
+        """GET ``.../<name>/<subresource>`` (a Deployment's ``scale``); None when the object does not exist."""
+        path = resource_for(kind).path(namespace, name, subresource)
+        try:
+            return self._retry_read(f"GET {path}", lambda: self._json("GET", path))
+        except NotFound:
+            return None
+
+    def replace_subresource(self, kind: str, name: str, namespace: str, subresource: str,
+                            obj: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``.../<name>/<subresource>``; with ``metadata.resourceVersion`` set, Conflict if the
+        object changed meanwhile."""
+        return self._json("PUT", resource_for(kind).path(namespace, name, subresource), body=obj)
 
     def delete_raw(self, kind: str, name: str, namespace: str | None = None, *, resource_version: str = "") -> None:
         """DELETE one object; with ``resource_version``, Conflict if it changed meanwhile. NotFound if absent."""

@@ -76,6 +76,11 @@ def _int(raw: Any, where: str, default: int | None = None) -> int | None:
     return raw
 
 
+def _intstr(raw: Any) -> str:
+    """An IntOrString field as text ("" when absent)."""
+    return "" if raw is None or isinstance(raw, bool) else str(raw).strip()
+
+
 def _name(meta: Mapping[str, Any]) -> str:
     name = meta.get("name")
     if name is None or name == "":
@@ -704,6 +709,10 @@ class PodDisruptionBudget:
     # spending the budget while currentHealthy >= desiredHealthy > 0 (evictor/planner.py)
     current_healthy: int | None = None
     desired_healthy: int | None = None
+    # spec.minAvailable / spec.maxUnavailable as written ("" when absent): whether one pod more lets
+    # the budget allow an eviction (surge-first moves, kdesched.evictor.surge)
+    min_available: str = ""
+    max_unavailable: str = ""
 
     @classmethod
     def from_api(cls, raw: Any) -> PodDisruptionBudget:
@@ -721,6 +730,7 @@ class PodDisruptionBudget:
             _int(status.get("expectedPods"), "status.expectedPods"),
             _int(status.get("currentHealthy"), "status.currentHealthy"),
             _int(status.get("desiredHealthy"), "status.desiredHealthy"),
+            _intstr(spec.get("minAvailable")), _intstr(spec.get("maxUnavailable")),
         )
 
     def selects(self, pod: Pod) -> bool:

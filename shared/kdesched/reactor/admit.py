@@ -35,6 +35,8 @@ from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmissio
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Verdict
 from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
@@ -47,6 +49,7 @@ from kdesched.reactor import metrics as m
 from kdesched.reactor.controls import BrakeStatus, Controlled, apply_verdicts, held_flags
 from kdesched.reactor.coordination import LockBusy
 from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
+from kdesched.reactor.surge import Chosen, Ended, Surges
 
 log = logging.getLogger("kdesched.reactor.admit")
 
@@ -110,6 +113,11 @@ class Decided:
     # local monotonic time after which no eviction of this run may be sent or still be under way:
     # the ledger entries say the same in server time, so other runs know when it can no longer land
     deadline: float | None = None
+    # surge-first moves (kdesched.reactor.surge): chosen at this admission, begun after its write
+    # (workload -> "" or why not), and ended by its settle
+    chosen: Chosen | None = None
+    surges_started: Mapping[str, str] = field(default_factory=dict)
+    surges_ended: tuple[Ended, ...] = ()
 
     @property
     def retry_at(self) -> float | None:
@@ -182,13 +190,15 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
            checkpoint: Callable[[], None] = lambda: None, trigger: str = "",
            clock: Callable[[], float] | None = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
            namespace_labels: Callable[[str], Mapping[str, str] | None] | None = None,
-           alerts: AlertsReading | None = None, brake_status: BrakeStatus | None = None) -> Decided:
+           alerts: AlertsReading | None = None, brake_status: BrakeStatus | None = None,
+           surges: Surges | None = None) -> Decided:
     """Plan the run against the ledger and admit it (see the module docstring). The admission
     pipeline (:mod:`kdesched.admission.pipeline`) answers every control; this is the loop that
     writes the ledger conditionally and retries. ``trigger`` is the run's label (taints, affinity,
     rebalance, sweep, manual, continuation) that disruption windows may filter on;
     ``deadline_seconds``: how long after its admission an eviction may still be sent (the executor
-    enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading. Raises
+    enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading; ``surges``: the
+    surge-first moves (kdesched.reactor.surge), advanced in the settle and chosen after the plan. Raises
     :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
     attempts = 0
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
@@ -206,6 +216,14 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             pods_of = pods_by_workload(snapshot, keys) if scope.complete else None
             settled = current.settle(pods_of, now, safety.replacement_timeout_seconds,
                                      snapshot.nodes if scope.complete else None)
+            ended: list[Ended] = []
+            if surges is not None and not dry_run and settled.ledger.surges:
+                # the recovery step: every surge-first move in the ledger is finished or restored from
+                # what the cluster shows now, by whichever process settles (a restart, another
+                # replica). Its eviction waits while the run's brakes or a closed window would defer one
+                held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
+                                                    namespace_labels or (lambda _ns: None), alerts))
+                settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
             admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
@@ -216,23 +234,38 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                             nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
             controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
             plan = controlled.plan
-            admissions = admissions_of(plan, scope.key, snapshot)
+            chosen = (surges.choose(plan, ledger, snapshot, scope.key, now, plan_check(admission))
+                      if surges is not None and not dry_run else None)
+            if chosen is not None:
+                plan = chosen.plan
+            admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
             notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
             own = read.ledger.written_by(run)  # an earlier attempt's records to replace
             if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
-                return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled)
+                if surges is not None and chosen is not None:
+                    surges.fallback_events(chosen)
+                return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled,
+                               chosen=chosen)
             checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
             stamp = max(now, clock()) if clock is not None else now  # admitted now, not when the run began
             started = time.monotonic()  # the executor's deadline counts from here (Decided.deadline)
             new = ledger.admit(admissions, stamp, run, deadline_seconds).prune(
                 stamp, retention.keep_seconds, 0, retention.backoff_keep_seconds)
             new = admission.record(new, sum(1 for a in admissions if not a.held), stamp)
+            if chosen is not None:
+                new = chosen.record(new)
             if _write(store, read, new, run):
+                started_surges: Mapping[str, str] = {}
+                if surges is not None:
+                    surges.report_ended(ended)
+                    if chosen is not None:
+                        started_surges = surges.start(chosen)  # only now: the move is in the ledger first
+                        surges.fallback_events(chosen)
                 if attempts > 1:
                     notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                                  "meanwhile; this plan was made again against them)")
                 return Decided(plan, admission, ledger, stamp, True, settled, attempts, admissions, tuple(notes),
-                               controlled, started + deadline_seconds)
+                               controlled, started + deadline_seconds, chosen, started_surges, tuple(ended))
         if attempts >= MAX_ATTEMPTS:
             raise LockBusy(f"the disruption ledger changed {attempts} times while this run decided; nothing was "
                            "evicted, try again")
@@ -246,6 +279,23 @@ def conflict_backoff(attempt: int, rng: random.Random | None = None) -> float:
     plan and commit again in lockstep and keep colliding (measured with 8 writers:
     bench/bench_admissions.py, docs/benchmarks.md)."""
     return (rng or random).uniform(0.0, min(1.0, 0.025 * 2 ** (attempt - 1)))
+
+
+def deferral(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | None]:
+    """Would the run's brakes (health, alerts) or a closed disruption window defer ``eviction`` now?
+    Asked as for a held eviction, which the budgets do not count: no side effect on the run."""
+    def ask(eviction: PlannedEviction) -> Verdict | None:
+        verdict = admission.finish([eviction], [True])[0]
+        return verdict if verdict is not None and verdict.reason.defers else None
+    return ask
+
+
+def plan_check(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | None]:
+    """The pipeline's plan checks (budgets, windows) for one more eviction of this run: a budget that
+    lets it through counts it, as it counts the plan's."""
+    def ask(eviction: PlannedEviction) -> Verdict | None:
+        return admission.finish([eviction], [False])[0]
+    return ask
 
 
 def _write(store: LedgerStore, read: LedgerRead, new: Ledger, run: str) -> bool:

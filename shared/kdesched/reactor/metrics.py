@@ -70,6 +70,13 @@ MOVE_READY = Histogram("kdesched_move_time_to_ready_seconds", "From an eviction'
                        "being Ready (checked moves), by strategy.", ["strategy"], registry=REGISTRY,
                        buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
 
+SURGE_MOVES = Counter("kdesched_surge_moves_total", "Surge-first moves (the replacement made before the pod goes), by "
+                      "outcome: started, not-started (the Deployment changed after it was read), done (the marked pod "
+                      "was removed by its ReplicaSet), gave-up (no replacement Ready in time, a quota, landed back), "
+                      "overridden (replicas changed by someone else, a rollout, the owner gone).", ["outcome"],
+                      registry=REGISTRY)
+SURGE_FALLBACKS = Counter("kdesched_surge_fallbacks_total", "Pods that would have moved surge-first and kept the normal "
+                          "rules instead, by reason (kdesched.evictor.surge.Fallback).", ["reason"], registry=REGISTRY)
 CLOCK_OFFSET = Gauge("kdesched_clock_offset_seconds", "This process's wall clock minus the API server's, as estimated "
                      "from the Date of its answers (positive: this process is ahead). kdesched writes and compares "
                      "every shared time on the API server's clock, so an offset changes no decision; NaN before the "

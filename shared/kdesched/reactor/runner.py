@@ -85,6 +85,7 @@ from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, defa
 from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
 from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
 from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.surge import Surges
 from kdesched.reactor.whynot import WhyNotEvents
 
 log = logging.getLogger("kdesched.reactor")
@@ -124,6 +125,9 @@ class Reactor:
         m.follow_clock(client.clock)
         self.stop = stop or threading.Event()
         self.store = LedgerStore(client, settings.lease_namespace, settings.lease_name)
+        # surge-first moves (docs/safety.md): need the safety defaults' pacing and the ledger
+        self.surges = Surges(client, enabled=settings.surge_enabled and self.safety.enabled,
+                             timeout_seconds=self.safety.replacement_timeout_seconds)
         # every control at admission, in one order, built once for this policy (kdesched.admission)
         self.pipeline = Pipeline.build(settings.admission)
         self.retention = Retention.of(settings.admission)
@@ -381,7 +385,7 @@ class Reactor:
                              pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
                              checkpoint=checkpoint, trigger=label, clock=self.wall_clock,
                              namespace_labels=self.namespace_labels, alerts=self._alerts(),
-                             brake_status=self.brake_status)
+                             brake_status=self.brake_status, surges=self.surges)
             for verdict in decided.admission.refused:
                 m.REFUSALS.labels(verdict.reason.value).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
@@ -406,7 +410,8 @@ class Reactor:
             if decided.written and not dry_run:
                 self._post_timed_out(decided)
             if not dry_run:  # checked moves (summary.moves), then the "why not" Events
-                report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report)})
+                report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report),
+                                                **_surge_summary(decided)})
                 self._post_why_not(scope.key, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
@@ -426,6 +431,14 @@ class Reactor:
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
+        # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
+        # settle the ledger, which finishes it: kdesched.reactor.surge)
+        # (a move under way counts as progress: its repeat comes every first-repeat interval, 1 s, so
+        # the replacement is seen Ready, or the move given up at its timeout, within a second)
+        begun = {k for k, why in decided.surges_started.items() if not why}
+        surging = set(decided.settled.ledger.surges) & _scope_workloads(decided)
+        evicted |= begun | surging | {e.workload for e in decided.surges_ended}
+        held |= begun | surging
         until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
@@ -541,3 +554,28 @@ class Reactor:
 
     def _reply(self, trigger: Trigger, result: RunResult, coalesced: int) -> dict[str, Any]:
         return reply(trigger, result, coalesced, self._dry_run_why(bool(result.body.get("dryRun"))))
+
+
+def _scope_workloads(decided: Decided) -> set[str]:
+    """The workloads this run's scope wanted to move (its plan, its refusals, its surge-first moves)."""
+    out = {workload_key(e.pod) for e in decided.plan.evictions} | {workload_key(r.pod) for r in decided.plan.refusals}
+    return out | set(decided.surges_started)
+
+
+def _surge_summary(decided: Decided) -> dict[str, Any]:
+    """``summary.surge`` of a run report: the surge-first moves begun, those that ended in its settle,
+    and the pods that could not move surge-first and kept the normal rules (with why)."""
+    chosen = decided.chosen
+    if chosen is None and not decided.surges_ended:
+        return {}
+    started = []
+    for key, (s, _) in (chosen.surges.items() if chosen is not None else ()):
+        why = decided.surges_started.get(key)
+        started.append({"workload": key, "pod": s.pod, "node": s.node, "replicas": s.original, "surged": s.surged,
+                        "why": chosen.candidates[key].why if chosen else "",
+                        "result": "begun" if why == "" else ("not written" if why is None else "not begun"),
+                        **({"message": why} if why else {})})
+    fallbacks = [{"workload": workload_key(c.pod), "pod": c.pod.key, "node": c.pod.node_name, "reason": n.reason.value,
+                  "message": n.message, "why": c.why} for c, n in (chosen.fallbacks if chosen is not None else ())]
+    return {"surge": {"started": started, "ended": [e.to_json() for e in decided.surges_ended],
+                      "fallbacks": fallbacks}}

@@ -37,6 +37,8 @@ alertBrake                      disabled   kdesched.admission.alerts: no evictio
 disruptionWindows               []         kdesched.admission.windows: cron schedule + duration, allow or forbid
 disruptionBudgets               []         kdesched.admission.budgets: at most N or N% unavailable through kdesched
 usage                           see below  kdesched.policy.usage: Prometheus CA and timeout, the young-node rule
+moves.surge                     true       surge-first moves in the event path (kdesched.evictor.surge); false:
+                                           evictions only (what simulate and run always do)
 events                          see events.DEFAULT_EVENT_STRATEGIES
 ==============================  =========  ==================================================
 """
@@ -121,6 +123,13 @@ class ReactorSettings:
     windows: tuple[Window, ...] = ()
     budgets: tuple[Budget, ...] = ()
     usage: UsageSettings = field(default_factory=UsageSettings)  # kdesched.policy.usage
+    # kdesched.moves.surge: surge-first moves (kdesched.evictor.surge); None = the command's default
+    # (on in the event path, which is the only path that makes them: they need the disruption ledger)
+    surge_moves: bool | None = None
+
+    @property
+    def surge_enabled(self) -> bool:
+        return self.surge_moves is not False
 
     @property
     def admission(self) -> AdmissionSettings:
@@ -219,7 +228,7 @@ class _Reader:
 KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSeconds", "leaseDurationSeconds",
               "leaseRenewDeadlineSeconds", "cooldown", "rateLimits", "topologyKeys", "sweepIntervalSeconds",
               "historyMaxEntries", "dryRun", "safety", "healthBrake", "alertBrake", "disruptionWindows",
-              "disruptionBudgets", "usage")
+              "disruptionBudgets", "usage", "moves")
 
 
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
@@ -248,6 +257,8 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
     dry_run = r.boolean(block, "dryRun", "kdesched", False)
     safety = parse_safety(block.get("safety"), errors)
     usage = parse_usage_settings(block.get("usage"), errors)
+    moves = r.mapping(block.get("moves"), "kdesched.moves", ("surge",))
+    surge_moves = None if moves.get("surge") is None else r.boolean(moves, "surge", "kdesched.moves", True)
 
     cooldown = r.mapping(block.get("cooldown"), "kdesched.cooldown",
                          ("workloadSeconds", "nodeSeconds", "wastedMoveBaseSeconds", "wastedMoveMaxSeconds"))
@@ -314,7 +325,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         wasted_move_max_seconds=wasted_max, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
         dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake, alert_brake=alert_brake,
-        windows=windows, budgets=budgets, usage=usage,
+        windows=windows, budgets=budgets, usage=usage, surge_moves=surge_moves,
     )
 
 

@@ -1,0 +1,351 @@
+"""Surge-first moves: the replacement is made before the pod goes, so a move costs no availability.
+
+Why: an eviction is downtime for a workload with one replica (descheduler #1558, #786, #271,
+#1805, PR #1841; Karpenter #1674 / PR #1685), and a workload whose PodDisruptionBudget allows no
+disruption (``minAvailable`` equal to its replicas) is never moved at all: a maintenance taint
+leaves it on the node forever. With the stock controllers a move can cost nothing:
+
+1. the pod's **Deployment** is scaled up by one through its scale subresource (not its ReplicaSet:
+   the Deployment controller would scale the ReplicaSet straight back; scaling the Deployment is a
+   "scaling event" that only resizes its current ReplicaSet: no new ReplicaSet, template unchanged);
+2. once the new pod is Ready on another node, the pod that must go is **evicted** (the Eviction
+   API: its PodDisruptionBudget, which now counts the new pod, is checked by the API server);
+3. once the evicted pod is seen terminating, the Deployment is scaled back. The ReplicaSet has
+   meanwhile made a pod for the evicted one (the replicas were still one more); that pod is not
+   Ready yet and is the first the ReplicaSet removes. Not at the moment of the eviction: a
+   ReplicaSet that has not seen the eviction yet counts the evicted pod as active and removes one
+   of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at once
+   where its budget allowed 2).
+
+Why not the ``controller.kubernetes.io/pod-deletion-cost`` way (mark the pod, scale up, scale back
+and let the ReplicaSet controller delete the marked pod): the ReplicaSet controller deletes pods
+directly, past every PodDisruptionBudget, so kdesched would need ``patch`` on every pod of the
+cluster and pods would leave other than through the Eviction API (docs/deploying.md). The eviction
+way needs no pod write at all, keeps the API server's PDB check as the last word, and leaves no
+annotation to clean up after a crash.
+
+This module is the pure part: whether a pod may be moved so (:func:`surge_refusal`), the move's
+state as the disruption ledger keeps it (:class:`Surge`, in the workload's record so a restarted
+or another process finishes it), and what to do next given what the cluster shows now
+(:func:`advance`). The reactor acts on the answer through the kube layer
+(:mod:`kdesched.reactor.surge`). Every step is decided from what is observed (the Deployment's
+replicas, the workload's pods), never from memory of what kdesched did, so a step taken twice, by
+two processes, or after a crash, does no harm.
+
+The owner changing underneath (docs/safety.md, "Surge-first moves"):
+
+* **replicas changed by someone else** (an HPA, a GitOps tool, a person): kdesched scales back only
+  while ``spec.replicas`` is still its own surged value, with a write conditional on the version it
+  read. Any other value is the owner's decision and wins: the move ends there (the pod that had to
+  go stays, and the strategy decides again on the next run);
+* **a rollout** (a pod of another ReplicaSet appears): the move is given up and the replicas
+  restored;
+* **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
+  up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
+  ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
+  keep the normal rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kdesched.evictor.workloads import pod_ready
+from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
+from kdesched.model.records import Pod, PodDisruptionBudget
+
+OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
+# after kdesched evicted the pod and scaled back, how long the pod may still look alive in a
+# snapshot (taken before the eviction) before the move is called over anyway
+SCALE_DOWN_GRACE_SECONDS = 30.0
+# a move recorded and not scaled up yet belongs to the process that recorded it this long (it scales
+# up right after its ledger write); after that, replicas still at the original value mean the
+# scale-up never happened (a conflict, a crash) or was undone, and the move ends
+START_GRACE_SECONDS = 30.0
+# a workload whose surge was given up (unschedulable, quota, timeout) is not surged again for this
+# long: its pods fall back to the normal rules meanwhile (docs/safety.md)
+BLOCK_SECONDS = 300.0
+
+
+class Fallback(enum.StrEnum):
+    """Why a pod that would have been moved surge-first is not: the report, the ``NoSurge`` Event and
+    the metric ``kdesched_surge_fallbacks_total{reason}`` name it."""
+
+    DISABLED = "disabled"  # kdesched.moves.surge: false
+    OPT_OUT = "opt-out"  # kdesched.dev/surge: "false"
+    BARE_POD = "bare-pod"
+    NOT_DEPLOYMENT = "not-a-deployment"  # StatefulSet, a ReplicaSet of its own, a Job, ...
+    OWNER_UNREADABLE = "owner-unreadable"  # the Deployment/ReplicaSet could not be read (403, gone)
+    NO_SURGE = "max-surge-0"  # maxSurge 0 or strategy Recreate
+    PAUSED = "paused"
+    ROLLOUT = "rollout"
+    REPLICA_FAILURE = "replica-failure"  # the ReplicaSet cannot create pods (a quota): ReplicaFailure
+    BLOCKED = "recent-failure"  # the last surge of the workload was given up a moment ago
+    PDB_SCALES = "pdb-scales-with-replicas"  # maxUnavailable 0 / minAvailable 100%: no eviction even with one more
+    BUSY = "move-in-progress"  # the workload already has a pod in flight or a surge under way
+    CONTROLS = "held-by-controls"  # a disruption budget or window holds it (as it would its eviction)
+
+
+@dataclass(frozen=True, slots=True)
+class NoSurge:
+    reason: Fallback
+    message: str
+
+
+def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,
+                  siblings: Sequence[Pod], pdbs: Sequence[PodDisruptionBudget] = ()) -> NoSurge | None:
+    """Why ``pod`` (of a workload of ``kind``) cannot be moved surge-first, or None. ``deployment`` and
+    ``replicaset``: its owners as read now (None: not read or not found); ``siblings``: the
+    workload's pods in the run's snapshot; ``pdbs``: the PodDisruptionBudgets that cover it."""
+    if kind == "Pod":
+        return NoSurge(Fallback.BARE_POD, "a bare pod has no owner to scale up")
+    if kind != "Deployment":
+        why = ("a StatefulSet's pods have fixed identities: its replacement is only created once the old pod is gone"
+               if kind == "StatefulSet" else f"a {kind}'s pods are moved by eviction only (surge-first moves scale a "
+               "Deployment)")
+        return NoSurge(Fallback.NOT_DEPLOYMENT, why)
+    if pod.annotations.get(OPT_OUT, "").lower() == "false":
+        return NoSurge(Fallback.OPT_OUT, f"the pod template says {OPT_OUT}: \"false\"")
+    if deployment is None or replicaset is None:
+        return NoSurge(Fallback.OWNER_UNREADABLE, "its Deployment or ReplicaSet could not be read")
+    if deployment.annotations.get(OPT_OUT, "").lower() == "false":
+        return NoSurge(Fallback.OPT_OUT, f"Deployment {deployment.name} says {OPT_OUT}: \"false\"")
+    if replicaset.owner_kind != "Deployment" or replicaset.owner_name != deployment.name:
+        return NoSurge(Fallback.NOT_DEPLOYMENT, f"ReplicaSet {replicaset.name} is not controlled by Deployment "
+                       f"{deployment.name}")
+    if deployment.strategy == "Recreate":
+        return NoSurge(Fallback.NO_SURGE, f"Deployment {deployment.name} has strategy Recreate: it never runs one "
+                       "pod more than its replicas")
+    if _zero(deployment.max_surge):
+        return NoSurge(Fallback.NO_SURGE, f"Deployment {deployment.name} has maxSurge {deployment.max_surge}: it "
+                       "never runs one pod more than its replicas")
+    if deployment.paused:
+        return NoSurge(Fallback.PAUSED, f"Deployment {deployment.name} is paused")
+    hashes = {p.labels.get("pod-template-hash", "") for p in siblings if not p.terminal and not p.terminating}
+    if deployment.rolling_out or len(hashes) > 1:
+        return NoSurge(Fallback.ROLLOUT, f"Deployment {deployment.name} is rolling out (generation "
+                       f"{deployment.generation}, observed {deployment.observed_generation}; "
+                       f"{deployment.updated_replicas} of {deployment.status_replicas} updated)")
+    failure = replica_failure(deployment, replicaset)
+    if failure:
+        return NoSurge(Fallback.REPLICA_FAILURE, f"its ReplicaSet cannot create pods: {failure}")
+    if deployment.replicas < 1:
+        return NoSurge(Fallback.NOT_DEPLOYMENT, f"Deployment {deployment.name} is scaled to 0")
+    ready = sum(1 for p in siblings if pod_ready(p))
+    for pdb in pdbs:
+        refused = pdb_refusal(pdb, ready)
+        if refused is not None:
+            return refused
+    return None
+
+
+def pdb_refusal(pdb: PodDisruptionBudget, ready: int) -> NoSurge | None:
+    """Would ``pdb`` still allow no eviction with one pod more? Its desired healthy count is scaled on
+    the controller's replicas, rounded up, as the disruption controller does: ``maxUnavailable: 0``
+    or ``minAvailable: 100%`` keep up with the extra pod, so the move could never evict and would only
+    churn. Counted from the PDB's status (``currentHealthy``, ``expectedPods``) when it has one: a
+    node-scoped run's snapshot may hold only the node's pods; else from ``ready``, the Ready pods
+    the run sees."""
+    healthy = pdb.current_healthy if pdb.current_healthy is not None else ready
+    expected = (pdb.expected_pods if pdb.expected_pods is not None else ready) + 1
+    desired: int | None = None
+    if pdb.min_available:
+        desired = _scaled(pdb.min_available, expected)
+    elif pdb.max_unavailable:
+        u = _scaled(pdb.max_unavailable, expected)
+        desired = None if u is None else expected - u
+    if desired is None or healthy + 1 - desired >= 1:
+        return None
+    spec = (f"minAvailable {pdb.min_available}" if pdb.min_available else f"maxUnavailable {pdb.max_unavailable}")
+    return NoSurge(Fallback.PDB_SCALES, f"PodDisruptionBudget {pdb.namespace}/{pdb.name} ({spec}, {healthy} of "
+                   f"{expected - 1} healthy) would allow no eviction even with one pod more")
+
+
+def _scaled(value: str, expected: int) -> int | None:
+    try:
+        if value.endswith("%"):
+            return math.ceil(int(value[:-1]) * expected / 100)
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _zero(max_surge: str) -> bool:
+    s = max_surge.strip()
+    return s in ("0", "0%")
+
+
+def replica_failure(deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None) -> str:
+    """The ReplicaSet's (or the Deployment's copy of its) ``ReplicaFailure`` message: pods cannot be
+    created (a ResourceQuota, a LimitRange, an admission webhook); "" when none."""
+    for c in (replicaset.condition("ReplicaFailure") if replicaset else None,
+              deployment.condition("ReplicaFailure") if deployment else None):
+        if c is not None and c.status == "True":
+            return f"{c.reason}: {c.message}".strip(": ")[:300]
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Surge:
+    """A surge-first move in the disruption ledger (the workload's record): enough for any process to
+    finish it or put the owner back."""
+
+    uid: str  # the marked pod (the one that must go)
+    pod: str  # namespace/name
+    node: str  # where it runs (the replacement must be Ready elsewhere)
+    deployment: str
+    replicaset: str
+    original: int  # spec.replicas when the move began
+    surged: int  # original + 1
+    started: float  # epoch seconds, API server clock
+    deadline: float  # given up and restored at this time (replacementTimeoutSeconds)
+    strategy: str
+    # the Deployment's metadata.generation once kdesched's scale-up is in: the scale write is
+    # conditional on the version the move was chosen at, so it is exactly one more than then. Any
+    # other spec write (an HPA setting the same replicas, a template change) moves it on
+    generation: int = 0
+    evicted: float = 0.0  # when kdesched evicted the pod (0: not yet); the scale-back follows once it is seen going
+
+    def to_json(self) -> list[Any]:
+        return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
+                round(self.started, 3), round(self.deadline, 3), self.strategy, self.generation,
+                round(self.evicted, 3)]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Surge:
+        return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), str(raw[4]), int(raw[5]), int(raw[6]),
+                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]))
+
+    def ours(self, deployment: DeploymentInfo) -> bool:
+        """Are the Deployment's replicas still kdesched's surged value, written by kdesched (not an HPA
+        that happened to choose the same number)?"""
+        return deployment.replicas == self.surged and (not self.generation or deployment.generation == self.generation)
+
+
+class Action(enum.StrEnum):
+    WAIT = "wait"  # nothing to do yet
+    EVICT = "evict"  # the replacement is Ready: evict the pod (the scale-back once it is seen terminating)
+    RESTORE = "restore"  # over or given up: scale back (only if the replicas are still ours), end
+    END = "end"  # over: end (the replicas are not kdesched's to touch)
+
+
+# how a surge ended, for checked moves and the metric kdesched_surge_moves_total{outcome}
+DONE, GAVE_UP, OVERRIDDEN = "done", "gave-up", "overridden"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    action: Action
+    why: str = ""
+    outcome: str = ""  # for END / RESTORE: done | gave-up | overridden
+    replacement: Pod | None = None  # the surge pod, when one is Ready on another node
+    block: bool = False  # do not surge this workload again for a while (BLOCK_SECONDS)
+    wasted: bool = False  # the move could only have ended where it began (checked moves: wasted)
+
+
+def replacement_of(s: Surge, pods: Sequence[Pod]) -> Pod | None:
+    """The surge pod: created in or after the second the move began (``creationTimestamp`` has one
+    second resolution), not the marked pod, Ready, on another node; the earliest such pod."""
+    second = math.floor(s.started)
+    found = [p for p in pods if p.uid != s.uid and not p.terminating and not p.terminal and p.creation_time is not None
+             and p.creation_time.timestamp() >= second and pod_ready(p) and p.node_name and p.node_name != s.node]
+    return min(found, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0), default=None)
+
+
+def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,
+            pods: Sequence[Pod] | None, now: float) -> Step:
+    """What to do next with ``s``, from what the cluster shows now: the Deployment and its ReplicaSet
+    as read (None: gone), and the workload's pods (None: the run's snapshot does not hold them; only
+    the owner and the clock are judged then)."""
+    if deployment is None:
+        return Step(Action.END, f"Deployment {s.deployment} is gone", OVERRIDDEN)
+    replicas = deployment.replicas
+    marked = None if pods is None else next((p for p in pods if p.uid == s.uid), None)
+    marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)
+    replacement = replacement_of(s, pods) if pods is not None else None
+    mine = s.ours(deployment)
+    if marked_gone:
+        if mine:
+            # evicted (by kdesched at the last step, or by something else): only now, with the pod seen
+            # terminating, do the replicas go back: the ReplicaSet then removes the pod it may have
+            # made for the evicted one (not Ready yet), never one of the Ready pods (scaling back at the
+            # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling)
+            return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
+        return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
+    if replicas == s.surged and not mine and _rollout(s, deployment, pods):
+        # the template changed (a rollout) with the replicas still at kdesched's value: put them back
+        return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
+    if mine:
+        if s.evicted:
+            # evicted, and not seen terminating yet (a snapshot from before the eviction)
+            if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
+                return Step(Action.RESTORE, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
+                            OVERRIDDEN)
+            return Step(Action.WAIT)
+        if replacement is not None:
+            return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
+                        f"{replacement.node_name}", "", replacement)
+        back = _landed_back(s, pods)
+        if back is not None:
+            return Step(Action.RESTORE, f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, "
+                        "the node the move leaves", GAVE_UP, block=True, wasted=True)
+        failure = replica_failure(deployment, replicaset)
+        if failure:
+            return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
+        if _rollout(s, deployment, pods):
+            return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
+        if now >= s.deadline:
+            return Step(Action.RESTORE, f"no replacement was Ready on another node within "
+                        f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
+        return Step(Action.WAIT)
+    if replicas == s.surged and not s.evicted:
+        return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
+                    "during the move (the value kdesched had set): the owner's value stays", OVERRIDDEN)
+    if s.evicted:
+        # evicted, the replicas changed by someone else since: the pod is on its way out (a snapshot
+        # from before the eviction may not show it terminating yet)
+        if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
+            return Step(Action.END, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
+                        OVERRIDDEN)
+        return Step(Action.WAIT)
+    if replicas == s.original:
+        if now - s.started < START_GRACE_SECONDS:
+            return Step(Action.WAIT)  # the process that began the move may be scaling up right now
+        return Step(Action.END, f"the replicas of Deployment {s.deployment} were put back to {replicas} by someone "
+                    "else during the move; the ReplicaSet removes the extra pod", OVERRIDDEN)
+    return Step(Action.END, f"the replicas of Deployment {s.deployment} were changed to {replicas} during the move "
+                f"(kdesched had set {s.surged}, from {s.original}): the new value is the owner's and stays",
+                OVERRIDDEN)
+
+
+def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
+    """A pod made by the surge that became Ready on the node the move leaves (a strategy whose node the
+    scheduler does not avoid): the move cannot succeed."""
+    second = math.floor(s.started)
+    return next((p for p in pods or () if p.uid != s.uid and p.node_name == s.node and not p.terminating
+                 and p.creation_time is not None and p.creation_time.timestamp() >= second and pod_ready(p)), None)
+
+
+def _rollout(s: Surge, deployment: DeploymentInfo, pods: Sequence[Pod] | None) -> bool:
+    """Has a rollout begun since the move did? (Not ``generation``: the scale-up itself bumps it.) A
+    pod of another ReplicaSet than the marked pod's, or the Deployment counting pods it has not
+    updated."""
+    if deployment.updated_replicas != deployment.status_replicas and deployment.status_replicas:
+        return True
+    if pods is None:
+        return False
+    marked = next((p for p in pods if p.uid == s.uid), None)
+    mine = marked.labels.get("pod-template-hash", "") if marked is not None else ""
+    return bool(mine) and any(p.labels.get("pod-template-hash", "") != mine for p in pods
+                              if not p.terminating and not p.terminal)
+
+
+def summary(steps: Mapping[str, Step]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for st in steps.values():
+        out[st.action.value] = out.get(st.action.value, 0) + 1
+    return out

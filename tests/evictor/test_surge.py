@@ -1,0 +1,256 @@
+"""Surge-first moves, the pure part (kdesched.evictor.surge): who may be moved so, and what each
+observed state of the owner and its pods leads to. The real controllers are exercised by
+tests/realk8s/test_surge.py; here every branch is pinned on hand-made states."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from kdesched.evictor.ledger import InFlight, Ledger, Move, WorkloadRecord
+from kdesched.evictor.surge import (
+    DONE,
+    GAVE_UP,
+    OVERRIDDEN,
+    START_GRACE_SECONDS,
+    Action,
+    Fallback,
+    Surge,
+    advance,
+    surge_refusal,
+)
+from kdesched.model.owners import Condition, DeploymentInfo, ReplicaSetInfo, deployment_from_json
+from kdesched.model.records import Pod, PodDisruptionBudget
+
+from tests.builders import NOW, pod
+
+T0 = NOW.timestamp()
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def web(name: str, node: str, *, created: float = -3600, ready: bool = True, deleting: bool = False,
+        template: str = "abc", annotations: dict[str, str] | None = None) -> Pod:
+    return pod(name, node, owner_kind="ReplicaSet", owner_name=f"web-{template}",
+               labels={"app": "web", "pod-template-hash": template}, created=created, deleting=deleting,
+               conditions=READY if ready else [{"type": "Ready", "status": "False"}], annotations=annotations)
+
+
+def dep(replicas: int = 1, *, generation: int = 5, observed: int | None = None, updated: int | None = None,
+        status: int | None = None, strategy: str = "RollingUpdate", max_surge: str = "25%", paused: bool = False,
+        annotations: dict[str, str] | None = None, failure: str = "") -> DeploymentInfo:
+    conditions = (Condition("ReplicaFailure", "True", "FailedCreate", failure),) if failure else ()
+    return DeploymentInfo("default", "web", "uid-web", "100", generation, generation if observed is None else observed,
+                          replicas, replicas if status is None else status, replicas if updated is None else updated,
+                          strategy, max_surge, paused, annotations or {}, conditions, "app=web")
+
+
+RS = ReplicaSetInfo("default", "web-abc", "Deployment", "web", 1)
+
+
+def surge_of(p: Pod, **kw: object) -> Surge:
+    base = Surge(p.uid, p.key, p.node_name, "web", "web-abc", 1, 2, T0, T0 + 120, "RemovePodsViolatingNodeTaints", 6)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+# -- who may be moved surge-first ------------------------------------------------------------------
+def test_a_plain_deployment_may_surge() -> None:
+    p = web("web-1", "node-a")
+    assert surge_refusal(p, "Deployment", dep(), RS, [p]) is None
+
+
+@pytest.mark.parametrize(("kind", "deployment", "rs", "reason"), [
+    ("StatefulSet", None, None, Fallback.NOT_DEPLOYMENT),
+    ("Pod", None, None, Fallback.BARE_POD),
+    ("Job", None, None, Fallback.NOT_DEPLOYMENT),
+    ("Deployment", None, RS, Fallback.OWNER_UNREADABLE),
+    ("Deployment", dep(max_surge="0"), RS, Fallback.NO_SURGE),
+    ("Deployment", dep(max_surge="0%"), RS, Fallback.NO_SURGE),
+    ("Deployment", dep(strategy="Recreate"), RS, Fallback.NO_SURGE),
+    ("Deployment", dep(paused=True), RS, Fallback.PAUSED),
+    ("Deployment", dep(generation=6, observed=5), RS, Fallback.ROLLOUT),
+    ("Deployment", dep(2, updated=1), RS, Fallback.ROLLOUT),
+    ("Deployment", dep(annotations={"kdesched.dev/surge": "false"}), RS, Fallback.OPT_OUT),
+    ("Deployment", dep(failure='pods "web-x" is forbidden: exceeded quota: q'), RS, Fallback.REPLICA_FAILURE),
+    ("Deployment", dep(), ReplicaSetInfo("default", "web-abc", "", "", 1), Fallback.NOT_DEPLOYMENT),
+])
+def test_where_no_surge_is_possible_it_says_why(kind: str, deployment: DeploymentInfo | None,
+                                                rs: ReplicaSetInfo | None, reason: Fallback) -> None:
+    p = web("web-1", "node-a")
+    refusal = surge_refusal(p, kind, deployment, rs, [p])
+    assert refusal is not None and refusal.reason == reason and refusal.message
+
+
+def test_the_opt_out_on_the_pod_template_counts_too() -> None:
+    p = web("web-1", "node-a", annotations={"kdesched.dev/surge": "False"})
+    refusal = surge_refusal(p, "Deployment", dep(), RS, [p])
+    assert refusal is not None and refusal.reason == Fallback.OPT_OUT
+
+
+def test_pods_of_two_replicasets_are_a_rollout() -> None:
+    a, b = web("web-1", "node-a"), web("web-2", "node-b", template="def")
+    refusal = surge_refusal(a, "Deployment", dep(2), RS, [a, b])
+    assert refusal is not None and refusal.reason == Fallback.ROLLOUT
+
+
+@pytest.mark.parametrize(("spec", "ready", "blocks"), [
+    ({"minAvailable": 2}, 2, False),  # 3 Ready with the extra pod: one may go
+    ({"minAvailable": "100%"}, 2, True),  # keeps up with the extra pod
+    ({"maxUnavailable": 0}, 2, True),
+    ({"maxUnavailable": "0%"}, 5, True),
+    ({"minAvailable": "50%"}, 1, False),
+    ({"maxUnavailable": 1}, 1, False),
+])
+def test_a_pdb_that_scales_with_the_replicas_allows_no_surge(spec: dict[str, object], ready: int, blocks: bool) -> None:
+    pdb = PodDisruptionBudget.from_api({"metadata": {"name": "web", "namespace": "default"},
+                                        "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}})
+    pods = [web(f"web-{i}", "node-a") for i in range(ready)]
+    refusal = surge_refusal(pods[0], "Deployment", dep(ready), RS, pods, [pdb])
+    assert (refusal is not None and refusal.reason == Fallback.PDB_SCALES) == blocks
+    if refusal is not None:
+        assert "web" in refusal.message
+    # the same from the PDB's status, with a snapshot that holds only one of the pods (a node's run)
+    observed = PodDisruptionBudget.from_api({"metadata": {"name": "web", "namespace": "default"},
+                                             "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
+                                             "status": {"currentHealthy": ready, "expectedPods": ready,
+                                                        "disruptionsAllowed": 0}})
+    refusal = surge_refusal(pods[0], "Deployment", dep(ready), RS, pods[:1], [observed])
+    assert (refusal is not None and refusal.reason == Fallback.PDB_SCALES) == blocks
+
+
+def test_max_surge_and_the_opt_out_are_read_from_the_api_object() -> None:
+    d = deployment_from_json({"metadata": {"name": "web", "namespace": "default", "generation": 3,
+                                           "annotations": {"kdesched.dev/surge": "false"}},
+                              "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web", "tier": "x"}},
+                                       "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0}}},
+                              "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2}})
+    assert d.max_surge == "0" and d.replicas == 2 and not d.rolling_out and d.selector == "app=web,tier=x"
+    assert d.annotations["kdesched.dev/surge"] == "false"
+
+
+# -- what each observed state leads to --------------------------------------------------------------
+def test_waits_while_the_surge_pod_is_not_ready() -> None:
+    old = web("web-1", "node-a")
+    new = web("web-2", "spare-1", created=1, ready=False)
+    s = surge_of(old)
+    assert advance(s, dep(2, generation=6), RS, [old, new], T0 + 2).action == Action.WAIT
+
+
+def test_evicts_once_the_replacement_is_ready_on_another_node() -> None:
+    old = web("web-1", "node-a")
+    new = web("web-2", "spare-1", created=1)
+    step = advance(surge_of(old), dep(2, generation=6), RS, [old, new], T0 + 4)
+    assert step.action == Action.EVICT and step.replacement is not None and step.replacement.name == "web-2"
+
+
+def test_a_pod_that_existed_before_the_move_is_not_its_replacement() -> None:
+    old, sibling = web("web-1", "node-a"), web("web-0", "spare-1", created=-100)
+    assert advance(surge_of(old), dep(2, generation=6), RS, [old, sibling], T0 + 4).action == Action.WAIT
+
+
+def test_a_replacement_ready_on_the_node_it_leaves_gives_up_and_counts_as_wasted() -> None:
+    old = web("web-1", "node-a")
+    back = web("web-2", "node-a", created=1)
+    step = advance(surge_of(old), dep(2, generation=6), RS, [old, back], T0 + 4)
+    assert step.action == Action.RESTORE and step.outcome == GAVE_UP and step.wasted and step.block
+
+
+def test_no_replacement_in_time_restores_and_blocks() -> None:
+    old = web("web-1", "node-a")
+    pending = web("web-2", "", created=1, ready=False)
+    step = advance(surge_of(old), dep(2, generation=6), RS, [old, pending], T0 + 121)
+    assert step.action == Action.RESTORE and step.outcome == GAVE_UP and step.block and not step.wasted
+
+
+def test_a_quota_refusing_the_extra_pod_restores_at_once() -> None:
+    old = web("web-1", "node-a")
+    step = advance(surge_of(old), dep(2, generation=6, failure="exceeded quota"), RS, [old], T0 + 1)
+    assert step.action == Action.RESTORE and "quota" in step.why and step.block
+
+
+def test_the_pod_gone_with_the_replicas_still_ours_puts_them_back() -> None:
+    old = web("web-1", "node-a", deleting=True)
+    new = web("web-2", "spare-1", created=1)
+    step = advance(surge_of(old), dep(2, generation=6), RS, [old, new], T0 + 5)
+    assert step.action == Action.RESTORE and step.outcome == DONE and step.replacement is not None
+
+
+def test_the_pod_gone_after_the_scale_back_ends_the_move_done() -> None:
+    new = web("web-2", "spare-1", created=1)
+    old = web("web-1", "node-a")
+    s = surge_of(old, evicted=T0 + 5)
+    step = advance(s, dep(1, generation=7), RS, [new], T0 + 6)
+    assert step.action == Action.END and step.outcome == DONE
+
+
+def test_replicas_changed_by_an_hpa_are_left_as_the_owner_set_them() -> None:
+    old = web("web-1", "node-a")
+    step = advance(surge_of(old), dep(4, generation=7), RS, [old], T0 + 3)
+    assert step.action == Action.END and step.outcome == OVERRIDDEN and "owner" in step.why
+
+
+def test_an_hpa_writing_the_same_number_is_not_taken_for_kdesched() -> None:
+    # generation 6 is kdesched's scale-up; the HPA wrote 2 again (generation 7): the value is the HPA's
+    old = web("web-1", "node-a")
+    new = web("web-2", "spare-1", created=1)
+    step = advance(surge_of(old), dep(2, generation=7), RS, [old, new], T0 + 4)
+    assert step.action == Action.END and step.outcome == OVERRIDDEN
+
+
+def test_original_replicas_put_back_by_someone_else_end_the_move_after_the_start_grace() -> None:
+    old = web("web-1", "node-a")
+    assert advance(surge_of(old), dep(1, generation=7), RS, [old], T0 + 1).action == Action.WAIT
+    step = advance(surge_of(old), dep(1, generation=7), RS, [old], T0 + START_GRACE_SECONDS + 1)
+    assert step.action == Action.END and step.outcome == OVERRIDDEN
+
+
+def test_a_rollout_begun_during_the_move_restores_the_replicas() -> None:
+    old = web("web-1", "node-a")
+    rolled = web("web-3", "spare-1", created=2, ready=False, template="def")
+    step = advance(surge_of(old), dep(2, generation=7, updated=1, status=2), RS, [old, rolled], T0 + 3)
+    assert step.action == Action.RESTORE and "rollout" in step.why
+
+
+def test_the_deployment_gone_ends_the_move() -> None:
+    old = web("web-1", "node-a")
+    assert advance(surge_of(old), None, None, [old], T0 + 3).action == Action.END
+
+
+def test_without_the_pods_only_the_owner_and_the_clock_are_judged() -> None:
+    old = web("web-1", "node-a")
+    assert advance(surge_of(old), dep(2, generation=6), RS, None, T0 + 3).action == Action.WAIT
+    assert advance(surge_of(old), dep(2, generation=6), RS, None, T0 + 121).action == Action.RESTORE
+
+
+# -- in the ledger -----------------------------------------------------------------------------------
+def test_the_move_is_kept_in_the_workload_record_and_read_back() -> None:
+    old = web("web-1", "node-a")
+    s = surge_of(old, evicted=T0 + 4.5)
+    rec = WorkloadRecord("Deployment/default/web", surge=s, surge_block=(T0 + 300, "quota"))
+    back = WorkloadRecord.from_text(rec.to_text())
+    assert back == rec and not back.empty
+
+
+def test_a_surged_pod_stays_in_flight_until_its_move_ends_whatever_the_snapshot_says() -> None:
+    old = web("web-1", "node-a")
+    new = web("web-2", "spare-1", created=1)
+    key = "Deployment/default/web"
+    f = InFlight(old.uid, old.key, "node-a", T0, deadline=T0 + 60, scope="node/node-a/x")
+    ledger = Ledger(moves={key: Move("RemovePodsViolatingNodeTaints", T0, T0, 1, 1, (f,))},
+                    surges={key: surge_of(old)})
+    # the workload is back at its Ready count (the surge pod) and the admission's deadline has passed:
+    # a plain eviction's entry would be settled; the surged pod's is not
+    settled = ledger.settle({key: [old, new]}, T0 + 200, 120)
+    assert settled.ledger.moves[key].inflight == (f,)
+    assert settled.ledger.in_flight(old.uid, T0 + 200)
+    assert settled.ledger.held_scopes() == {"node/node-a/x": [old.key]}  # a restarted process repeats it
+    records, cluster = settled.ledger.split()
+    joined, _ = Ledger.join(records.values(), cluster)
+    assert joined.surges == ledger.surges
+
+
+def test_a_run_that_lost_its_commit_drops_the_surge_it_recorded() -> None:
+    old = web("web-1", "node-a")
+    key = "Deployment/default/web"
+    f = InFlight(old.uid, old.key, "node-a", T0, run="r1")
+    ledger = Ledger(moves={key: Move("RemovePodsViolatingNodeTaints", T0, T0, 1, 1, (f,))}, surges={key: surge_of(old)})
+    assert not ledger.without_run("r1").surges

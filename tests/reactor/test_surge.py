@@ -1,0 +1,158 @@
+"""Surge-first moves, the reactor's side (kdesched.reactor.surge): what each step writes to the API
+server and to the ledger, against a stub client that records the calls. The real controllers are
+tests/realk8s/test_surge.py's; the pure decisions tests/evictor/test_surge.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
+from kdesched.evictor.reasons import Reason, Verdict
+from kdesched.evictor.surge import Surge
+from kdesched.kube.errors import Conflict
+from kdesched.model.records import Pod
+from kdesched.reactor.surge import Ended, Surges
+
+from tests.builders import NOW, pod
+
+T0 = NOW.timestamp()
+KEY = "Deployment/default/web"
+READY = [{"type": "Ready", "status": "True"}]
+
+
+class StubClient:
+    """The KubeClient calls a surge-first move makes, recorded; a Deployment and ReplicaSet served."""
+
+    def __init__(self, replicas: int, generation: int = 6, failure: str = "", conflict: bool = False) -> None:
+        self.replicas, self.generation, self.failure, self.conflict = replicas, generation, failure, conflict
+        self.calls: list[tuple[str, Any]] = []
+
+    def get_raw(self, kind: str, name: str, namespace: str | None = None, **_: Any) -> dict[str, Any]:
+        conditions = ([{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                        "message": self.failure}] if self.failure else [])
+        if kind == "Deployment":
+            return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "41",
+                                 "generation": self.generation},
+                    "spec": {"replicas": self.replicas, "selector": {"matchLabels": {"app": "web"}}},
+                    "status": {"observedGeneration": self.generation, "replicas": self.replicas,
+                               "updatedReplicas": self.replicas, "conditions": conditions}}
+        return {"metadata": {"name": name, "namespace": namespace,
+                             "ownerReferences": [{"kind": "Deployment", "name": "web", "controller": True}]},
+                "spec": {"replicas": self.replicas}, "status": {"conditions": conditions}}
+
+    def replace_subresource(self, kind: str, name: str, namespace: str, subresource: str,
+                            obj: Mapping[str, Any]) -> dict[str, Any]:
+        if self.conflict:
+            raise Conflict(409, "Conflict", "the object has been modified")
+        self.calls.append(("scale", (obj["spec"]["replicas"], obj["metadata"]["resourceVersion"])))
+        return dict(obj)
+
+    def evict_pod(self, namespace: str, name: str, **kw: Any) -> None:
+        self.calls.append(("evict", (name, kw.get("uid"))))
+
+    def create_event(self, **kw: Any) -> bool:
+        self.calls.append(("event", kw["reason"]))
+        return True
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:
+        return []
+
+
+def web(name: str, node: str, created: float = -3600) -> Pod:
+    return pod(name, node, owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
+               created=created, conditions=READY)
+
+
+def moving(old: Pod, **kw: Any) -> Ledger:
+    f = InFlight(old.uid, old.key, old.node_name, T0 + 0.25, scope="node:node-a:RemovePodsViolatingNodeTaints")
+    s = Surge(old.uid, old.key, old.node_name, "web", "web-abc", 1, 2, T0, T0 + 120, "RemovePodsViolatingNodeTaints",
+              6)
+    return Ledger(moves={KEY: Move("RemovePodsViolatingNodeTaints", T0, T0, 1, 1, (f,))},
+                  workloads={KEY: T0 + 0.25}, nodes={"node-a": T0 + 0.25},
+                  node_strategies={"node-a": "RemovePodsViolatingNodeTaints"}, surges={KEY: replace(s, **kw)})
+
+
+def surges(client: StubClient) -> Surges:
+    return Surges(client, enabled=True, timeout_seconds=120)  # type: ignore[arg-type]
+
+
+def test_a_ready_replacement_evicts_the_pod_and_the_scale_back_waits_until_it_is_seen_going() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    client = StubClient(2)
+    ended: list[Ended] = []
+    driver = surges(client)
+    out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)
+    assert [c for c in client.calls if c[0] != "event"] == [("evict", ("web-1", old.uid))]
+    assert out.surges_changed and out.ledger.surges[KEY].evicted == T0 + 5 and not ended
+    assert out.ledger.moves[KEY].inflight  # still in flight until the pod is seen gone
+    # the next run sees it terminating: now the replicas go back, on the version read
+    going = replace(old, deletion_time=NOW)
+    out = driver.advance(Settled(out.ledger), {KEY: [going, new]}, T0 + 6, ended)
+    assert [c for c in client.calls if c[0] != "event"][-1] == ("scale", (1, "41"))
+    assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
+
+
+def test_the_pod_gone_ends_the_move_done_with_a_checked_move() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    client = StubClient(1, generation=7)
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old, evicted=T0 + 5)), {KEY: [new]}, T0 + 6, ended)
+    assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
+    assert KEY not in out.ledger.moves and out.ledger.workloads[KEY] == T0 + 0.25  # the eviction's cool-down stays
+    assert [(c.outcome, c.landed) for c in out.checked] == [("achieved", "spare-1")]
+
+
+def test_a_quota_gives_up_restores_blocks_and_takes_the_cool_downs_back() -> None:
+    old = web("web-1", "node-a")
+    client = StubClient(2, failure='pods "web-x" is forbidden: exceeded quota: one-pod')
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old]}, T0 + 2, ended)
+    assert ("scale", (1, "41")) in client.calls and not [c for c in client.calls if c[0] == "evict"]
+    assert [e.outcome for e in ended] == ["gave-up"] and "exceeded quota" in ended[0].why
+    assert out.ledger.surge_blocks[KEY][0] > T0 + 2
+    # nothing was evicted: the pod keeps the normal rules at once, not after a cool-down
+    assert KEY not in out.ledger.workloads and "node-a" not in out.ledger.nodes
+    assert [c.outcome for c in out.checked] == ["unknown"]
+
+
+def test_a_lost_scale_back_leaves_the_move_for_the_next_run() -> None:
+    old = web("web-1", "node-a")
+    client = StubClient(2, failure="exceeded quota", conflict=True)
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old]}, T0 + 2, ended)
+    assert not out.surges_changed and not ended and KEY in out.ledger.surges
+
+
+def test_replicas_an_hpa_changed_are_left_alone() -> None:
+    old = web("web-1", "node-a")
+    client = StubClient(5, generation=8)
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old]}, T0 + 2, ended)
+    assert not [c for c in client.calls if c[0] in ("scale", "evict")]
+    assert [e.outcome for e in ended] == ["overridden"] and KEY not in out.ledger.surges
+
+
+def test_a_brake_or_closed_window_holds_the_eviction_then_the_timeout_restores() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    braked = Verdict(Reason.HEALTH_BRAKE, "health brake: 3 of 10 nodes are NotReady")
+    client = StubClient(2)
+    ended: list[Ended] = []
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended, hold=lambda e: braked)
+    assert not client.calls and not out.surges_changed  # nothing evicted while braked: the move waits
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 121, ended, hold=lambda e: braked)
+    assert [c for c in client.calls if c[0] != "event"] == [("scale", (1, "41"))]
+    assert [e.outcome for e in ended] == ["overridden"] and "health brake" in ended[0].why
+
+
+def test_a_lost_ledger_write_does_not_make_the_next_attempt_take_its_own_scale_back_for_someone_elses() -> None:
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    client = StubClient(2)
+    driver = surges(client)
+    ended: list[Ended] = []
+    driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)  # evicted; the ledger write lost
+    # the same snapshot (the pod still shows), the ledger as it was read before
+    out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5.2, ended)
+    assert not ended and not out.surges_changed  # waits for the pod to go, as after its own eviction
+    assert [c[0] for c in client.calls if c[0] != "event"] == ["evict"]  # not evicted twice
