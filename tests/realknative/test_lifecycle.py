@@ -101,7 +101,8 @@ def test_taint_cordon_and_label(control_plane: ControlPlane, real: Cluster, knat
     taints, affinity = knative.functions["taints"], knative.functions["affinity"]
     before = uids(real, "shop")
     story.change()
-    wait_placement(control_plane, real, "shop", story.done, what="shop on node-1")
+    # two paced moves, each through the Broker; 120 s: a CI machine at load 10 took over 60 s once
+    wait_placement(control_plane, real, "shop", story.done, timeout=120, what="shop on node-1")
     assert len(before - uids(real, "shop")) == 2
     # cordon: not a drain
     shop, picky = uids(real, "shop"), uids(real, "picky")
