@@ -33,12 +33,16 @@ def real(control_plane: ControlPlane, scheduler: Proc, controller_manager: Proc,
 def tainted_unseen(cp: ControlPlane, cluster: Cluster, knative: KnativeDataPlane) -> set[str]:
     """Two one-pod workloads (shop, cart) on gpu-1, tainted while the adapter is down: only a full run
     (run.requested or the sweep) can find them. One pod per workload, so that one run evicts both
-    within the per-workload allowance (maxUnavailable 1). Their uids."""
+    within the per-workload allowance (maxUnavailable 1). Their uids.
+
+    Both opt out of surge-first moves (``kdesched.dev/surge: "false"``): these stories are about
+    delivery, and a one-replica workload is otherwise moved surge-first, its replacement Ready on
+    node-1 before the old pod is evicted by a later, repeated run (tests/realk8s/test_surge.py)."""
     with knative.quiet():
         cluster.node("node-1", unschedulable=True)
         cluster.node("gpu-1")
         for app in ("shop", "cart"):
-            cluster.deployment(app, 1, cpu="200m")
+            cluster.deployment(app, 1, cpu="200m", annotations={"kdesched.dev/surge": "false"})
         for app in ("shop", "cart"):
             wait_placement(cp, cluster, app, lambda p: p == {"gpu-1": 1})
         set_unschedulable(cluster, "node-1", False)
