@@ -1,7 +1,7 @@
 """Admissions per second through the disruption ledger on a real API server, with 1, 4 and 8 writers.
 
 Why: issue 28 split the ledger into a record per workload committed through one small Lease
-(kdesched.reactor.ledger_store). Every admission still commits at one object, so concurrent writers
+(kdesched.reactor.io.ledger_store). Every admission still commits at one object, so concurrent writers
 conflict; this measures what that costs on a real kube-apiserver (etcd round trips included): N
 writer processes, each admitting its own workloads one admission at a time (read the commit Lease,
 LIST the records, write the workload's record, commit), against a ledger already holding
@@ -34,8 +34,8 @@ from kdesched.evictor.ledger import Admission, Ledger
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
-from kdesched.reactor.admit import conflict_backoff
-from kdesched.reactor.ledger_store import LedgerStore
+from kdesched.reactor.io.ledger_store import LedgerStore
+from kdesched.reactor.run.admit import conflict_backoff
 
 from bench.machine import machine
 from tests.builders import pod_obj
@@ -51,7 +51,7 @@ def pod(writer: int, workload: int, replica: int) -> Pod:
 
 
 def admit_one(store: LedgerStore, p: Pod, run: str) -> tuple[int, float]:
-    """One admission as kdesched.reactor.admit.decide makes it (without the planning): returns
+    """One admission as kdesched.reactor.run.admit.decide makes it (without the planning): returns
     (commits lost to another writer, seconds)."""
     started = time.perf_counter()
     lost = 0
@@ -63,7 +63,7 @@ def admit_one(store: LedgerStore, p: Pod, run: str) -> tuple[int, float]:
         if store.write(read, new, run):
             return lost, time.perf_counter() - started
         lost += 1
-        time.sleep(conflict_backoff(lost))  # as kdesched.reactor.admit.decide waits
+        time.sleep(conflict_backoff(lost))  # as kdesched.reactor.run.admit.decide waits
 
 
 def writer(kubeconfig: str, index: int, admissions: int, start_at: float, out: Any) -> None:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdesched.reactor.requests import Trigger, parse_run_request
+from kdesched.reactor.events.requests import Trigger, parse_run_request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,10 +43,10 @@ def main() -> int:
     from kdesched.kube.client import KubeClient
     from kdesched.model.files import load_snapshot
     from kdesched.policy.load import load_policy
-    from kdesched.reactor import events as ev
-    from kdesched.reactor import runner as runner_mod
-    from kdesched.reactor.runner import Reactor
-    from kdesched.reactor.settings import ReactorSettings
+    from kdesched.reactor.events import routing as ev
+    from kdesched.reactor.run import runner as runner_mod
+    from kdesched.reactor.run.runner import Reactor
+    from kdesched.reactor.run.settings import ReactorSettings
 
     from tests.fakeapi import FakeApiServer
 

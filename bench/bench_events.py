@@ -32,11 +32,11 @@ from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.policy.defaults import default_policy
-from kdesched.reactor import events as ev
-from kdesched.reactor.loaders import CachedLoader
-from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event, parse_sweep_data
+from kdesched.reactor.io.loaders import CachedLoader
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from bench.generate import generate
 from tests.fakeapi import FakeApiServer
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append((name, requests, nbytes, seconds, planned))
 
         # the same events with serve's watch cache: synced once, then every run plans from memory
-        from kdesched.reactor.events import kinds_needed
+        from kdesched.reactor.events.routing import kinds_needed
 
         t0 = time.perf_counter()
         cache = ClusterCache(client, kinds=kinds_needed(reactor.policy)).start()

@@ -7,7 +7,7 @@ maintenance story). Two designs decide the same thing (one eviction admitted, N-
 
 * ``ledger``: what kdesched does: plan in parallel, write the admission conditionally on the
   ledger's resourceVersion, plan again after a lost write;
-* ``lease``: the alternative: every evicting run holds the run Lease (kdesched.reactor.coordination
+* ``lease``: the alternative: every evicting run holds the run Lease (kdesched.reactor.io.lease
   .LeaseGuard) from before reading until after evicting, so the runs go one at a time.
 
 Reported per design: wall time until every run has answered, requests sent to the API server,
@@ -32,12 +32,12 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
 from kdesched.reactor import metrics as m
-from kdesched.reactor.coordination import LeaseGuard
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.io.lease import LeaseGuard
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from bench.machine import machine
 from tests.builders import node_obj, pod_obj

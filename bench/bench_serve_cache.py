@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from kdesched.cli.main import load_policy_arg
-    from kdesched.reactor.eventtypes import NODE_ADDED, TAINTS_CHANGED
-    from kdesched.reactor.serve import ReactorServer
+    from kdesched.reactor.events.types import NODE_ADDED, TAINTS_CHANGED
+    from kdesched.reactor.serve.server import ReactorServer
 
     backend = real_backend if args.api == "real" else fake_backend
     with backend(args.nodes, args.pods_per_node) as (client, where):

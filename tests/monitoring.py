@@ -126,10 +126,10 @@ def alert_queries() -> list[Query]:
 def _registry() -> Any:
     """kdesched's registry with every family registered: the modules that register one are imported
     (as ``serve`` and the functions import them)."""
-    import kdesched.reactor.controls  # the kdesched_health_brake gauge
+    import kdesched.reactor.io.whynot
     import kdesched.reactor.metrics
-    import kdesched.reactor.serve  # the kdesched_cache_* collector
-    import kdesched.reactor.whynot
+    import kdesched.reactor.run.controls  # the kdesched_health_brake gauge
+    import kdesched.reactor.serve.server  # the kdesched_cache_* collector
     from kdesched.evictor.metrics import REGISTRY
 
     del kdesched  # imported for what registering them does

@@ -12,7 +12,7 @@ The three node-event functions share one factory (:func:`kdesched_functions.runt
   run balances the whole cluster (balance strategies see every node), under the Lease, and a burst
   of such events (an autoscaler adding twenty nodes) gives one run at once plus at most one
   follow-up. ``node.ready`` means the node became *usable for ordinary pods* (Ready, uncordoned, no
-  NoSchedule/NoExecute taint such a pod is refused by: kdesched.reactor.lifecycle), sent once on
+  NoSchedule/NoExecute taint such a pod is refused by: kdesched.reactor.events.lifecycle), sent once on
   the write that completed it; a ``node.added`` for a node not usable yet (a cloud node still
   ``uninitialized``) is acknowledged with a report saying why and runs nothing.
 
@@ -30,7 +30,7 @@ The three node-event functions share one factory (:func:`kdesched_functions.runt
   topology domains, which TopologySpread must re-balance across the cluster (under the Lease).
 
 This module imports nothing heavy (no werkzeug, no client, no policy: the event types come from the
-leaf module :mod:`kdesched.reactor.eventtypes`) so that the ``kdesched`` command can list the
+leaf module :mod:`kdesched.reactor.events.types`) so that the ``kdesched`` command can list the
 functions without paying for them; an app's module is imported only when it is built, and each
 imports only what its function uses (cold start after scale-to-zero, docs/reactor.md):
 
@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kdesched.reactor.eventtypes import (
+from kdesched.reactor.events.types import (
     APISERVER_EVENTS,
     LABELS_CHANGED,
     NODE_ADDED,

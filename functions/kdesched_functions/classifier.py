@@ -44,10 +44,10 @@ from typing import Any
 
 from kdesched.errors import CannotRun, Unavailable
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import Classifier, digest_of
-from kdesched.reactor.coordination import NodeLocks
-from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
-from kdesched.reactor.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
+from kdesched.reactor.events.classifier import Classifier, digest_of
+from kdesched.reactor.io.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.run.coalescing import NodeLocks
+from kdesched.reactor.run.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
 from kdesched_functions import Function
 from kdesched_functions.apierrors import API_ANSWERS

@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from kdesched.errors import InvalidEvent
-from kdesched.reactor.eventtypes import RUN_COMPLETED
+from kdesched.reactor.events.types import RUN_COMPLETED
 
 from kdesched_functions import Function
 from kdesched_functions.common import (

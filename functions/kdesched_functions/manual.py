@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdesched.reactor.eventtypes import PING
-from kdesched.reactor.requests import parse_run_request, parse_sweep_data
-from kdesched.reactor.runner import Reactor
+from kdesched.reactor.events.requests import parse_run_request, parse_sweep_data
+from kdesched.reactor.events.types import PING
+from kdesched.reactor.run.runner import Reactor
 
 from kdesched_functions import FUNCTIONS, Function
 from kdesched_functions.apierrors import API_ANSWERS
@@ -37,7 +37,7 @@ def create_app(function: Function, **inject: Any) -> FunctionApp:
 
 
 def create_serve_app(server: Any) -> FunctionApp:
-    """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.ReactorServer`):
+    """The HTTP endpoint of ``kdesched serve`` (a :class:`~kdesched.reactor.serve.server.ReactorServer`):
     the manual function's handling on ``POST /`` over the server's in-process reactor."""
     return create_function_app("serve", manual_handler(server.reactor), FUNCTIONS[NAME].accepts,
                                ready=server.ready, max_events=getattr(server, "http_concurrency", 10),

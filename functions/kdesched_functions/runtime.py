@@ -17,10 +17,10 @@ from typing import Any
 
 from kdesched.kube.errors import ConfigError
 from kdesched.policy.types import Policy
-from kdesched.reactor.eventtypes import RUN_COMPLETED
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import ReactorSettings
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.events.types import RUN_COMPLETED
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import ReactorSettings
 
 from kdesched_functions import Function
 from kdesched_functions.apierrors import API_ANSWERS
@@ -72,8 +72,8 @@ class Runtime:
                 threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
             if cache_enabled():
                 from kdesched.kube.cache import ClusterCache
-                from kdesched.reactor.events import kinds_needed
-                from kdesched.reactor.loaders import CachedLoader
+                from kdesched.reactor.events.routing import kinds_needed
+                from kdesched.reactor.io.loaders import CachedLoader
 
                 # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
                 self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()
@@ -96,7 +96,7 @@ def load_runtime(policy: Policy | None = None, settings: ReactorSettings | None 
         path = os.environ.get(POLICY_ENV)
         if path:
             from kdesched.policy.load import load_policy
-            from kdesched.reactor.settings import block_problems
+            from kdesched.reactor.run.settings import block_problems
 
             policy = load_policy(path, check_block=block_problems)  # plugin and kdesched: errors together
         else:

@@ -15,7 +15,7 @@ from kdesched.admission.alerts import (
     parse_alert_brake,
 )
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.run.settings import parse_settings
 
 URL = "http://prometheus.monitoring.svc:9090"
 ON = {"enabled": True, "url": URL, "alertFilterRegexp": "^(EtcdMembersDown|CephHealthError)$"}

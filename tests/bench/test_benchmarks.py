@@ -2,7 +2,7 @@
 
 Why: a benchmark is only run by hand, before a figure goes into docs/benchmarks.md, so nothing
 noticed when a refactoring broke one (``bench/bench_serve_cache.py`` died with ``AttributeError:
-module 'kdesched.reactor.runner' has no attribute 'plan_run'``, and the serve warm-cache figures
+module 'kdesched.reactor.run.runner' has no attribute 'plan_run'``, and the serve warm-cache figures
 could no longer be reproduced). Here each runs as a user would run it (a subprocess of
 ``python bench/NAME.py``), on a few nodes, against the fake API server where it needs one; the
 ones that need a real control plane, the upstream binary or Knative run in the real tiers, on

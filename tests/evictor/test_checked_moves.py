@@ -26,8 +26,8 @@ from kdesched.evictor.reasons import Reason
 from kdesched.model.records import Node, Pod
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor.settings import parse_settings
-from kdesched.reactor.whynot import BACKOFF, classify
+from kdesched.reactor.io.whynot import BACKOFF, classify
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import NOW, node_obj, pod_obj
 from tests.evictor.test_pacing import TAINT, web

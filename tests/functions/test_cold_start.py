@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdesched.reactor import events as ev
-from kdesched.reactor import eventtypes
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events import types as eventtypes
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
@@ -72,7 +72,7 @@ def loaded(modules: list[str], *prefixes: str) -> list[str]:
     return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
 
 
-HEAVY = ("kubernetes", "kdesched.kube.client", "kdesched.reactor.runner", "kdesched.reactor.events",
+HEAVY = ("kubernetes", "kdesched.kube.client", "kdesched.reactor.run.runner", "kdesched.reactor.events.routing",
          "kdesched.policy", "kdesched.engine", "kdesched.model", "kdesched.strategies", "kdesched_functions.runtime",
          "yaml", "urllib3", "flask", "jinja2", "click")
 
@@ -106,13 +106,13 @@ def test_taints_imports_only_what_a_taint_run_uses(kubeconfig: str, fake_api: Fa
     assert out["status"] == 200 and fake_api.get("Pod", "intolerant", "default") is None  # it did run
     after = out["after_event"]
     # it needs the client, the reactor and the policy...
-    assert {"kubernetes", "kdesched.reactor.runner", "kdesched_functions.runtime",
+    assert {"kubernetes", "kdesched.reactor.run.runner", "kdesched_functions.runtime",
             "kdesched.strategies.node_taints"} <= set(after)
     # ...but not the other functions, the standalone server or the one-shot commands' output. (The
     # strategy registry imports every built-in strategy at the first plan, kdesched.strategies.
     # registry: a few milliseconds, below the functions layer.)
     unused = loaded(after, "kdesched_functions.classifier", "kdesched_functions.deadletter",
-                    "kdesched_functions.manual", "kdesched.reactor.serve", "kdesched.reactor.watch",
+                    "kdesched_functions.manual", "kdesched.reactor.serve", "kdesched.reactor.io.watch",
                     "kdesched.cli.output", "kdesched.policy.dump", "flask", "jinja2", "click")
     assert unused == []
 
@@ -121,16 +121,16 @@ def test_classifier_imports_neither_the_engine_run_nor_the_policy_loader(kubecon
     node = {**node_obj("n1"), "metadata": {"name": "n1", "uid": "node-n1", "resourceVersion": "1"}}
     out = probe("classifier", ev.APISERVER_UPDATE, node, {"KUBECONFIG": kubeconfig})
     assert out["status"] in (200, 202)
-    assert loaded(out["after_event"], "kdesched.reactor.runner", "kdesched.engine", "kdesched.policy.load",
-                  "kdesched.reactor.events", "kdesched_functions.runtime", "kdesched.strategies.registry") == []
+    assert loaded(out["after_event"], "kdesched.reactor.run.runner", "kdesched.engine", "kdesched.policy.load",
+                  "kdesched.reactor.events.routing", "kdesched_functions.runtime", "kdesched.strategies.registry") == []
 
 
 def test_event_type_module_is_a_leaf_and_events_re_exports_it() -> None:
-    code = ("import sys; before = set(sys.modules); import kdesched.reactor.eventtypes; "
+    code = ("import sys; before = set(sys.modules); import kdesched.reactor.events.types; "
             "print(sorted(set(sys.modules) - before))")
     new = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                     cwd=REPO).stdout.replace("'", '"'))
-    assert new == ["kdesched", "kdesched.reactor", "kdesched.reactor.eventtypes"]
+    assert new == ["kdesched", "kdesched.reactor", "kdesched.reactor.events", "kdesched.reactor.events.types"]
     names = [n for n in vars(eventtypes) if n.isupper()]
     assert len(names) == 13 and all(getattr(ev, n) is getattr(eventtypes, n) for n in names)
 

@@ -13,9 +13,9 @@ from kdesched import errors
 from kdesched.engine import PlanError
 from kdesched.kube.errors import Forbidden, Unavailable
 from kdesched.model.errors import ModelError
-from kdesched.reactor.classifier import NodeInputError
-from kdesched.reactor.coordination import LockBusy, ShuttingDown
-from kdesched.reactor.requests import RequestError
+from kdesched.reactor.events.classifier import NodeInputError
+from kdesched.reactor.events.requests import RequestError
+from kdesched.reactor.io.lease import LockBusy, ShuttingDown
 from kdesched_functions.apierrors import API_ANSWERS
 from kdesched_functions.common import (
     Ack,
@@ -249,7 +249,7 @@ def _subclasses(cls: type) -> list[type]:
 def test_every_error_class_answers_something_knative_handles_right() -> None:
     """Every KdeschedError anywhere in the code: never 404/408/409 (Knative would retry a permanent
     error), a 4xx never 429 unless it is "try later", and every 429/503 says when to retry."""
-    for module in ("kdesched.reactor.serve", "kdesched.reactor.requests", "kdesched.reactor.classifier",
+    for module in ("kdesched.reactor.serve.server", "kdesched.reactor.events.requests", "kdesched.reactor.events.classifier",
                    "kdesched.engine", "kdesched.model.errors", "kdesched_functions.classifier",
                    "kdesched_functions.deadletter", "kdesched_functions.manual"):
         importlib.import_module(module)

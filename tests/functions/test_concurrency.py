@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdesched.reactor import eventtypes as ev
+from kdesched.reactor.events import types as ev
 
 from tests.builders import node_obj
 from tests.fakeapi import FakeApiServer

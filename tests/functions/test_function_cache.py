@@ -11,9 +11,9 @@ import pytest
 from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ConfigError
-from kdesched.reactor import events as ev
-from kdesched.reactor.loaders import CACHE_NOTE
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.io.loaders import CACHE_NOTE
+from kdesched.reactor.run.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 from kdesched_functions.runtime import CACHE_ENV, cache_enabled
 

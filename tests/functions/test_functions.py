@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 
 from tests.builders import node_obj, pod_obj

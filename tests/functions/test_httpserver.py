@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kdesched.httpserver import PROBE_THREADS, WSGIServer, container_cpus, threads_for
-from kdesched.reactor import eventtypes as ev
+from kdesched.reactor.events import types as ev
 from kdesched_functions.common import Ack, Incoming, create_function_app
 
 from tests.functions.helpers import ce_request

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdesched.reactor import eventtypes as ev
+from kdesched.reactor.events import types as ev
 
 from tests.functions.helpers import ce_request
 

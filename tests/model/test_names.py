@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from kdesched.model.names import dns_label_problem, dns_subdomain_problem, is_dns_label, is_dns_subdomain
-from kdesched.reactor.events import EventScopeError, validate_node_name
+from kdesched.reactor.events.routing import EventScopeError, validate_node_name
 
 TRAILING = ["src-0\n", "src-0\r\n", "\nsrc-0", "src-0 ", "src-0\n\n"]
 

@@ -25,7 +25,7 @@ def make_policy(plugins: Mapping[str, Any], *, evictor: Mapping[str, Any] | None
         parsed, errs = parse_plugin_args(name, raw, name)
         assert not errs, errs
         args[name] = parsed
-    from kdesched.reactor.events import extension_point
+    from kdesched.reactor.events.routing import extension_point
 
     for name in plugins:
         (deschedule if extension_point(name) == "deschedule" else balance).append(name)

@@ -16,12 +16,12 @@ import pytest
 from kdesched.evictor.execute import EvictionOutcome, RecordingExecutor
 from kdesched.evictor.ledger import Ledger
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.io.ledger_store import LedgerRead, LedgerStore
+from kdesched.reactor.run.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 from kdesched.strategies.framework import PlannedEviction
 
 from tests.builders import node_obj, pod_obj

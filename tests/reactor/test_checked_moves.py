@@ -17,10 +17,10 @@ from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
-from kdesched.reactor import events as ev
 from kdesched.reactor import metrics as m
-from kdesched.reactor.requests import RunRequest, Trigger
-from kdesched.reactor.whynot import WHY_NOT, WhyNotEvents, event_name
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import RunRequest, Trigger
+from kdesched.reactor.io.whynot import WHY_NOT, WhyNotEvents, event_name
 
 from tests.builders import NOW
 from tests.fakeapi import FakeApiServer
@@ -149,7 +149,7 @@ def test_a_second_process_posting_the_same_event_in_the_minute_is_suppressed() -
 
 def test_a_throttled_eviction_is_not_reported_as_held_back_by_a_pdb() -> None:
     from kdesched.evictor.execute import EvictionOutcome
-    from kdesched.reactor.whynot import PDB, held_back
+    from kdesched.reactor.io.whynot import PDB, held_back
     from kdesched.strategies.framework import PlannedEviction
 
     pod = Pod.from_api(web("web-7d9f8-0", "p0"))

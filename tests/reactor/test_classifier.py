@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 import pytest
-from kdesched.reactor.classifier import Classifier, NodeInputError, digest_of
-from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.events.classifier import Classifier, NodeInputError, digest_of
+from kdesched.reactor.events.routing import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 
 from tests.builders import node_obj
 

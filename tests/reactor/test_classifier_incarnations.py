@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from kdesched.evictor.metrics import REGISTRY
-from kdesched.reactor.classifier import Classifier
-from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, TAINTS_CHANGED
+from kdesched.reactor.events.classifier import Classifier
+from kdesched.reactor.events.routing import LABELS_CHANGED, NODE_ADDED, TAINTS_CHANGED
 from kdesched_functions.classifier import ClassifierFunction, resync_seconds_from
 
 from tests.builders import node_obj

@@ -14,13 +14,13 @@ import pytest
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.continuation import node_scope
-from kdesched.reactor.controls import HEALTH_BRAKE
-from kdesched.reactor.ledger_store import LedgerStore
-from kdesched.reactor.requests import Trigger, parse_node_event, parse_sweep_data
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event, parse_sweep_data
+from kdesched.reactor.io.ledger_store import LedgerStore
+from kdesched.reactor.run.continuation import node_scope
+from kdesched.reactor.run.controls import HEALTH_BRAKE
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
@@ -147,7 +147,7 @@ def test_a_zone_down_brakes_and_disabling_the_brake_lets_evictions_through(fake_
 def test_the_sweep_is_braked_too(fake_api: FakeApiServer, kube: KubeClient) -> None:
     pool(fake_api, 2, spares=6, down=3)
     r = reactor(kube, Clock(THU_10))
-    from kdesched.reactor.requests import RunRequest
+    from kdesched.reactor.events.requests import RunRequest
 
     out = r.run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
     assert {e["result"] for e in out["evictions"]} == {"deferred"} and evicted(fake_api) == []
@@ -223,7 +223,7 @@ def test_held_back_evictions_post_one_event_per_object_and_reason_a_minute(fake_
 
 def test_a_balance_run_posts_on_the_workloads_owner(fake_api: FakeApiServer, kube: KubeClient) -> None:
     pool(fake_api, 2, spares=6, down=3)
-    from kdesched.reactor.requests import RunRequest
+    from kdesched.reactor.events.requests import RunRequest
 
     reactor(kube, Clock(THU_10)).run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
     events = why_not(fake_api, "HealthBrake")
@@ -235,7 +235,7 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
     from kdesched.engine import RunPlan, RunReport
     from kdesched.evictor.planner import Refusal
     from kdesched.model.records import Pod
-    from kdesched.reactor.whynot import WhyNotEvents
+    from kdesched.reactor.io.whynot import WhyNotEvents
 
     posted: list[dict[str, Any]] = []
     clock = Clock(0.0)
@@ -260,7 +260,7 @@ def test_why_not_aggregates_and_rate_limits_per_object_and_reason() -> None:
 
 
 def test_namespace_labels_come_from_one_list_kept_a_minute() -> None:
-    from kdesched.reactor.controls import NamespaceLabels
+    from kdesched.reactor.run.controls import NamespaceLabels
 
     calls: list[int] = []
     clock = Clock(0.0)
@@ -301,7 +301,7 @@ def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
     from kdesched.admission.health import HealthBrakeSettings, brake_state
     from kdesched.model.records import Node
     from kdesched.model.snapshot import Snapshot
-    from kdesched.reactor.controls import BrakeStatus
+    from kdesched.reactor.run.controls import BrakeStatus
 
     clock = Clock(1000.0)
     status = BrakeStatus(clock=clock)

@@ -18,17 +18,8 @@ import pytest
 from kdesched.admission.bucket import ClusterBucket
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
-from kdesched.reactor.coordination import (
-    Coalescer,
-    CoalescingCore,
-    KeyedCoalescers,
-    LeaseGuard,
-    LockBusy,
-    NodeLocks,
-    RenewTiming,
-    ShuttingDown,
-    Tenure,
-)
+from kdesched.reactor.io.lease import LeaseGuard, LockBusy, RenewTiming, ShuttingDown, Tenure
+from kdesched.reactor.run.coalescing import Coalescer, CoalescingCore, KeyedCoalescers, NodeLocks
 
 from tests.fakeapi import FakeApiServer
 

@@ -23,7 +23,7 @@ from kdesched.evictor.ledger import (
 from kdesched.kube.client import KubeClient
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
-from kdesched.reactor.ledger_store import (
+from kdesched.reactor.io.ledger_store import (
     CLUSTER_ANNOTATION,
     LEDGER_ANNOTATION,
     LEDGER_LABEL,
@@ -177,7 +177,7 @@ def test_a_process_reads_only_the_records_committed_since_its_last_read(fake_api
     """The commit record lists the records each of its last commits wrote: a process that read at
     generation G fetches only those (one GET each) instead of LISTing every record; a commit that
     wrote more than LOG_NAMES, or more than LOG_COMMITS commits since, means a full read."""
-    from kdesched.reactor.ledger_store import LOG_COMMITS
+    from kdesched.reactor.io.ledger_store import LOG_COMMITS
 
     fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
     a_client, a = store(fake_api)

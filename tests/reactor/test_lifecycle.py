@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.classifier import Classifier
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.classifier import Classifier
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

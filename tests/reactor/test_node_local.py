@@ -10,12 +10,12 @@ import pytest
 from kdesched.engine import plan_run
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
-from kdesched.reactor import events as ev
-from kdesched.reactor.events import kinds_needed
-from kdesched.reactor.loaders import node_local_snapshot
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.events.routing import kinds_needed
+from kdesched.reactor.io.loaders import node_local_snapshot
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import NOW, node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

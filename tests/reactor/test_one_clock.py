@@ -16,11 +16,11 @@ import pytest
 from kdesched.kube.client import NO_READ_RETRY, KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.model.records import parse_time
-from kdesched.reactor import events as ev
 from kdesched.reactor import metrics as m
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy

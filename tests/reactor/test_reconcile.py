@@ -10,9 +10,9 @@ from typing import Any
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
-from kdesched.reactor import events as ev
-from kdesched.reactor.classifier import digest_of
-from kdesched.reactor.reconcile import (
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.classifier import digest_of
+from kdesched.reactor.io.reconcile import (
     MAX_RECORD_BYTES,
     NodeMark,
     NodeRecordStore,
@@ -21,8 +21,8 @@ from kdesched.reactor.reconcile import (
     encode,
     mark_of,
 )
-from kdesched.reactor.serve import ReactorServer
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.run.settings import parse_settings
+from kdesched.reactor.serve.server import ReactorServer
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

@@ -12,17 +12,17 @@ import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.kube.lease import LeaseLock
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor import events as ev
-from kdesched.reactor.coordination import LockBusy
-from kdesched.reactor.requests import (
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import (
     RequestError,
     Trigger,
     parse_node_event,
     parse_run_request,
     parse_sweep_data,
 )
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.io.lease import LockBusy
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

@@ -19,11 +19,11 @@ import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
 from kdesched.kube.lease import LeaseLock
-from kdesched.reactor import events as ev
-from kdesched.reactor.classifier import Classifier, SemanticEvent
-from kdesched.reactor.serve import ReactorServer
-from kdesched.reactor.settings import parse_settings
-from kdesched.reactor.watch import NodeWatcher
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.classifier import Classifier, SemanticEvent
+from kdesched.reactor.io.watch import NodeWatcher
+from kdesched.reactor.run.settings import parse_settings
+from kdesched.reactor.serve.server import ReactorServer
 from kdesched_functions.manual import create_serve_app
 
 from tests.builders import node_obj, pod_obj

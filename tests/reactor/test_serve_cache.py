@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.loaders import CACHE_NOTE
-from kdesched.reactor.serve import ReactorServer
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.io.loaders import CACHE_NOTE
+from kdesched.reactor.run.settings import parse_settings
+from kdesched.reactor.serve.server import ReactorServer
 from kdesched_functions.manual import create_serve_app
 
 from tests.builders import node_obj, pod_obj

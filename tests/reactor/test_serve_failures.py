@@ -24,8 +24,8 @@ import yaml
 from kdesched.cli.main import main
 from kdesched.cli.serve import DEFAULT_DRAIN_TEXT
 from kdesched.kube.client import KubeClient
-from kdesched.reactor.serve import DEFAULT_DRAIN_SECONDS, SHUTDOWN_MARGIN_SECONDS, ReactorServer
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.run.settings import parse_settings
+from kdesched.reactor.serve.server import DEFAULT_DRAIN_SECONDS, SHUTDOWN_MARGIN_SECONDS, ReactorServer
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer

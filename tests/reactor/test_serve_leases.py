@@ -13,8 +13,8 @@ import pytest
 from kdesched.cli.main import main
 from kdesched.cli.serve import lease_namespace
 from kdesched.kube.client import KubeClient
-from kdesched.reactor.serve import ReactorServer
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.run.settings import parse_settings
+from kdesched.reactor.serve.server import ReactorServer
 
 from tests.builders import node_obj
 from tests.fakeapi import FakeApiServer

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.run.settings import parse_settings
 
 
 def errors(block: dict[str, Any]) -> list[str]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from kdesched.policy.errors import PolicyError
-from kdesched.reactor import events as ev
-from kdesched.reactor.settings import BucketSettings, ReactorSettings, parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.run.settings import BucketSettings, ReactorSettings, parse_settings
 
 from tests.builders import pod_obj, snapshot
 from tests.reactor.policies import LNU, default_like_policy, make_policy

@@ -1,4 +1,4 @@
-"""Surge-first moves, the reactor's side (kdesched.reactor.surge): what each step writes to the API
+"""Surge-first moves, the reactor's side (kdesched.reactor.run.surge): what each step writes to the API
 server and to the ledger, against a stub client that records the calls. The real controllers are
 tests/realk8s/test_surge.py's; the pure decisions tests/evictor/test_surge.py's."""
 
@@ -13,7 +13,7 @@ from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import Surge
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
-from kdesched.reactor.surge import Ended, Surges
+from kdesched.reactor.run.surge import Ended, Surges
 
 from tests.builders import NOW, pod
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from kdesched.kube.client import KubeClient
-from kdesched.reactor import events as ev
-from kdesched.reactor.requests import Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
@@ -91,7 +91,7 @@ def test_metrics_server_down_on_an_event_evicts_nothing_and_says_why(fake_api: F
 def test_serve_keeps_a_moving_average_when_the_policy_balances_on_kubernetes_metrics(
         fake_api: FakeApiServer, kube: KubeClient) -> None:
     """ReactorServer starts the collector while it leads (upstream's collector: every 5 s)."""
-    from kdesched.reactor.serve import ReactorServer
+    from kdesched.reactor.serve.server import ReactorServer
     from kdesched_functions.manual import create_serve_app
 
     from tests.reactor.test_serve import wait_for

@@ -1,5 +1,5 @@
 """The disruption ledger as a test reads it from a real API server: the workload records and the
-commit Lease joined (kdesched.reactor.ledger_store), as one Ledger or in 0.1's one-record JSON shape."""
+commit Lease joined (kdesched.reactor.io.ledger_store), as one Ledger or in 0.1's one-record JSON shape."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kdesched.evictor.ledger import ClusterRecord, Ledger, WorkloadRecord
-from kdesched.reactor.ledger_store import CLUSTER_ANNOTATION, LEDGER_LABEL, RECORD_ANNOTATION
+from kdesched.reactor.io.ledger_store import CLUSTER_ANNOTATION, LEDGER_LABEL, RECORD_ANNOTATION
 
 
 def read_ledger(cluster: Any, namespace: str = "kdesched", name: str = "kdesched") -> Ledger:

@@ -53,10 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from kdesched.evictor.reasons import Reason
-from kdesched.reactor.classifier import Classifier, SemanticEvent
-from kdesched.reactor.events import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
-from kdesched.reactor.whynot import PACED
-from kdesched.reactor.whynot import classify as why_not_kind
+from kdesched.reactor.events.classifier import Classifier, SemanticEvent
+from kdesched.reactor.events.routing import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.io.whynot import PACED
+from kdesched.reactor.io.whynot import classify as why_not_kind
 
 from tests.realk8s.cluster import Cluster, is_ready, node_obj, pdb_obj, workload_obj
 from tests.realk8s.controlplane import ControlPlane, RawApi, now_rfc3339

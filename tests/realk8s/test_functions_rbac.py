@@ -20,8 +20,8 @@ from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Forbidden
 from kdesched.policy.load import load_policy
 from kdesched.policy.types import Policy
-from kdesched.reactor import events as ev
-from kdesched.reactor.settings import parse_settings
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.run.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 
 from tests.deploy import KNATIVE, NAMESPACE, install

@@ -1,4 +1,4 @@
-"""The disruption ledger's records on a real kube-apiserver (kdesched.reactor.ledger_store).
+"""The disruption ledger's records on a real kube-apiserver (kdesched.reactor.io.ledger_store).
 
 What only the real server shows: its 256 KiB limit on an object's annotations (0.1's single record
 passed it and every write was refused with 422), conditional deletes with a resourceVersion
@@ -16,7 +16,7 @@ from kdesched.evictor.ledger import RECORD_MAX_BYTES, Admission, Ledger
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError
 from kdesched.model.records import Pod
-from kdesched.reactor.ledger_store import LEDGER_ANNOTATION, LedgerStore
+from kdesched.reactor.io.ledger_store import LEDGER_ANNOTATION, LedgerStore
 
 from tests.builders import pod_obj
 from tests.realk8s.cluster import Cluster

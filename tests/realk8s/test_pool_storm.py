@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdesched.reactor.classifier import Classifier
-from kdesched.reactor.events import TAINTS_CHANGED
+from kdesched.reactor.events.classifier import Classifier
+from kdesched.reactor.events.routing import TAINTS_CHANGED
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet

@@ -126,10 +126,10 @@ def test_a_taint_run_is_deferred_while_the_named_alert_fires(alerting: Prometheu
     ``kdesched.alertBrake`` on, a taint event, the real Prometheus: every eviction is deferred with
     the alert's name while it fires, and goes once the filter names an alert that does not fire."""
     from kdesched.kube.client import KubeClient
-    from kdesched.reactor import events as ev
-    from kdesched.reactor.requests import Trigger, parse_node_event
-    from kdesched.reactor.runner import Reactor
-    from kdesched.reactor.settings import parse_settings
+    from kdesched.reactor.events import routing as ev
+    from kdesched.reactor.events.requests import Trigger, parse_node_event
+    from kdesched.reactor.run.runner import Reactor
+    from kdesched.reactor.run.settings import parse_settings
 
     from tests.builders import node_obj, pod_obj
     from tests.fakeapi import FakeApiServer

@@ -1,6 +1,6 @@
 """Ledger capacity: one workload's in-flight entries must fit in its ledger record.
 
-Why: the ledger keeps each workload in one small object (:mod:`kdesched.reactor.ledger_store`) and
+Why: the ledger keeps each workload in one small object (:mod:`kdesched.reactor.io.ledger_store`) and
 the API server refuses an object's annotations past 256 KiB. A workload with thousands of replicas
 evicted at once (safety off, upstream parity) would need more; the pods past
 :data:`~kdesched.evictor.ledger.MAX_INFLIGHT_PER_MOVE` or

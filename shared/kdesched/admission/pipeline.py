@@ -48,7 +48,7 @@ from kdesched.model.records import Pod
 
 @dataclass(frozen=True, slots=True)
 class AdmissionSettings:
-    """Every control's settings (parsed once from the ``kdesched:`` block, kdesched.reactor.settings)."""
+    """Every control's settings (parsed once from the ``kdesched:`` block, kdesched.reactor.run.settings)."""
 
     health: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
     alerts: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)

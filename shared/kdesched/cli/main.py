@@ -23,7 +23,7 @@ from kdesched import __version__
 
 if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
     from kdesched.policy.types import Policy
-    from kdesched.reactor.settings import ReactorSettings
+    from kdesched.reactor.run.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.cli")
 
@@ -129,7 +129,7 @@ class LoadedPolicy:
 
 
 def _dry_run_reasons(policy: Policy, flag: bool, source: str) -> list[str]:
-    from kdesched.reactor.settings import DRY_RUN_ENV
+    from kdesched.reactor.run.settings import DRY_RUN_ENV
 
     reasons = ["--dry-run"] if flag else []
     if policy.kdesched.get("dryRun") is True:
@@ -146,7 +146,7 @@ def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: 
     (InputError -> exit 2). The policy's ``kdesched.dryRun`` (and ``$KDESCHED_DRY_RUN``) make the run
     a dry run; ``--dry-run`` can only add dry-run, never remove it."""
     from kdesched.policy.errors import PolicyError
-    from kdesched.reactor.settings import ReactorSettings, block_problems
+    from kdesched.reactor.run.settings import ReactorSettings, block_problems
 
     for name in profiles:
         if not name.strip():
@@ -284,7 +284,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trigger = "simulate"
     event_note = ""
     if args.event:
-        from kdesched.reactor.events import event_policy, scope_for_event
+        from kdesched.reactor.events.routing import event_policy, scope_for_event
 
         etype, node = parse_event(args.event)
         if node not in snapshot.nodes:
@@ -321,7 +321,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from None
     controlled = None
     if admission is not None:  # the event path's admission pipeline, as serve and the functions ask it
-        from kdesched.reactor.controls import apply_verdicts, held_flags
+        from kdesched.reactor.run.controls import apply_verdicts, held_flags
 
         controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
         plan = controlled.plan
@@ -332,7 +332,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     report = execute_plan(plan, RecordingExecutor(record_metrics=False), dry_run=True, trigger=trigger,
                           started=started)
     if controlled is not None:
-        from kdesched.reactor.controls import with_deferred
+        from kdesched.reactor.run.controls import with_deferred
 
         report = with_deferred(report, controlled)
     write_report(report, args.output, sys.stdout, dry_run_why="simulate never evicts",
@@ -467,7 +467,7 @@ def _event_admission(loaded: LoadedPolicy, snapshot: Any, now: Any, trigger: str
     from kdesched.evictor.ledger import Ledger
 
     settings = _replace(loaded.settings.admission, alerts=AlertBrakeSettings())
-    from kdesched.reactor import events as ev
+    from kdesched.reactor.events import routing as ev
 
     etype = trigger.split(":")[0]
     label = {ev.TAINTS_CHANGED: "taints", ev.LABELS_CHANGED: "affinity"}.get(etype, "rebalance")  # as serve labels it

@@ -194,7 +194,7 @@ def lease_namespace(flag: str | None, kubeconfig: str | None, context: str | Non
     """(namespace, where it came from) for serve's Leases: --lease-namespace, else
     $KDESCHED_LEASE_NAMESPACE / $POD_NAMESPACE, else the pod's namespace (in a cluster: the service
     account's namespace file), else the kubeconfig context's namespace, else "default"."""
-    from kdesched.reactor.settings import LEASE_NAMESPACE_ENV
+    from kdesched.reactor.run.settings import LEASE_NAMESPACE_ENV
 
     env = os.environ if env is None else env
     if flag:
@@ -231,7 +231,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from kdesched.kube.client import KubeClient
     from kdesched.kube.errors import ConfigError
-    from kdesched.reactor.serve import ReactorServer
+    from kdesched.reactor.serve.server import ReactorServer
 
     loaded = _load(args.policy, args.profile, args.dry_run)
     policy, settings = loaded.policy, loaded.settings
@@ -253,7 +253,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise _input_error(str(exc)) from None
     from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, auto_ceiling
-    from kdesched.reactor.serve import DEFAULT_DRAIN_SECONDS
+    from kdesched.reactor.serve.server import DEFAULT_DRAIN_SECONDS
 
     # auto (None): from the container's memory limit, logged (not read at all with --no-cache)
     max_objects = args.cache_max_objects or (auto_ceiling().objects if args.cache else DEFAULT_MAX_OBJECTS)

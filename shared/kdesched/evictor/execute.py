@@ -64,7 +64,7 @@ RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed
 # the cause of each result (docs/cli.md): evicted accepted | confirmed; already-gone not-found | replaced;
 # blocked disruption-budget; throttled throttled; failed server-error | connection | rejected | not-found |
 # conflict | gone | unexpected; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
-# kdesched.reactor.controls); dry-run none
+# kdesched.reactor.run.controls); dry-run none
 CONFIRMED = "confirmed"
 ACCEPTED = "accepted"
 REPLACED = "replaced"
@@ -83,7 +83,7 @@ class OncePerInterval:
     """Per process, thread-safe: is an Event about ``key`` due (none posted in the last
     ``interval`` seconds)? A paced move's repeats re-decide every few seconds, and each would post
     ``EvictionPaced`` on every held pod again: a storm of node events must not become a storm of
-    Events (at most one per pod and reason per minute per process; kdesched.reactor.whynot does
+    Events (at most one per pod and reason per minute per process; kdesched.reactor.io.whynot does
     the same for the node and owner Events)."""
 
     MAX_KEYS = 10000
@@ -171,7 +171,7 @@ class Executor(Protocol):
                 failure_events: bool = False, keep_going: KeepGoing | None = None,
                 deadline: float | None = None) -> list[EvictionOutcome]:
         """``deadline`` (local monotonic seconds): no eviction is sent, and no attempt is under way,
-        after it; the ledger admitted the evictions until then (kdesched.reactor.admit)."""
+        after it; the ledger admitted the evictions until then (kdesched.reactor.run.admit)."""
         ...
 
     def pace(self, held: Sequence[tuple[PlannedEviction, str]]) -> list[EvictionOutcome]:

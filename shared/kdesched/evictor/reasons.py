@@ -41,7 +41,7 @@ class Reason(enum.StrEnum):
 
     @property
     def event(self) -> str | None:
-        """The reason of the "why not" Event posted for it (kdesched.reactor.whynot), or None when
+        """The reason of the "why not" Event posted for it (kdesched.reactor.io.whynot), or None when
         none is posted (a rate limit passes in seconds; a pod without uid is a broken object)."""
         return _EVENTS.get(self)
 

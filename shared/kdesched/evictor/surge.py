@@ -28,7 +28,7 @@ This module is the pure part: whether a pod may be moved so (:func:`surge_refusa
 state as the disruption ledger keeps it (:class:`Surge`, in the workload's record so a restarted
 or another process finishes it), and what to do next given what the cluster shows now
 (:func:`advance`). The reactor acts on the answer through the kube layer
-(:mod:`kdesched.reactor.surge`). Every step is decided from what is observed (the Deployment's
+(:mod:`kdesched.reactor.run.surge`). Every step is decided from what is observed (the Deployment's
 replicas, the workload's pods), never from memory of what kdesched did, so a step taken twice, by
 two processes, or after a crash, does no harm.
 

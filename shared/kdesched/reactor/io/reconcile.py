@@ -32,8 +32,8 @@ from typing import Any
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.kube.lease import get_lease
-from kdesched.reactor.classifier import NodeDigest, SemanticEvent, changes
-from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
+from kdesched.reactor.events.classifier import NodeDigest, SemanticEvent, changes
+from kdesched.reactor.events.types import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
 
 log = logging.getLogger("kdesched.reactor.reconcile")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kdesched.errors import InvalidEvent
 from kdesched.policy.plugins import PLUGINS
-from kdesched.reactor.events import RUNNABLE_POINTS, EventScopeError, validate_node_name
+from kdesched.reactor.events.routing import RUNNABLE_POINTS, EventScopeError, validate_node_name
 
 
 class RequestError(InvalidEvent):

@@ -29,7 +29,8 @@ from kdesched.policy.plugins import PLUGINS, parse_plugin_args
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy, Profile
-from kdesched.reactor.eventtypes import (  # noqa: F401 - re-exported: the names live in that leaf module
+from kdesched.reactor.events.lifecycle import unusable_reason
+from kdesched.reactor.events.types import (  # noqa: F401 - re-exported: the names live in that leaf module
     APISERVER_ADD,
     APISERVER_DELETE,
     APISERVER_EVENTS,
@@ -44,7 +45,6 @@ from kdesched.reactor.eventtypes import (  # noqa: F401 - re-exported: the names
     RUN_REQUESTED,
     TAINTS_CHANGED,
 )
-from kdesched.reactor.lifecycle import unusable_reason
 
 DEFAULT_EVENT_STRATEGIES: Mapping[str, tuple[str, ...]] = {
     NODE_ADDED: ("LowNodeUtilization", "RemoveDuplicates"),

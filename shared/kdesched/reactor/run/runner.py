@@ -53,20 +53,10 @@ from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_t
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.admit import Decided, Retention, RunScope, decide, record_outcomes, waiting_workloads
-from kdesched.reactor.classifier import digest_of
-from kdesched.reactor.continuation import Continuations, balance_scope, node_scope, parse_scope
-from kdesched.reactor.controls import BrakeStatus, NamespaceLabels, with_deferred
-from kdesched.reactor.coordination import (
-    Coalescer,
-    KeyedCoalescers,
-    LeaseGuard,
-    LockBusy,
-    NodeLocks,
-    ShuttingDown,
-    default_identity,
-)
-from kdesched.reactor.events import (
+from kdesched.reactor.events.classifier import digest_of
+from kdesched.reactor.events.lifecycle import taints_from_json, unusable_reason
+from kdesched.reactor.events.requests import NodeEventRequest, RequestError, RunRequest, Trigger
+from kdesched.reactor.events.routing import (
     LABELS_CHANGED,
     NODE_ADDED,
     NODE_READY,
@@ -79,14 +69,29 @@ from kdesched.reactor.events import (
     kinds_needed,
     scope_for_event,
 )
-from kdesched.reactor.ledger_store import LedgerStore
-from kdesched.reactor.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, default_loader, read_for_node_run
-from kdesched.reactor.reports import RunResult, empty_result, reply, result_of
-from kdesched.reactor.requests import NodeEventRequest, RequestError, RunRequest, Trigger
-from kdesched.reactor.settings import ReactorSettings
-from kdesched.reactor.surge import Surges
-from kdesched.reactor.whynot import WhyNotEvents
+from kdesched.reactor.io.lease import LeaseGuard, LockBusy, ShuttingDown, default_identity
+from kdesched.reactor.io.ledger_store import LedgerStore
+from kdesched.reactor.io.loaders import (
+    NODE_LOCAL_STRATEGIES,
+    SnapshotLoader,
+    default_loader,
+    read_for_node_run,
+)
+from kdesched.reactor.io.whynot import WhyNotEvents
+from kdesched.reactor.run.admit import (
+    Decided,
+    Retention,
+    RunScope,
+    decide,
+    record_outcomes,
+    waiting_workloads,
+)
+from kdesched.reactor.run.coalescing import Coalescer, KeyedCoalescers, NodeLocks
+from kdesched.reactor.run.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels, with_deferred
+from kdesched.reactor.run.reports import RunResult, empty_result, reply, result_of
+from kdesched.reactor.run.settings import ReactorSettings
+from kdesched.reactor.run.surge import Surges
 
 log = logging.getLogger("kdesched.reactor")
 MAX_CHECKED_LISTED = 20  # checked moves listed one by one in a report (the counts cover them all)
@@ -174,7 +179,7 @@ class Reactor:
     # -- public entry points ----------------------------------------------------------------------
     def node_event(self, trigger: Trigger, request: NodeEventRequest, *, wait: bool = True) -> dict[str, Any]:
         """A semantic node event (rebalance, taints, affinity functions), parsed at the edge
-        (:func:`kdesched.reactor.requests.parse_node_event`). ``wait=False`` (``kdesched serve``): a
+        (:func:`kdesched.reactor.events.requests.parse_node_event`). ``wait=False`` (``kdesched serve``): a
         balance event that joins a batch another event opened returns at once with a short
         ``joined`` report instead of holding the caller's thread until that run ends."""
         node, changed = request.node, request.changed
@@ -201,7 +206,7 @@ class Reactor:
 
     def run_requested(self, trigger: Trigger, request: RunRequest) -> dict[str, Any]:
         """``run.requested`` (manual) or the PingSource sweep (whole policy), parsed at the edge
-        (:func:`kdesched.reactor.requests.parse_run_request` / ``parse_sweep_data``)."""
+        (:func:`kdesched.reactor.events.requests.parse_run_request` / ``parse_sweep_data``)."""
         if trigger.type not in (PING, RUN_REQUESTED):
             raise RequestError(f"type: {trigger.type!r} is not a run request", "type")
         strategies, nodes, dry = request.strategies, request.nodes, request.dry_run
@@ -432,7 +437,7 @@ class Reactor:
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
         evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
         # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
-        # settle the ledger, which finishes it: kdesched.reactor.surge)
+        # settle the ledger, which finishes it: kdesched.reactor.run.surge)
         # (a move under way counts as progress: its repeat comes every first-repeat interval, 1 s, so
         # the replacement is seen Ready, or the move given up at its timeout, within a second)
         begun = {k for k, why in decided.surges_started.items() if not why}
@@ -524,7 +529,7 @@ class Reactor:
 
     def _not_usable(self, etype: str, node: str, after: Mapping[str, Any]) -> str:
         """Why a rebalance trigger runs nothing ("" = it runs): the node is not usable for ordinary
-        pods (:mod:`kdesched.reactor.lifecycle`). Decided on the event's own ``after`` when it says
+        pods (:mod:`kdesched.reactor.events.lifecycle`). Decided on the event's own ``after`` when it says
         (the classifier's view at that write: so exactly one event of a node's way to usable runs,
         however late it is delivered); else, for a ``node.added`` without those fields, on the node
         as the API server has it now."""

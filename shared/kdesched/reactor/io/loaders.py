@@ -5,7 +5,7 @@ Why: the same run reads very different amounts depending on what it decides. A t
 needs only its node's pods and whether two Ready nodes exist; a run with the safety defaults and
 something to evict needs every pod (somewhere to go, the workload's other pods); ``kdesched serve``
 and a function with ``KDESCHED_CACHE=1`` plan from a warm watch cache instead of listing. The
-reactor picks one of these per run (:mod:`kdesched.reactor.runner`).
+reactor picks one of these per run (:mod:`kdesched.reactor.run.runner`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kdesched.model.records import Node
 from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import Policy
-from kdesched.reactor.events import kinds_needed, needs_all_pods
+from kdesched.reactor.events.routing import kinds_needed, needs_all_pods
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 

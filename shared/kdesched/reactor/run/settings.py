@@ -234,7 +234,7 @@ KNOWN_KEYS = ("events", "settleSeconds", "balanceDelaySeconds", "leaseWaitSecond
 def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, str] | None = None,
                    source: str = "") -> ReactorSettings:
     """Validate a raw ``kdesched:`` block. ``policy`` lets the event map be checked against it."""
-    from kdesched.reactor.events import validate_event_map  # events imports settings' types only
+    from kdesched.reactor.events.routing import validate_event_map  # events imports settings' types only
 
     env = env or {}
     errors: list[str] = []

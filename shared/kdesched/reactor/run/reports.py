@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdesched.engine import RunReport
-from kdesched.reactor.requests import Trigger
+from kdesched.reactor.events.requests import Trigger
 
 MAX_TRIGGERS_LISTED = 20
 

@@ -3,7 +3,7 @@
 Why a leaf module: every function's registry (``kdesched_functions.FUNCTIONS``, which the
 ``kdesched`` command reads to list and start functions) names the types its Triggers filter on,
 and ``deadletter`` must start without the policy package or the reactor (a cold start after
-scale-to-zero pays for every import). :mod:`kdesched.reactor.events`, which maps these types to
+scale-to-zero pays for every import). :mod:`kdesched.reactor.events.routing`, which maps these types to
 strategies and so imports the policy package, re-exports them; import them from here wherever
 only the names are needed. This module must import nothing.
 """

@@ -4,7 +4,7 @@ Why: the allowance ("at most maxUnavailable pods of a workload down because of k
 if every run admits its evictions against what every other run has in flight. This is the one
 place that happens, for every kind of run (node-scoped, balance, manual, sweep, a paced repeat):
 
-1. read the ledger (:mod:`kdesched.reactor.ledger_store`) and settle it against the run's snapshot
+1. read the ledger (:mod:`kdesched.reactor.io.ledger_store`) and settle it against the run's snapshot
    (moves whose replacements are Ready end; held pods past the replacement timeout are given up);
 2. plan with it, asking the admission pipeline (:mod:`kdesched.admission.pipeline`, every control
    in one documented order): the pacer counts in-flight pods as down and their destinations as
@@ -46,10 +46,10 @@ from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.controls import BrakeStatus, Controlled, apply_verdicts, held_flags
-from kdesched.reactor.coordination import LockBusy
-from kdesched.reactor.ledger_store import LedgerRead, LedgerStore
-from kdesched.reactor.surge import Chosen, Ended, Surges
+from kdesched.reactor.io.lease import LockBusy
+from kdesched.reactor.io.ledger_store import LedgerRead, LedgerStore
+from kdesched.reactor.run.controls import BrakeStatus, Controlled, apply_verdicts, held_flags
+from kdesched.reactor.run.surge import Chosen, Ended, Surges
 
 log = logging.getLogger("kdesched.reactor.admit")
 
@@ -88,7 +88,7 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class RunScope:
-    """What a run decides over, and the key a paced repeat of it uses (kdesched.reactor.continuation)."""
+    """What a run decides over, and the key a paced repeat of it uses (kdesched.reactor.run.continuation)."""
 
     key: str
     strategies: tuple[str, ...] | None
@@ -113,7 +113,7 @@ class Decided:
     # local monotonic time after which no eviction of this run may be sent or still be under way:
     # the ledger entries say the same in server time, so other runs know when it can no longer land
     deadline: float | None = None
-    # surge-first moves (kdesched.reactor.surge): chosen at this admission, begun after its write
+    # surge-first moves (kdesched.reactor.run.surge): chosen at this admission, begun after its write
     # (workload -> "" or why not), and ended by its settle
     chosen: Chosen | None = None
     surges_started: Mapping[str, str] = field(default_factory=dict)
@@ -198,8 +198,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
     rebalance, sweep, manual, continuation) that disruption windows may filter on;
     ``deadline_seconds``: how long after its admission an eviction may still be sent (the executor
     enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading; ``surges``: the
-    surge-first moves (kdesched.reactor.surge), advanced in the settle and chosen after the plan. Raises
-    :class:`~kdesched.reactor.coordination.LockBusy` when other runs kept winning the write."""
+    surge-first moves (kdesched.reactor.run.surge), advanced in the settle and chosen after the plan. Raises
+    :class:`~kdesched.reactor.io.lease.LockBusy` when other runs kept winning the write."""
     attempts = 0
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
     while True:
@@ -210,7 +210,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
         with store.admitting:
             read = store.read()
             # a run that lost a commit race plans as if its earlier write had not happened: what it
-            # admits now replaces it (kdesched.reactor.ledger_store)
+            # admits now replaces it (kdesched.reactor.io.ledger_store)
             current = read.ledger.without_run(run)
             keys = [k for k, mv in current.moves.items() if mv.kept]
             pods_of = pods_by_workload(snapshot, keys) if scope.complete else None

@@ -4,7 +4,7 @@ write, and finishing or restoring them whenever a run settles the ledger.
 Why here: a surge-first move (:mod:`kdesched.evictor.surge`, docs/safety.md) spans several runs: the
 replacement needs seconds to become Ready and the event path never waits inside a run. So the move
 is a record in the workload's ledger entry, and every run that settles the ledger
-(:func:`kdesched.reactor.admit.decide`) advances every move it finds there, from what the cluster
+(:func:`kdesched.reactor.run.admit.decide`) advances every move it finds there, from what the cluster
 shows now: a paced repeat of the run that began it, the sweep, a restarted process, another
 replica. A crash at any point leaves either nothing (before the ledger write), or a record whose
 next step any process takes (scale back, or restore the owner).

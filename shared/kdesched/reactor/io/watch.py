@@ -20,7 +20,7 @@ from typing import Any
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Gone
-from kdesched.reactor.classifier import Classifier, SemanticEvent
+from kdesched.reactor.events.classifier import Classifier, SemanticEvent
 
 log = logging.getLogger("kdesched.reactor.watch")
 

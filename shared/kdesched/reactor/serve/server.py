@@ -16,7 +16,7 @@ makes the first leader-election attempt with errors surfaced. A namespace that d
 RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace and the fix, and
 ``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
 
-Stepping down (client-go's rules, :class:`~kdesched.reactor.coordination.RenewTiming`): the leader
+Stepping down (client-go's rules, :class:`~kdesched.reactor.io.lease.RenewTiming`): the leader
 renews its Lease every third of ``leaseDurationSeconds`` and retries a failed renew every retry
 period; when the Lease is found held by someone else, or no renew has succeeded for
 ``leaseRenewDeadlineSeconds`` (default 2/3 of the duration), it steps down: it stops leading
@@ -26,7 +26,7 @@ standby does. A standby takes over only after a full duration without a change t
 record by its own clock, so the old leader is gone by then.
 
 Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
-WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.runner.CachedLoader`), and
+WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.run.runner.CachedLoader`), and
 its Node reflector also feeds the classifier (one Node watch). Until a kind is listed, or once the
 cache is past its ceiling, runs LIST per event as without it (docs/reactor.md, "Warm cache").
 
@@ -64,16 +64,16 @@ from kdesched.kube.usage import MetricsCollector
 from kdesched.policy.types import Policy
 from kdesched.policy.usage import needs_usage
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import Classifier, SemanticEvent
-from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
-from kdesched.reactor.events import PING, kinds_needed
-from kdesched.reactor.ledger_store import LEDGER_LABEL
-from kdesched.reactor.loaders import CachedLoader
-from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
-from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
-from kdesched.reactor.runner import Reactor
-from kdesched.reactor.settings import ReactorSettings
-from kdesched.reactor.watch import ClassifierFeed, NodeWatcher
+from kdesched.reactor.events.classifier import Classifier, SemanticEvent
+from kdesched.reactor.events.requests import RunRequest, Trigger, parse_node_event
+from kdesched.reactor.events.routing import PING, kinds_needed
+from kdesched.reactor.io.lease import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
+from kdesched.reactor.io.ledger_store import LEDGER_LABEL
+from kdesched.reactor.io.loaders import CachedLoader
+from kdesched.reactor.io.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.io.watch import ClassifierFeed, NodeWatcher
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import ReactorSettings
 
 log = logging.getLogger("kdesched.reactor.serve")
 
@@ -485,7 +485,7 @@ class ReactorServer:
         self.stop.set()
 
     def _reconcile_and_record(self) -> None:
-        """The start-up reconcile (:mod:`kdesched.reactor.reconcile`): once the first node LIST is in,
+        """The start-up reconcile (:mod:`kdesched.reactor.io.reconcile`): once the first node LIST is in,
         dispatch what changed since the node record the previous leader kept; then keep the record
         up to date (every ``RECORD_SECONDS`` when something changed, and once at shutdown)."""
         while not self.watcher.listed.wait(0.1):

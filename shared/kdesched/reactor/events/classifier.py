@@ -32,8 +32,8 @@ from typing import Any
 from kdesched.errors import InvalidEvent
 from kdesched.model.names import is_dns_subdomain
 from kdesched.reactor import metrics as m
-from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
-from kdesched.reactor.lifecycle import unusable_reason
+from kdesched.reactor.events.lifecycle import unusable_reason
+from kdesched.reactor.events.types import LABELS_CHANGED, NODE_ADDED, NODE_READY, TAINTS_CHANGED
 
 log = logging.getLogger("kdesched.reactor.classifier")
 
