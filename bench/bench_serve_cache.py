@@ -8,7 +8,7 @@ defaults on):
 - the cache's sync: seconds, requests and bytes of its LISTs, and the process's RSS growth (the
   records, indexes and what the sync left behind);
 - per event, the time from the API write (its response) to the decision (the run has its plan:
-  ``Reactor.executor_factory`` called) and to the evictions sent (its executor returned), for a node added (usable at
+  ``Reactor.execution.executor_factory`` called) and to the evictions sent (its executor returned), for a node added (usable at
   once: ``node.added`` -> rebalance, which gathers ``balanceDelaySeconds``, 0.5 s, first) and for a
   user taint on a loaded node (``taints.changed`` -> its pods checked, then every pod for "somewhere
   to go");
@@ -188,7 +188,7 @@ class _TimedExecutor:
 
 class Clock:
     """Stamps when each run decided and when it sent its evictions, through the reactor's one public
-    seam for it: ``Reactor.executor_factory`` is called once a run has its plan (the decision) and
+    seam for it: ``Reactor.execution.executor_factory`` is called once a run has its plan (the decision) and
     its executor's calls return once the evictions are sent. (The first version wrapped the runner's
     module functions ``plan_run``/``execute_plan``, which a refactoring moved: the benchmark died with
     an AttributeError, and tests/bench/test_benchmarks.py now runs it at a tiny size.)"""
@@ -197,13 +197,13 @@ class Clock:
         self.lock = threading.Lock()
         self.decided: list[float] = []
         self.sent: list[float] = []
-        factory = reactor.executor_factory
+        factory = reactor.execution.executor_factory
 
         def timed_factory(dry_run: bool) -> Any:
             self.stamp(self.decided)
             return _TimedExecutor(factory(dry_run), self)
 
-        reactor.executor_factory = timed_factory
+        reactor.execution.executor_factory = timed_factory
 
     def stamp(self, into: list[float]) -> None:
         with self.lock:

@@ -131,7 +131,7 @@ def test_a_lost_write_plans_again_against_the_winner(fake_api: FakeApiServer, ku
     pool(fake_api, 2)
     r = reactor(kube)
     rival = Pod.from_api(fake_api.get("Pod", "web-7d9f8-1", "default"))  # type: ignore[arg-type]
-    r.store = RacingStore(r.store, rival)
+    r.execution.store = RacingStore(r.execution.store, rival)
     out = taint_event(r, "p0")
     # the rival's admission (web-7d9f8-1 in flight) took the allowance: this run re-planned and held
     assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-0", "paced")]
@@ -284,7 +284,7 @@ def test_a_ledger_write_whose_answer_was_lost_is_read_back(fake_api: FakeApiServ
     as another run's). Not carried out: it plans again and writes."""
     pool(fake_api, 1)
     r = reactor(kube)
-    r.store = LostAnswerStore(r.store, carried_out=carried_out)
+    r.execution.store = LostAnswerStore(r.execution.store, carried_out=carried_out)
     out = taint_event(r, "p0")
     assert [e["result"] for e in out["evictions"]] == ["evicted"] and evicted(fake_api) == ["web-7d9f8-0"]
     move = ledger_of(fake_api).move(KEY)
@@ -299,7 +299,7 @@ def test_a_pod_another_run_admitted_is_not_evicted_again(fake_api: FakeApiServer
     from kdesched.model.records import Pod
 
     pool(fake_api, 1, spares=2)
-    store = reactor(kube, "first").store
+    store = reactor(kube, "first").execution.store
     first = Pod.from_api(fake_api.get("Pod", "web-7d9f8-0", "default"))  # type: ignore[arg-type]
     read = store.read()
     assert store.write(read, read.ledger.admit([Admission(first, "RemovePodsViolatingNodeTaints", False,

@@ -217,7 +217,7 @@ def test_twenty_parallel_ready_deliveries_one_or_two_runs_no_double_eviction(fak
     for t in threads:
         t.join()
     assert not errors and len(results) == 20
-    assert 1 <= r.balance_events.runs <= 2 and r.max_active_runs == 1
+    assert 1 <= r.balance_events.runs <= 2 and r.execution.max_active_runs == 1
     pods = evicted(fake_api)
     assert pods and len(pods) == len(set(pods))
     assert sum(x["coalesced"] for x in results if x["evictions"]) >= 10

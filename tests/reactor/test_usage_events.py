@@ -104,8 +104,8 @@ def test_serve_keeps_a_moving_average_when_the_policy_balances_on_kubernetes_met
     thread = threading.Thread(target=lambda: result.append(srv.run()), daemon=True)
     thread.start()
     try:
-        wait_for(lambda: srv.reactor.metrics_collector is not None and srv.reactor.metrics_collector.collections)
-        assert srv.reactor.metrics_collector.smoothed()["n1"]["cpu"] == 3200  # type: ignore[union-attr]
+        wait_for(lambda: srv.reactor.readings.metrics_collector is not None and srv.reactor.readings.metrics_collector.collections)
+        assert srv.reactor.readings.metrics_collector.smoothed()["n1"]["cpu"] == 3200  # type: ignore[union-attr]
     finally:
         srv.shutdown()
         thread.join(timeout=20)

@@ -13,6 +13,7 @@ from typing import Any
 
 from kdesched.engine import RunReport
 from kdesched.reactor.events.requests import Trigger
+from kdesched.reactor.run.settings import ReactorSettings
 
 MAX_TRIGGERS_LISTED = 20
 
@@ -62,3 +63,13 @@ def reply(trigger: Trigger, result: RunResult, coalesced: int, dry_run_why: str)
     if coalesced > 1:
         out["coalescedTriggers"] = [t.to_json() for t in list(result.triggers)[:MAX_TRIGGERS_LISTED]]
     return out
+
+
+def dry_run_why(dry_run: bool, settings: ReactorSettings) -> str:
+    """The report's ``dryRunWhy``, as ``kdesched run`` gives it: what made this run a dry run."""
+    if not dry_run:
+        return ("live: not a dry-run deployment (no --dry-run, kdesched.dryRun or $KDESCHED_DRY_RUN) "
+                "and the event did not ask for one")
+    if settings.dry_run:
+        return settings.dry_run_why or "a dry-run deployment"
+    return "the event asked for one (data.dryRun: true)"

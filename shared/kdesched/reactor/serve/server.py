@@ -392,10 +392,10 @@ class ReactorServer:
             threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
-        if needs_usage(self.reactor.policy)[0] and self.reactor.metrics_collector is None:
+        if needs_usage(self.reactor.policy)[0] and self.reactor.readings.metrics_collector is None:
             # balancing on KubernetesMetrics: keep a moving average of node usage, as upstream's collector
             collector = MetricsCollector(self.client)
-            self.reactor.metrics_collector = collector
+            self.reactor.readings.metrics_collector = collector
             threading.Thread(target=collector.run, args=(self.stop,), name="kdesched-metrics", daemon=True).start()
         if self.leader_election:  # what changed while no one watched; then keep the record for the next one
             self._record_thread = threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record",
@@ -534,9 +534,9 @@ class ReactorServer:
             self._record_thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + self.drain_seconds
-        while self.reactor.active_runs and time.monotonic() < deadline:
+        while self.reactor.execution.active_runs and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.abandoned_runs = self.reactor.active_runs
+        self.abandoned_runs = self.reactor.execution.active_runs
         if self.abandoned_runs:
             log.warning("%d run(s) still in flight after the %gs drain: told to stop at their next eviction "
                         "batch, not waited for; releasing the Lease and exiting", self.abandoned_runs,
