@@ -190,7 +190,7 @@ def test_evicting_functions_and_standalone_share_the_same_identity() -> None:
 def test_lease_name_matches_the_role() -> None:
     from kdesched.reactor.io.ledger_store import COMMIT_SUFFIX
     from kdesched.reactor.run.settings import parse_settings
-    from kdesched.reactor.serve.server import LEADER_SUFFIX
+    from kdesched.reactor.serve.leader import LEADER_SUFFIX
 
     lease_rule_names = {name for (_, _, _, name) in LEASE if name}
     # exactly the Leases the code uses by default: the run Lease, serve's leader Lease, the ledger's commit

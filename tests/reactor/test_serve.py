@@ -107,8 +107,8 @@ def test_only_the_leader_watches(fake_api: FakeApiServer, kube: KubeClient) -> N
     srv = ReactorServer(default_like_policy(), settings, kube, port=0, sweep_interval_seconds=0, identity="follower")
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    wait_for(srv.checked.is_set)
-    assert not srv.is_leader.is_set() and srv.ready() == (True, "standby (not the leader)")
+    wait_for(srv.leadership.checked.is_set)
+    assert not srv.leadership.is_leader.is_set() and srv.ready() == (True, "standby (not the leader)")
     srv.shutdown()
     thread.join(timeout=10)
     assert not thread.is_alive() and srv.watcher.lists == 0
@@ -202,7 +202,7 @@ def test_the_event_log_line_counts_evictions_not_paced_pods(fake_api: FakeApiSer
                         lambda *a, **k: {"evictions": outcomes, "blocked": [{"pod": "db-1"}], "coalesced": 1})
     caplog.set_level("INFO", logger="kdesched.reactor.serve")
     try:
-        srv._run_event(SemanticEvent(ev.TAINTS_CHANGED, "e1", "n1", {"node": "n1"}))
+        srv.dispatcher.run_event(SemanticEvent(ev.TAINTS_CHANGED, "e1", "n1", {"node": "n1"}))
     finally:
         srv.shutdown()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(ev.TAINTS_CHANGED)]

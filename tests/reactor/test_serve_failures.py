@@ -75,7 +75,7 @@ def leader(fake_api: FakeApiServer, kube: KubeClient, clock: FakeClock) -> Itera
                         sweep_interval_seconds=0, identity="me", watch_timeout_seconds=2, drain_seconds=0.2,
                         clock=clock)
     running = Running(srv)
-    wait_for(lambda: srv.is_leader.is_set() and srv.watcher.listed.is_set())
+    wait_for(lambda: srv.leadership.is_leader.is_set() and srv.watcher.listed.is_set())
     yield running
     srv.shutdown()
     running.join()
@@ -96,11 +96,11 @@ def test_the_leader_steps_down_once_no_renew_succeeded_within_the_deadline(leade
     fake_api.script("PUT", LEADER, [500] * 10_000)
     before = leader_puts(fake_api)
     wait_for(lambda: leader_puts(fake_api) >= before + 3)  # failing, retried every retry period
-    assert srv.is_leader.is_set() and not srv.stop.is_set()  # errors alone: within the deadline, still leading
+    assert srv.leadership.is_leader.is_set() and not srv.stop.is_set()  # errors alone: within the deadline, still leading
     clock.t += 1.5
     wait_for(srv.stop.is_set)
-    assert "not renewed for 1.5s (renew deadline 1s)" in srv.stepped_down
-    assert not srv.is_leader.is_set()
+    assert "not renewed for 1.5s (renew deadline 1s)" in srv.leadership.stepped_down
+    assert not srv.leadership.is_leader.is_set()
     assert leader.join() == [0]  # stopped as on SIGTERM; the Deployment restarts it as a candidate
     # the API still fails: the release did too, the Lease expires by itself (a standby waits one
     # duration after the last renew it saw, by its own clock: this replica stopped well before)
@@ -114,7 +114,7 @@ def test_the_leader_steps_down_at_once_when_another_holds_its_lease(leader: Runn
     lease["spec"]["holderIdentity"] = "usurper"
     fake_api.update(lease)
     wait_for(leader.srv.stop.is_set)
-    assert "no longer ours" in leader.srv.stepped_down
+    assert "no longer ours" in leader.srv.leadership.stepped_down
     assert leader.join() == [0]
     assert holder(fake_api) == "usurper"  # not ours: left alone
 
@@ -125,7 +125,7 @@ def test_a_concurrent_write_of_the_leader_lease_is_not_a_loss(leader: Running, f
     fake_api.script("PUT", LEADER, [409] * 7)
     before = leader_puts(fake_api)
     wait_for(lambda: leader_puts(fake_api) >= before + 10)
-    assert leader.srv.is_leader.is_set() and not leader.srv.stop.is_set() and leader.srv.stepped_down == ""
+    assert leader.srv.leadership.is_leader.is_set() and not leader.srv.stop.is_set() and leader.srv.leadership.stepped_down == ""
     assert holder(fake_api) == "me"
 
 

@@ -69,14 +69,14 @@ def test_a_later_election_failure_turns_readyz_503_with_the_reason(fake_api: Fak
 
     assert LeaseLock(kube, "kdesched", "kdesched-leader", "other", 1).try_acquire()  # a standby at start
     srv = server(kube)
-    assert srv.preflight() is False and srv.ready() == (True, "standby (not the leader)")
+    assert srv.leadership.preflight() is False and srv.ready() == (True, "standby (not the leader)")
     # the leader's Lease expires; taking it over is refused (RBAC changed meanwhile)
     threading.Event().wait(1.2)
     fake_api.script("PUT", LEASES.format(ns="kdesched") + "/kdesched-leader", [403])
-    assert srv._acquire_leadership() is False
+    assert srv.leadership.acquire() is False
     ok, why = srv.ready()
     assert not ok and why.startswith("not leader-capable: RBAC refuses")
-    assert srv._acquire_leadership() is True and srv.ready()[0]
+    assert srv.leadership.acquire() is True and srv.ready()[0]
 
 
 def test_readyz_is_not_ready_before_the_check(fake_api: FakeApiServer, kube: KubeClient) -> None:

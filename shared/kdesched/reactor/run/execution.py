@@ -70,9 +70,9 @@ class Execution:
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
 
-    def run(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
-            triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,
-            stop_when_spent: bool = False, cooldown_repeat: bool = False) -> RunResult:
+    def decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
+                           triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,
+                           stop_when_spent: bool = False, cooldown_repeat: bool = False) -> RunResult:
         """Plan against the ledger, admit, evict what was admitted, record, schedule the repeat."""
         with self._active_lock:
             self.active_runs += 1

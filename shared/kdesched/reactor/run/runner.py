@@ -323,7 +323,7 @@ class Reactor:
                             triggers: Sequence[Trigger], **kw: Any) -> RunResult:
         """The run itself, once its snapshot is read and its locks are held (:mod:`.execution`); the
         seam a benchmark wraps to hold the Lease around every run (bench/bench_ledger.py)."""
-        return self.execution.run(policy, snapshot, scope, dry_run, label, triggers, **kw)
+        return self.execution.decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, **kw)
 
     def _reply(self, trigger: Trigger, result: RunResult, coalesced: int) -> dict[str, Any]:
         return reply(trigger, result, coalesced, dry_run_why(bool(result.body.get("dryRun")), self.settings))

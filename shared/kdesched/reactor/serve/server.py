@@ -1,32 +1,21 @@
 """``kdesched serve``: the whole reactor in one process, no Knative needed.
 
 Why: many clusters have no Knative, and a plain Deployment is the simplest way to run kdesched.
-This loop does what the Knative wiring does, in-process: watch Nodes (:mod:`.watch`), classify,
+This loop does what the Knative wiring does, in-process: watch Nodes (:mod:`kdesched.reactor.io.watch`), classify,
 dispatch each semantic event to the same reactor code the functions call (threads, so bursts
 coalesce exactly as with containerConcurrency > 1), run the periodic sweep, and serve the
 CloudEvents HTTP endpoint for manual runs plus /healthz, /readyz and /metrics.
 
-Leader election: only the holder of the ``<lease>-leader`` Lease (default ``kdesched-leader``)
-watches and runs; the others wait (and still answer HTTP; manual runs are coordinated by the run
-Lease ``<lease>``, default ``kdesched``, anyway). The leader Lease is separate from the run Lease,
-because a run releases the run Lease when it ends.
-
-Never idle silently: before campaigning, :meth:`ReactorServer.preflight` reads both Leases and
-makes the first leader-election attempt with errors surfaced. A namespace that does not exist or
-RBAC that refuses the Lease is a :class:`LeaseAccessError` naming the namespace and the fix, and
-``run`` returns 1. Later election errors are logged and make ``/readyz`` answer 503 with the reason.
-
-Stepping down (client-go's rules, :class:`~kdesched.reactor.io.lease.RenewTiming`): the leader
-renews its Lease every third of ``leaseDurationSeconds`` and retries a failed renew every retry
-period; when the Lease is found held by someone else, or no renew has succeeded for
-``leaseRenewDeadlineSeconds`` (default 2/3 of the duration), it steps down: it stops leading
-(``is_leader`` cleared, the watch and the sweep stop with the stop event), and ``serve`` shuts
-down as on SIGTERM and exits 0; the Deployment restarts the pod, which campaigns again as any
-standby does. A standby takes over only after a full duration without a change to the Lease
-record by its own clock, so the old leader is gone by then.
+Each job is a collaborator: :class:`~kdesched.reactor.serve.leader.Leadership` (only the holder of
+the ``<lease>-leader`` Lease watches and runs; the others wait and still answer HTTP; it checks the
+Leases before campaigning, so a missing namespace or refusing RBAC exits 1 naming the fix, and it
+steps down by client-go's rules, after which ``serve`` shuts down as on SIGTERM and exits 0),
+:class:`~kdesched.reactor.serve.dispatch.Dispatcher` (events and sweeps on worker threads, retried
+while busy) and :class:`~kdesched.reactor.serve.record.NodeRecorder` (the start-up reconcile and the
+node record). :class:`ReactorServer` composes them with the reactor, the watch or the cache, and HTTP.
 
 Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
-WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.run.runner.CachedLoader`), and
+WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.io.loaders.CachedLoader`), and
 its Node reflector also feeds the classifier (one Node watch). Until a kind is listed, or once the
 cache is past its ceiling, runs LIST per event as without it (docs/reactor.md, "Warm cache").
 
@@ -46,10 +35,7 @@ import logging
 import math
 import threading
 import time
-import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -58,47 +44,30 @@ from prometheus_client.registry import Collector
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import ApiError, Forbidden, NotFound, is_transient
-from kdesched.kube.lease import LeaseLock, get_lease
+from kdesched.kube.errors import ApiError
 from kdesched.kube.usage import MetricsCollector
 from kdesched.policy.types import Policy
 from kdesched.policy.usage import needs_usage
 from kdesched.reactor import metrics as m
-from kdesched.reactor.events.classifier import Classifier, SemanticEvent
-from kdesched.reactor.events.requests import RunRequest, Trigger, parse_node_event
-from kdesched.reactor.events.routing import PING, kinds_needed
-from kdesched.reactor.io.lease import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
-from kdesched.reactor.io.ledger_store import LEDGER_LABEL
+from kdesched.reactor.events.classifier import Classifier
+from kdesched.reactor.events.routing import kinds_needed
+from kdesched.reactor.io.lease import default_identity
 from kdesched.reactor.io.loaders import CachedLoader
-from kdesched.reactor.io.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.io.reconcile import NodeRecordStore
 from kdesched.reactor.io.watch import ClassifierFeed, NodeWatcher
 from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import ReactorSettings
+from kdesched.reactor.serve.dispatch import Dispatcher
+from kdesched.reactor.serve.leader import LEADER_SUFFIX, Leadership, LeaseAccessError
+from kdesched.reactor.serve.record import NodeRecorder
 
 log = logging.getLogger("kdesched.reactor.serve")
 
-SOURCE = "/kdesched/serve"
-LEADER_SUFFIX = "-leader"
-RECORD_SECONDS = 10.0  # how often the leader writes the node record when it changed
 DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
 SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
 HTTP_GRACE_SECONDS = 3.0  # of that margin: requests in flight when HTTP stops (runs were told to stop)
 
 
-class LeaseAccessError(Exception):
-    """``kdesched serve`` cannot use its Leases (namespace missing, RBAC refusing): exit 1 at start."""
-
-
-def lease_access_message(exc: ApiError, verb: str, namespace: str, name: str, names: tuple[str, ...]) -> str:
-    """The start-up error for a refused Lease request, naming the namespace and the fix."""
-    if isinstance(exc, NotFound):
-        return (f"the Lease namespace {namespace!r} does not exist ({verb} Lease {namespace}/{name}: {exc}). "
-                f"Fix: create it (kubectl create namespace {namespace}) or pass --lease-namespace with the namespace "
-                f"kdesched is installed in (the Deployment sets it from the pod's namespace)")
-    return (f"RBAC refuses {verb} on Lease {namespace}/{name} ({exc}). Fix: bind a Role in namespace {namespace!r} "
-            f"allowing get and update on leases named {', '.join(names)} and create on leases (the Role "
-            f"kdesched-lease in knative/common/rbac-evictor.yaml), or pass --lease-namespace with the namespace "
-            f"where that Role is bound")
 AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
 
 
@@ -154,14 +123,6 @@ CACHE_METRICS = _CacheCollector()
 REGISTRY.register(CACHE_METRICS)
 
 
-def outcome_counts(report: Mapping[str, Any]) -> str:
-    """``N eviction(s)`` for the pods a run evicted (or would evict, dry), then the other outcomes
-    by result: ``1 eviction(s), 2 paced``. Paced, failed or abandoned pods are no evictions."""
-    counts = Counter(str(o.get("result", "")) for o in report.get("evictions", []) if isinstance(o, Mapping))
-    done = counts.pop("evicted", 0) + counts.pop("dry-run", 0)
-    return ", ".join([f"{done} eviction(s)", *(f"{n} {result}" for result, n in sorted(counts.items()))])
-
-
 class ReactorServer:
     """The serve loop. ``app_factory`` builds the HTTP app (kept outside the reactor layer: Flask
     and CloudEvents live in the functions layer); None = no HTTP endpoint."""
@@ -181,6 +142,9 @@ class ReactorServer:
         self.settings = settings
         self.reactor = Reactor(policy, settings, client, identity=self.identity, stop=self.stop)
         self.classifier = Classifier()
+        self.dispatcher = Dispatcher(self.reactor, self.stop, workers=workers, retry_delay_seconds=retry_delay_seconds)
+        self.dispatch = self.dispatcher.dispatch
+        self.reports = self.dispatcher.reports  # recent reports (bounded), for tests and debugging
         self.watcher = NodeWatcher(client, self.classifier, self.dispatch, stop=self.stop,
                                    watch_timeout_seconds=watch_timeout_seconds)
         self.cache: ClusterCache | None = None
@@ -200,41 +164,29 @@ class ReactorServer:
         CACHE_METRICS.server = self
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
-        self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
-                                           self.identity)
-        self._recorded: dict[str, NodeMark] | None = None
-        self._record_thread: threading.Thread | None = None
-        self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
-                                     self.identity, settings.lease_duration_seconds)
-        self.checked = threading.Event()  # preflight passed
-        self.election_error = ""  # the last leader-election failure ("" = none)
-        self.is_leader = threading.Event()
-        self.clock = clock  # monotonic: judges the leader Lease's renew deadline
-        self.renew_timing = RenewTiming.for_lease(settings.lease_duration_seconds, settings.lease_renew_deadline)
-        self.stepped_down = ""  # why this leader stepped down ("" = it did not)
+        self.leadership = Leadership(client, settings, self.identity, enabled=leader_election, clock=clock)
+        self.recorder = NodeRecorder(
+            NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}", self.identity),
+            self.classifier, self.watcher.listed, self.dispatch, self.stop)
         self.drain_seconds = drain_seconds
         self.abandoned_runs = 0  # runs still in flight when the drain ended (told to stop, not waited for)
         self._led = False
-        self._acquire_started = clock()
-        self.retry_delay_seconds = retry_delay_seconds
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
         self.host, self.port = host, port
         self.app_factory = app_factory
         self.http_concurrency = http_concurrency  # POST / events at once (the app answers more 503)
         self._http: Any = None
-        self.reports: list[dict[str, Any]] = []  # recent reports (bounded), for tests and debugging
-        self._reports_lock = threading.Lock()
 
     # -- readiness ---------------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
         """Ready = leader-capable: a standby that can take the Lease over is ready; one that cannot
         (not checked yet, or the last election attempt failed) says why."""
-        if not self.checked.is_set():
+        leadership = self.leadership
+        if not leadership.checked.is_set():
             return False, (f"starting: checking the Leases in namespace {self.settings.lease_namespace!r}"
-                           + (f" ({self.election_error})" if self.election_error else ""))
-        if self.election_error:
-            return False, f"not leader-capable: {self.election_error}"
-        if not self.is_leader.is_set():
+                           + (f" ({leadership.error})" if leadership.error else ""))
+        if leadership.error:
+            return False, f"not leader-capable: {leadership.error}"
+        if not leadership.is_leader.is_set():
             return True, "standby (not the leader)"
         if not self.classifier.seeded:
             return False, "leader, node cache not seeded yet"
@@ -252,135 +204,10 @@ class ReactorServer:
     def snapshots_listed(self) -> int:
         return self.loader.listed if self.loader is not None else 0
 
-    # -- dispatch -----------------------------------------------------------------------------------
-    def dispatch(self, events: list[SemanticEvent]) -> None:
-        """Hand semantic events to worker threads (the same reactor code the functions call)."""
-        for e in events:
-            m.EMITTED.labels(e.type).inc()
-            if not self.stop.is_set():
-                self.pool.submit(self._run_event, e)
-
-    def _run_event(self, e: SemanticEvent, attempts: int = 3) -> None:
-        trigger = Trigger(e.type, e.id, SOURCE, e.node)
-        for attempt in range(1, attempts + 1):
-            try:
-                # wait=False: a balance event joining a queued run frees this worker at once (a burst
-                # of nodes must not hold one thread per node)
-                report = self.reactor.node_event(trigger, parse_node_event(e.data), wait=False)
-                self._keep(report)
-                if report.get("joined"):
-                    log.info("%s on %s: joined the queued balance run", e.type, e.node)
-                else:
-                    log.info("%s on %s: %s, %d blocked%s", e.type, e.node, outcome_counts(report),
-                             len(report.get("blocked", [])),
-                             f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
-                return
-            except ShuttingDown:
-                return
-            except (LockBusy, ApiError) as exc:
-                # busy, or the API server failing for a moment (what Knative's redelivery does for a
-                # function's 429/503): try again; nothing was evicted (a run raises only before)
-                if isinstance(exc, ApiError) and not is_transient(exc, read=False):
-                    log.error("%s on %s failed (the sweep will catch it): %s", e.type, e.node, exc)
-                    return
-                if attempt == attempts:
-                    log.warning("%s on %s skipped after %d attempts (the sweep will catch it): %s", e.type, e.node,
-                                attempts, exc)
-                    return
-                log.info("%s on %s: %s; trying again in %gs", e.type, e.node, exc, self.retry_delay_seconds)
-                self.stop.wait(self.retry_delay_seconds)
-            except Exception:
-                log.exception("%s on %s failed (the sweep will catch it)", e.type, e.node)
-                return
-
-    def _keep(self, report: dict[str, Any]) -> None:
-        with self._reports_lock:
-            self.reports.append(report)
-            del self.reports[:-100]
-
-    def sweep_once(self) -> dict[str, Any] | None:
-        try:
-            report = self.reactor.run_requested(Trigger(PING, f"sweep-{uuid.uuid4().hex[:12]}", f"{SOURCE}/sweep"),
-                                                RunRequest())
-        except (LockBusy, ShuttingDown) as exc:
-            log.info("sweep skipped: %s", exc)
-            return None
-        except Exception:
-            log.exception("sweep failed")
-            return None
-        self._keep(report)
-        return report
-
-    def _sweep_loop(self) -> None:
-        while not self.stop.wait(self.sweep_interval):
-            if self.is_leader.is_set():
-                self.sweep_once()
-
-    # -- leadership ---------------------------------------------------------------------------------
-    def lease_names(self) -> tuple[str, ...]:
-        run = self.settings.lease_name
-        return (run, f"{run}{LEADER_SUFFIX}") if self.leader_election else (run,)
-
-    def preflight(self) -> bool:
-        """Check, before anything else, that this identity can use its Leases: GET both (RBAC get),
-        then the first leader-election attempt with its errors surfaced (create: the namespace must
-        exist; update). The run Lease is created now if it is missing (then released), so a refused
-        create shows here and not at the first event. Returns whether we lead already; raises
-        :class:`LeaseAccessError` (exit 1). A Lease held by another replica cannot prove ``update``
-        without taking it: that is checked at the takeover, and a refusal then turns /readyz 503."""
-        ns = self.settings.lease_namespace
-        names = self.lease_names()
-        for name in names:
-            try:
-                get_lease(self.client, ns, name)
-            except (Forbidden, NotFound) as exc:
-                raise LeaseAccessError(lease_access_message(exc, "get", ns, name, names)) from None
-        try:  # the disruption ledger's workload records are LISTed by every evicting run
-            self.client.list_raw("Lease", namespace=ns, label_selector=f"{LEDGER_LABEL}={self.settings.lease_name}")
-        except (Forbidden, NotFound) as exc:
-            raise LeaseAccessError(lease_access_message(exc, "list", ns, f"(ledger records {LEDGER_LABEL}="
-                                                        f"{self.settings.lease_name})", names)) from None
-        run_lock = LeaseLock(self.client, ns, self.settings.lease_name, self.identity,
-                             self.settings.lease_duration_seconds)
-        try:
-            if get_lease(self.client, ns, self.settings.lease_name) is None and run_lock.try_acquire():
-                run_lock.release()
-        except (Forbidden, NotFound) as exc:
-            raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.settings.lease_name,
-                                                        names)) from None
-        leading = True
-        if self.leader_election:
-            try:
-                self._acquire_started = self.clock()
-                leading = self.leader_lock.try_acquire()
-            except (Forbidden, NotFound) as exc:
-                raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.leader_lock.name,
-                                                            names)) from None
-        self.checked.set()
-        log.info("Leases %s in namespace %s: usable (%s)", ", ".join(names), ns,
-                 "leading" if leading else f"standby, leader Lease held by {self.leader_lock.holder() or 'another'}")
-        return leading
-
-    def _acquire_leadership(self) -> bool:
-        if not self.leader_election:
-            return True
-        try:
-            self._acquire_started = self.clock()
-            taken = self.leader_lock.try_acquire()
-        except Exception as exc:  # noqa: BLE001 - boundary: reported (log + /readyz), never raised further
-            if isinstance(exc, (Forbidden, NotFound)):
-                self.election_error = lease_access_message(exc, "create/update", self.settings.lease_namespace,
-                                                           self.leader_lock.name, self.lease_names())
-            else:
-                self.election_error = f"leader election failed: {exc}"
-            log.warning("%s", self.election_error)
-            return False
-        self.election_error = ""
-        return taken
-
+    # -- leading ----------------------------------------------------------------------------------
     def _lead(self) -> None:
         """Watch and sweep while we hold the leader Lease; step down when it cannot be kept."""
-        self.is_leader.set()
+        self.leadership.is_leader.set()
         self._led = True
         m.LEADER.labels(self.identity).set(1)
         log.info("leading as %s", self.identity)
@@ -389,7 +216,8 @@ class ReactorServer:
         else:
             threading.Thread(target=self.watcher.run, name="kdesched-watch", daemon=True).start()
         if self.sweep_interval > 0:
-            threading.Thread(target=self._sweep_loop, name="kdesched-sweep", daemon=True).start()
+            threading.Thread(target=self.dispatcher.sweep_loop, args=(self.sweep_interval, self.leadership.is_leader),
+                             name="kdesched-sweep", daemon=True).start()
         # moves a previous leader (or this process before a restart) left paced: continue them
         threading.Thread(target=self.reactor.resume, name="kdesched-resume", daemon=True).start()
         if needs_usage(self.reactor.policy)[0] and self.reactor.readings.metrics_collector is None:
@@ -398,46 +226,11 @@ class ReactorServer:
             self.reactor.readings.metrics_collector = collector
             threading.Thread(target=collector.run, args=(self.stop,), name="kdesched-metrics", daemon=True).start()
         if self.leader_election:  # what changed while no one watched; then keep the record for the next one
-            self._record_thread = threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record",
-                                                   daemon=True)
-            self._record_thread.start()
+            self.recorder.start()
         if not self.leader_election:
             self.stop.wait()
             return
-        timing = self.renew_timing
-        tenure = Tenure(timing.deadline_seconds, clock=self.clock, since=self._acquire_started,
-                        what=f"leader Lease {self.settings.lease_namespace}/{self.leader_lock.name}")
-        wait = timing.interval_seconds
-        while not self.stop.wait(wait):
-            started = self.clock()
-            try:
-                renewed = self.leader_lock.renew()
-            except Exception as exc:  # noqa: BLE001 - boundary: retried until the renew deadline
-                log.warning("renewing the leader Lease failed (%.1fs since the last renew, deadline %gs; retrying "
-                            "in %gs): %s", tenure.since_renewed, timing.deadline_seconds, timing.retry_seconds, exc)
-                renewed = None
-            if renewed:
-                tenure.renewed(started)
-                wait = timing.interval_seconds
-                continue
-            if renewed is False:
-                tenure.end(f"the leader Lease {self.settings.lease_namespace}/{self.leader_lock.name} is no longer "
-                           f"ours (gone or taken over)")
-            reason = tenure.check()
-            if reason is not None:
-                self._step_down(reason)
-                return
-            wait = timing.retry_seconds
-
-    def _step_down(self, reason: str) -> None:
-        """Stop leading at once, then stop the process as on SIGTERM (the Deployment restarts it and
-        it campaigns again as a standby): the watch and the sweep end with the stop event, runs in
-        flight are told to stop, and the Lease is released if it still names us."""
-        self.stepped_down = reason
-        self.is_leader.clear()
-        m.LEADER.labels(self.identity).set(0)
-        log.error("stepping down as leader: %s; stopping (restarted, this replica campaigns again)", reason)
-        self.stop.set()
+        self.leadership.hold(self.stop)  # until the stop event, or stepping down (which sets it)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start_http(self) -> None:
@@ -461,18 +254,18 @@ class ReactorServer:
         self.start_http()
         try:
             try:
-                leading = self.preflight()
+                leading = self.leadership.preflight()
             except LeaseAccessError as exc:
-                self.election_error = str(exc)
+                self.leadership.error = str(exc)
                 log.error("cannot start: %s", exc)
                 return 1
             except ApiError as exc:  # API server unreachable or failing: not a configuration error
-                self.election_error = f"leader election failed: {exc}"
+                self.leadership.error = f"leader election failed: {exc}"
                 log.warning("checking the Leases failed, retrying: %s", exc)
-                self.checked.set()
+                self.leadership.checked.set()
                 leading = False
             while not self.stop.is_set():
-                if leading or self._acquire_leadership():
+                if leading or self.leadership.acquire():
                     self._lead()
                     break
                 self.stop.wait(max(1.0, self.settings.lease_duration_seconds / 3))
@@ -484,55 +277,14 @@ class ReactorServer:
         """Ask the loop to stop (safe from a signal handler)."""
         self.stop.set()
 
-    def _reconcile_and_record(self) -> None:
-        """The start-up reconcile (:mod:`kdesched.reactor.io.reconcile`): once the first node LIST is in,
-        dispatch what changed since the node record the previous leader kept; then keep the record
-        up to date (every ``RECORD_SECONDS`` when something changed, and once at shutdown)."""
-        while not self.watcher.listed.wait(0.1):
-            if self.stop.is_set():
-                return
-        if self.stop.is_set():
-            return
-        try:
-            recorded = self.node_record.read()
-        except Exception as exc:  # noqa: BLE001 - the sweep remains the safety net
-            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
-            recorded = None
-        if recorded is None:
-            log.info("no node record on the leader Lease (first start, or unreadable): no start-up reconcile")
-        else:
-            events = differences(recorded, self.classifier.digests())
-            m.RECONCILED.inc(len(events))
-            log.info("start-up reconcile: %d node change(s) since the last record%s", len(events),
-                     ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
-                     if events else "")
-            self.dispatch(events)
-        while not self.stop.wait(RECORD_SECONDS):
-            self.write_node_record()
-
-    def write_node_record(self) -> None:
-        """Write the node record if it changed since the last write (best effort, logged)."""
-        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
-        if not self.classifier.seeded or marks == self._recorded:
-            return
-        try:
-            why = self.node_record.write(marks)
-        except Exception as exc:  # noqa: BLE001 - the next tick tries again
-            why = str(exc)
-        if why:
-            log.debug("node record not written: %s", why)
-        else:
-            self._recorded = marks
-
     def _cleanup(self) -> None:
         """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
         by the stop event and are not waited for longer), then HTTP stops and the leader Lease is
         released, all before the kubelet's SIGKILL (module docstring)."""
         self.stop.set()
         self.reactor.continuations.cancel_all()
-        if self._record_thread is not None:  # it logs: let it end before the process (or a test) does
-            self._record_thread.join(timeout=5)
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.recorder.join(timeout=5)  # it logs: let it end before the process (or a test) does
+        self.dispatcher.pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + self.drain_seconds
         while self.reactor.execution.active_runs and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -545,11 +297,11 @@ class ReactorServer:
             self._http.shutdown(timeout=HTTP_GRACE_SECONDS + 1)
             self._http = None
         if self._led and self.leader_election:
-            self.write_node_record()  # what this leader saw last, for the next one
+            self.recorder.write()  # what this leader saw last, for the next one
             try:
-                self.leader_lock.release()  # only while it still names us
+                self.leadership.lock.release()  # only while it still names us
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("releasing the leader Lease failed (it will expire): %s", exc)
-        self.is_leader.clear()
+        self.leadership.is_leader.clear()
         m.LEADER.labels(self.identity).set(0)
         log.info("stopped")
