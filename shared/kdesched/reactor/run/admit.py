@@ -243,7 +243,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             own = read.ledger.written_by(run)  # an earlier attempt's records to replace
             if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
                 if surges is not None and chosen is not None:
-                    surges.fallback_events(chosen)
+                    surges.events.fallbacks(chosen)
                 return Decided(plan, admission, ledger, now, False, settled, attempts, (), tuple(notes), controlled,
                                chosen=chosen)
             checkpoint()  # the run may stop here (Lease lost, shutting down): nothing admitted yet
@@ -257,10 +257,10 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if _write(store, read, new, run):
                 started_surges: Mapping[str, str] = {}
                 if surges is not None:
-                    surges.report_ended(ended)
+                    surges.events.ended(ended)
                     if chosen is not None:
                         started_surges = surges.start(chosen)  # only now: the move is in the ledger first
-                        surges.fallback_events(chosen)
+                        surges.events.fallbacks(chosen)
                 if attempts > 1:
                     notes.append(f"disruption ledger: admitted on attempt {attempts} (other runs admitted evictions "
                                  "meanwhile; this plan was made again against them)")

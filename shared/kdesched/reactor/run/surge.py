@@ -20,6 +20,9 @@ Three steps, all through the kube layer (:mod:`kdesched.kube.owners`):
   the normal rules;
 * :meth:`Surges.start` (after the ledger write): scale the Deployment up by one, on the version the
   choice was made on.
+
+:class:`SurgeEvents` tells operators (``SurgeMoveStarted``, ``SurgeMoveEnded``, ``NoSurge`` on the
+owner); the writes a step carries out (the eviction, the scale back) are the module's functions.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class Surges:
         self.client = client
         self.enabled = enabled
         self.timeout_seconds = timeout_seconds
-        self._events: dict[tuple[str, str], float] = {}
+        self.events = SurgeEvents(client)
         self._lock = threading.Lock()
         self._not_started: set[str] = set()  # moves this process recorded and could not scale up: ended at once
         # moves whose pod this process evicted, with when: a ledger write that lost its
@@ -221,59 +224,19 @@ class Surges:
         if step.action == Action.WAIT:
             return None
         if step.action == Action.EVICT:
-            if not self._evict(namespace, name, s, step):
+            if not _evict(self.client, namespace, name, s, step):
                 return None  # refused (a PDB, another writer): the next run looks again
             return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
         if step.action == Action.RESTORE:
             # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
             # or a rollout begun on top of it, evicted.advance)
             if (deployment is not None and deployment.replicas == s.surged
-                    and not self._scale(namespace, s.deployment, s.original, deployment.resource_version)):
+                    and not _scale(self.client, namespace, s.deployment, s.original, deployment.resource_version)):
                 return None
             self._not_started.discard(s.uid)
             return False
         self._not_started.discard(s.uid)  # END
         return False
-
-    def _evict(self, namespace: str, name: str, s: Surge, step: Step) -> bool:
-        """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
-        preconditioned on the pod's uid; one attempt, bounded (the next run tries again)."""
-        try:
-            self.client.evict_pod(namespace, name, uid=s.uid, grace_period_seconds=None, annotations={},
-                                  timeout=EVICT_TIMEOUT_SECONDS)
-        except NotFound:
-            return True  # gone already: the move's purpose is met
-        except ApiError as exc:
-            log.info("surge-first move: evicting %s/%s after its replacement was Ready: %s; trying again at the next "
-                     "run", namespace, name, exc)
-            return False
-        log.info("surge-first move: evicted %s/%s (%s); Deployment %s goes back to %d replicas once it is seen "
-                 "terminating", namespace, name, step.why, s.deployment, s.original)
-        self.client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
-                                 note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
-                                 f"{s.deployment} goes back to {s.original} replicas")
-        return True
-
-    def _scale(self, namespace: str, name: str, replicas: int, version: str) -> bool:
-        try:
-            scale_deployment(self.client, namespace, name, replicas, version)
-            return True
-        except (Conflict, NotFound):
-            return False
-        except ApiError as exc:
-            log.warning("surge-first move: scaling Deployment %s/%s to %d failed (%s); trying again at the next run",
-                        namespace, name, replicas, exc)
-            return False
-
-    def report_ended(self, ended: Sequence[Ended]) -> None:
-        """Metrics, a ``SurgeMoveEnded`` Event on the Deployment and a log line for each move that
-        ended in a settle whose ledger write went through (so each is counted once cluster-wide)."""
-        for e in ended:
-            s = e.surge
-            m.SURGE_MOVES.labels(e.outcome).inc()
-            self._event(e.workload.split("/", 2)[1], s.deployment, "SurgeMoveEnded",
-                        f"surge-first move of {s.pod} off node {s.node} {e.outcome}: {e.why}", once=False)
-            log.info("surge-first move of %s (%s) %s: %s", e.workload, s.pod, e.outcome, e.why)
 
     # -- admission: which pods move surge-first ---------------------------------------------------
     def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str, now: float,
@@ -361,13 +324,33 @@ class Surges:
                 continue
             out[key] = ""
             m.SURGE_MOVES.labels("started").inc()
-            self._event(namespace, s.deployment, "SurgeMoveStarted", f"moving {s.pod} off node {s.node} "
-                        f"surge-first: replicas {s.original} -> {s.surged} until the new pod is Ready on another "
-                        f"node (at most {self.timeout_seconds:g}s), then back to {s.original}", once=False)
+            self.events.post(namespace, s.deployment, "SurgeMoveStarted", f"moving {s.pod} off node {s.node} "
+                             f"surge-first: replicas {s.original} -> {s.surged} until the new pod is Ready on another "
+                             f"node (at most {self.timeout_seconds:g}s), then back to {s.original}", once=False)
             log.info("surge-first move of %s (%s): replicas %d -> %d", key, s.pod, s.original, s.surged)
         return out
 
-    def fallback_events(self, chosen: Chosen) -> None:
+
+class SurgeEvents:
+    """The Events of surge-first moves, on the workload's owner: begun, ended, and why a pod could
+    not move surge-first (those at most one per object and reason a minute per process)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self._events: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def ended(self, ended: Sequence[Ended]) -> None:
+        """Metrics, a ``SurgeMoveEnded`` Event on the Deployment and a log line for each move that
+        ended in a settle whose ledger write went through (so each is counted once cluster-wide)."""
+        for e in ended:
+            s = e.surge
+            m.SURGE_MOVES.labels(e.outcome).inc()
+            self.post(e.workload.split("/", 2)[1], s.deployment, "SurgeMoveEnded",
+                      f"surge-first move of {s.pod} off node {s.node} {e.outcome}: {e.why}", once=False)
+            log.info("surge-first move of %s (%s) %s: %s", e.workload, s.pod, e.outcome, e.why)
+
+    def fallbacks(self, chosen: Chosen) -> None:
         """A ``NoSurge`` Event on the workload's owner for each pod that could not move surge-first
         (at most one per workload and reason a minute per process)."""
         for c, why in chosen.fallbacks:
@@ -378,11 +361,11 @@ class Surges:
             kind, namespace, name = key.split("/", 2)
             if kind == "Pod" or ref is None:
                 continue
-            self._event(namespace, name, "NoSurge", f"{c.pod.key} ({c.why}) cannot be moved surge-first: "
-                        f"{why.message}; the normal rules apply", kind=kind, tag=why.reason.value)
+            self.post(namespace, name, "NoSurge", f"{c.pod.key} ({c.why}) cannot be moved surge-first: "
+                      f"{why.message}; the normal rules apply", kind=kind, tag=why.reason.value)
 
-    def _event(self, namespace: str, name: str, reason: str, note: str, *, kind: str = "Deployment",
-               once: bool = True, tag: str = "") -> None:
+    def post(self, namespace: str, name: str, reason: str, note: str, *, kind: str = "Deployment",
+             once: bool = True, tag: str = "") -> None:
         if once:
             k = (f"{kind}/{namespace}/{name}", f"{reason}/{tag}")
             t = time.monotonic()
@@ -395,6 +378,37 @@ class Surges:
         api = "apps/v1" if kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet") else "batch/v1"
         self.client.create_event(namespace=namespace, name=name, reason=reason, note=note, kind=kind, api_version=api)
 
+
+def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) -> bool:
+    """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
+    preconditioned on the pod's uid; one attempt, bounded (the next run tries again)."""
+    try:
+        client.evict_pod(namespace, name, uid=s.uid, grace_period_seconds=None, annotations={},
+                         timeout=EVICT_TIMEOUT_SECONDS)
+    except NotFound:
+        return True  # gone already: the move's purpose is met
+    except ApiError as exc:
+        log.info("surge-first move: evicting %s/%s after its replacement was Ready: %s; trying again at the next "
+                 "run", namespace, name, exc)
+        return False
+    log.info("surge-first move: evicted %s/%s (%s); Deployment %s goes back to %d replicas once it is seen "
+             "terminating", namespace, name, step.why, s.deployment, s.original)
+    client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
+                        note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
+                        f"{s.deployment} goes back to {s.original} replicas")
+    return True
+
+
+def _scale(client: KubeClient, namespace: str, name: str, replicas: int, version: str) -> bool:
+    try:
+        scale_deployment(client, namespace, name, replicas, version)
+        return True
+    except (Conflict, NotFound):
+        return False
+    except ApiError as exc:
+        log.warning("surge-first move: scaling Deployment %s/%s to %d failed (%s); trying again at the next run",
+                    namespace, name, replicas, exc)
+        return False
 
 def _candidates(plan: RunPlan, pacing: PacingPlan) -> dict[str, Candidate]:
     """One pod per workload that should move surge-first: a wave-0 eviction that would leave its

@@ -249,7 +249,8 @@ class ReactorServer:
 
     def run(self) -> int:
         """Block until :meth:`shutdown`; returns the exit code: 0, or 1 when the Leases cannot be used
-        (:meth:`preflight`: the error names the namespace and the fix)."""
+        (:meth:`Leadership.preflight <kdesched.reactor.serve.leader.Leadership.preflight>`: the error names
+        the namespace and the fix)."""
         m.LEADER.labels(self.identity).set(0)  # a standby until it leads: the series exists from the start
         self.start_http()
         try:
