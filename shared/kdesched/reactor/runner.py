@@ -147,9 +147,15 @@ class Reactor:
             min_interval_seconds=settings.settle_seconds, run_lock=self.balance_lock, stop=self.stop,
             clock=mono_clock)
         self.node_events: KeyedCoalescers[_NodeReq, RunResult] = KeyedCoalescers(self._node_coalescer)
+        # taint events of several nodes that queue behind a run (a pool maintenance tainting 20
+        # nodes at once) are decided as one run; with the safety defaults only (they read every pod)
+        # (node -> the result its events get)
+        self.taint_events: Coalescer[_NodeReq, Mapping[str, RunResult]] = Coalescer(self._taints_burst,
+                                                                                     stop=self.stop)
         # paced evictions: the run is repeated later, never waited for in a run
         self.continuations = Continuations(self._continue, stop=self.stop,
-                                           timeout_seconds=self.safety.replacement_timeout_seconds)
+                                           timeout_seconds=self.safety.replacement_timeout_seconds,
+                                           run_batch=self._continue_batch)
         self.active_runs = 0
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
@@ -195,6 +201,9 @@ class Reactor:
             return self._reply(trigger, offered.result, offered.coalesced)
         if trigger.type in (TAINTS_CHANGED, LABELS_CHANGED):
             kind = "taints" if trigger.type == TAINTS_CHANGED else "affinity"
+            if kind == "taints" and self.safety.enabled:
+                burst = self.taint_events.submit(_NodeReq(trigger, changed))
+                return self._reply(trigger, burst.result[node], burst.coalesced)
             served = self.node_events.get(f"{kind}/{node}").submit(_NodeReq(trigger, changed))
             return self._reply(trigger, served.result, served.coalesced)
         raise RequestError(f"type: {trigger.type!r} is not a node event", "type")
@@ -322,6 +331,73 @@ class Reactor:
         log.info("continuing %s: %d eviction(s), %d still paced", scope_key, results.count("evicted"),
                  results.count("paced"))
 
+    def _continue_batch(self, scope_keys: Sequence[str]) -> None:
+        """Repeat node scopes of the same strategies as one run (kdesched.reactor.continuation).
+        A node whose lock is taken (an event's run on it right now) is repeated on its own after."""
+        scopes = {parse_scope(k).node: k for k in scope_keys}
+        strategies = parse_scope(scope_keys[0]).strategies or ()
+        taints = set(strategies) <= NODE_LOCAL_STRATEGIES
+        kind, etype = ("taints", TAINTS_CHANGED) if taints else ("affinity", LABELS_CHANGED)
+        trigger_id = f"continue-{uuid.uuid4().hex[:12]}{PACED_SUFFIX}"
+        busy: list[str] = []
+        result = self._nodes_run(kind, tuple(strategies), sorted(scopes),
+                                 lambda n: [Trigger(etype, trigger_id, CONTINUATION_SOURCE, n)], busy=busy)
+        if result is not None:
+            results = [e.get("result") for e in result.evictions]
+            log.info("continuing %d node scopes of %s in one run: %d eviction(s), %d still paced",
+                     len(scopes) - len(busy), "+".join(strategies), results.count("evicted"), results.count("paced"))
+        for node in busy:
+            self._continue(scopes[node])
+
+    def _taints_burst(self, reqs: Sequence[_NodeReq]) -> Mapping[str, RunResult]:
+        """Taint events that queued behind a run: one node's as before, several nodes' as one run
+        (whose report every one of them gets, listing them in ``coalescedTriggers``)."""
+        by_node: dict[str, list[_NodeReq]] = {}
+        for r in reqs:
+            by_node.setdefault(r.trigger.node or "", []).append(r)
+        names = {scope_for_event(self.settings, self.policy, TAINTS_CHANGED, n).strategies for n in by_node}
+        strategies = next(iter(names))
+        if len(by_node) == 1 or len(names) != 1 or not strategies or not set(strategies) <= NODE_LOCAL_STRATEGIES:
+            out: dict[str, RunResult] = {}
+            for node, node_reqs in by_node.items():
+                with self.node_locks.get(node):
+                    out[node] = self._node_batch("taints", node, node_reqs)
+            return out
+        result = self._nodes_run("taints", strategies, sorted(by_node),
+                                 lambda n: [r.trigger for r in by_node[n]], busy=None)
+        assert result is not None
+        result = result.with_notes(before=[(f"taint changes on {len(by_node)} nodes, decided as one run: "
+                                            f"{', '.join(strategies)} on nodes {', '.join(sorted(by_node))}")])
+        return dict.fromkeys(by_node, result)
+
+    def _nodes_run(self, kind: str, strategies: tuple[str, ...], nodes: Sequence[str],
+                   triggers_of: Callable[[str], list[Trigger]], *, busy: list[str] | None) -> RunResult | None:
+        """Node-scoped runs of several nodes decided as one: one read of every pod, one plan over
+        their nodes, one ledger commit; each pod's admission keeps its own node's scope and each
+        node's scope gets its repeat (RunScope.per_node). Holds the nodes' locks, taken in order:
+        ``busy`` given, a node whose lock is taken is left out and listed there; None: waited for.
+        None when no node was left."""
+        held: list[tuple[str, threading.Lock]] = []
+        try:
+            for node in sorted(nodes):  # always in the same order
+                lock = self.node_locks.get(node)
+                if lock.acquire(blocking=busy is None):
+                    held.append((node, lock))
+                elif busy is not None:
+                    busy.append(node)
+            if not held:
+                return None
+            ran = tuple(n for n, _ in held)
+            triggers = [t for n in ran for t in triggers_of(n)]
+            policy = event_policy(self.policy, strategies, self.safety)
+            snapshot = self.loader(self.client, None, kinds_needed(policy))
+            scope = RunScope(f"nodes:{len(ran)}:{'+'.join(strategies)}", strategies, ran, True, per_node=True)
+            return self._decide_and_execute(policy, snapshot, scope, self._dry(), kind, triggers,
+                                            cooldown_repeat=True)
+        finally:
+            for _, lock in held:
+                lock.release()
+
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
                     dry_run: bool, label: str, triggers: Sequence[Trigger]) -> RunResult:
@@ -412,10 +488,10 @@ class Reactor:
             if not dry_run:  # checked moves (summary.moves), then the "why not" Events
                 report = replace(report, extra={**report.extra, "moves": self._checked_moves(decided, report),
                                                 **_surge_summary(decided)})
-                self._post_why_not(scope.key, report)
+                self._post_why_not(scope, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
-                repeat = self._after_run(scope.key, report, decided, cooldown_repeat)
+                repeat = self._after_run(scope, report, decided, cooldown_repeat)
                 if repeat:
                     notes.append(repeat)
             return result_of(report, scope.strategies or (), triggers).with_notes(after=notes)
@@ -423,21 +499,25 @@ class Reactor:
             with self._active_lock:
                 self.active_runs -= 1
 
-    def _after_run(self, scope_key: str, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
+    def _after_run(self, scope: RunScope, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
         # looked at again: held back for a later wave, refused by a PDB or throttled, or failed (the
         # API server said no this time: a fault is retried by the repeat, a lasting refusal ends at the
         # replacement timeout like a paced move)
-        held = {workload_key(o.eviction.pod) for o in report.outcomes
+        # (node, workload) pairs: a batch of node scopes reports back to each scope what is its own
+        held = {(o.eviction.pod.node_name, workload_key(o.eviction.pod)) for o in report.outcomes
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
-        evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
+        evicted = {(o.eviction.pod.node_name, workload_key(o.eviction.pod)) for o in report.outcomes
+                   if o.result in ("evicted", "already-gone")}
         # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
         # settle the ledger, which finishes it: kdesched.reactor.surge)
         # (a move under way counts as progress: its repeat comes every first-repeat interval, 1 s, so
         # the replacement is seen Ready, or the move given up at its timeout, within a second)
-        begun = {k for k, why in decided.surges_started.items() if not why}
-        surging = set(decided.settled.ledger.surges) & _scope_workloads(decided)
-        evicted |= begun | surging | {e.workload for e in decided.surges_ended}
+        chosen = decided.chosen.surges if decided.chosen is not None else {}
+        begun = {(chosen[k][0].node if k in chosen else "", k) for k, why in decided.surges_started.items() if not why}
+        surges = decided.settled.ledger.surges
+        surging = {(surges[k].node, k) for k in set(surges) & _scope_workloads(decided)}
+        evicted |= begun | surging | {(e.surge.node, e.workload) for e in decided.surges_ended}
         held |= begun | surging
         until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
@@ -447,16 +527,28 @@ class Reactor:
             until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
                                             else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
-        return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
+        if not scope.per_node:
+            return self.continuations.after_run(scope.key, held={w for _, w in held}, evicted={w for _, w in evicted},
+                                                cooldown_in=cooldown_in, why=why)
+        notes: dict[str, None] = {}
+        for node in scope.nodes or ():  # every scope of the batch reports back: its chain goes on or ends
+            note = self.continuations.after_run(node_scope(node, scope.strategies or ()),
+                                                held={w for n, w in held if n == node},
+                                                evicted={w for n, w in evicted if n == node},
+                                                cooldown_in=cooldown_in, why=why)
+            if note:
+                notes[note] = None
+        return "; ".join(notes)
 
-    def _post_why_not(self, scope_key: str, report: RunReport) -> None:
-        """The "why not" Events of the run (reactor.whynot): on the node for a node event's run."""
+    def _post_why_not(self, scope: RunScope, report: RunReport) -> None:
+        """The "why not" Events of the run (reactor.whynot): on the node for a node event's run (on
+        each pod's own node for a batch of node scopes)."""
         try:
-            node = parse_scope(scope_key).node or None
+            node = parse_scope(scope.key).node or None
         except ValueError:
             node = None
         try:
-            self.why_not.run_done(report, node)
+            self.why_not.run_done(report, node, own_nodes=scope.per_node)
         except Exception:  # an Event must never fail a run whose evictions happened
             log.exception("could not post the run's \"why not\" Events")
 
