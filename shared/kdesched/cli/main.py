@@ -3,8 +3,14 @@
 Exit codes (a contract, docs/cli.md): 0 success, 2 bad input (the message names the file and the
 field), 1 runtime failure (API server unreachable, a strategy crashed...). Bad input never prints
 a traceback. Heavy imports (the kubernetes client, Flask) happen only in the commands that need
-them, so ``simulate`` starts fast. What ``serve`` and ``function`` (:mod:`kdesched.cli.serve`) share
-with the commands here is in :mod:`kdesched.cli.common`: imports point one way, main -> serve -> common.
+them, so ``simulate`` starts fast.
+
+Here: ``simulate`` and ``run``, the parser of every command, and ``main``. Elsewhere in the
+package: ``serve`` and ``function`` (:mod:`kdesched.cli.serve`), ``policy validate|convert``
+(:mod:`kdesched.cli.policy_commands`), what every command shares (:mod:`kdesched.cli.common`: exit
+codes, InputError, the policy as a command loads it, the client's limit flags, the fast exit),
+logging (:mod:`kdesched.cli.logs`), flag types (:mod:`kdesched.cli.flags`) and the report
+(:mod:`kdesched.cli.output`). Imports point one way: main -> serve -> common.
 """
 
 from __future__ import annotations
@@ -32,54 +38,10 @@ from kdesched.cli.common import (
     load_policy_arg,
     stdin_once,
 )
+from kdesched.cli.logs import setup_logging
+from kdesched.cli.policy_commands import cmd_policy_convert, cmd_policy_validate
 
 log = logging.getLogger("kdesched.cli")
-
-
-# --- logging --------------------------------------------------------------------------------------
-
-
-_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, msg, and every field a caller passed in
-    ``extra=`` (the reactor's profile/strategy/node/pod/trigger, the functions' function/ce_type/
-    ce_id/status...), whatever its name: a list of known keys here silently dropped the others."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        import json
-
-        data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _RECORD_ATTRIBUTES and key not in data:
-                data[key] = value
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str)
-
-
-def setup_logging(verbosity: int, fmt: str | None = None) -> None:
-    level = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else logging.DEBUG)
-    handler = logging.StreamHandler(sys.stderr)
-    if (fmt or os.environ.get("LOG_FORMAT", "text")) == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    # neither format shows threads, processes or source lines: do not collect them per record
-    # (a 150,000-pod simulate logs ~33,000 lines; docs/benchmarks.md)
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # urllib3 logs each transport retry as a WARNING in its own words ("Retrying (Retry(total=1...");
-    # kdesched reports the final failure itself, naming the server. Shown with -vv.
-    logging.getLogger("urllib3").setLevel(logging.DEBUG if verbosity > 1 else logging.ERROR)
-
 
 # --- shared helpers --------------------------------------------------------------------------------
 
@@ -418,64 +380,6 @@ def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
         return f"in-cluster: ${SERVICE_HOST_ENV}"
     where = f"--kubeconfig {kubeconfig}" if kubeconfig else default_kubeconfig_path()
     return where + (f", --context {context}" if context else ", current context")
-
-
-def cmd_policy_validate(args: argparse.Namespace) -> int:
-    policy = load_policy_arg(args.file).policy
-    plugins = sum(len(p.deschedule) + len(p.balance) for p in policy.profiles)
-    print(f"{args.file}: valid policy ({policy.api_version}), {len(policy.profiles)} profile(s), "
-          f"{plugins} strategy plugin(s)")
-    return EXIT_OK
-
-
-def write_file_atomically(path: str, text: str, what: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename.
-    An unusable ``path`` (a directory, a missing folder, no permission) is an InputError naming it."""
-    import tempfile
-
-    target = os.path.abspath(path)
-    folder = os.path.dirname(target)
-    if os.path.isdir(target):
-        raise InputError(f"{what} {path}: is a directory; give a file name, e.g. {os.path.join(path, 'policy.yaml')}")
-    if not os.path.isdir(folder):
-        raise InputError(f"{what} {path}: the folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"{what} {path}: cannot write in {folder}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
-
-
-def cmd_policy_convert(args: argparse.Namespace) -> int:
-    import json
-
-    import yaml
-
-    from kdesched.policy.dump import policy_to_v1alpha2
-
-    stdin_once(("FILE", args.file), ("--output-file", args.output_file))
-    policy = load_policy_arg(args.file).policy
-    doc = policy_to_v1alpha2(policy)
-    if args.output == "json":
-        text = json.dumps(doc, indent=2) + "\n"
-    else:
-        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    if args.output_file and args.output_file != "-":
-        write_file_atomically(args.output_file, text, "--output-file")
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
-
-
 # --- parser ----------------------------------------------------------------------------------------
 
 DESCRIPTION = """\
