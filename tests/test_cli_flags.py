@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-from kdesched.cli import main as cli_main
+from kdesched.cli import common as cli_common
 from kdesched.cli.flags import NumberFlag, address
 from kdesched.cli.main import build_parser, main
 from kdesched.cli.serve import MAX_SWEEP_SECONDS
@@ -16,7 +16,7 @@ from kdesched.cli.serve import MAX_SWEEP_SECONDS
 
 def numeric_actions() -> list[tuple[str, argparse.Action]]:
     """Every flag of every command whose value is a number."""
-    numeric = (cli_main._qps_flag, cli_main._burst_flag, cli_main._concurrency_flag, int, float)
+    numeric = (cli_common._qps_flag, cli_common._burst_flag, cli_common._concurrency_flag, int, float)
     out = []
 
     def walk(parser: argparse.ArgumentParser, path: str) -> None:

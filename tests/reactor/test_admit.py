@@ -223,7 +223,12 @@ def test_a_held_run_is_repeated_backing_off_and_a_wake_brings_it_forward() -> No
     while not ran and time.monotonic() < deadline:
         time.sleep(0.01)
     assert ran == ["s1"]
-    c.after_run("s1", held={KEY}, evicted=set())  # nothing moved: back off 1.5x
+    c.after_run("s1", held={KEY}, evicted=set())  # nothing moved, but the wave's replacements are
+    assert c.delay("s1") == 0.05                  # starting: patient for 4 first intervals
+    while ran == ["s1"]:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    c.after_run("s1", held={KEY}, evicted=set())  # nothing moved for longer: back off 1.5x
     assert c.delay("s1") == pytest.approx(0.075)
     for _ in range(10):
         c.after_run("s1", held={KEY}, evicted=set())

@@ -389,3 +389,101 @@ def test_node_event_names_must_be_whole_dns_subdomains(node: str) -> None:
 def test_node_event_names_that_are_valid() -> None:
     for node in ("n1", "ip-10-0-0-1.ec2.internal", "a", "x" * 253):
         assert parse_node_event({"node": node}).node == node
+
+
+def test_node_repeats_due_together_are_one_run_and_each_scope_goes_on(fake_api: FakeApiServer,
+                                                                      kube: KubeClient) -> None:
+    """A pool maintenance: the repeats of three tainted nodes' runs are decided as one (one read,
+    one plan, one ledger commit). The workload's allowance still holds across them (one pod of web
+    at a time), the pod held for later keeps its own node's scope in the ledger (a restart
+    continues it there), and each scope's chain goes on or ends on its own."""
+    ready = [{"type": "Ready", "status": "True"}]
+
+    def web(name: str, node: str, **kw: Any) -> dict[str, Any]:
+        return pod_obj(name, node, owner_name="web-7d9f8", labels={"app": "web", "pod-template-hash": "7d9f8"}, **kw)
+
+    fake_api.add(*(node_obj(n, taints=[TAINT]) for n in ("n1", "n2", "n3")), node_obj("n4"))
+    fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n2", conditions=ready),
+                 web("web-7d9f8-c", "n3", conditions=ready), pod_obj("db-1", "n2", owner_name="db", conditions=ready))
+    r = reactor(kube)
+    r.paced_recheck_first_seconds = r.paced_recheck_seconds = 30.0  # the test repeats by hand
+    for i, n in enumerate(("n1", "n2", "n3")):
+        r.node_event(Trigger(ev.TAINTS_CHANGED, f"e{i}", "/test"), parse_node_event({"node": n}))
+    assert sorted(evicted(fake_api)) == ["db-1", "web-7d9f8-a"]  # one pod of each workload
+    scopes = [f"node:{n}:RemovePodsViolatingNodeTaints" for n in ("n1", "n2", "n3")]
+    assert set(r.continuations.scheduled()) == set(scopes[1:])  # n1 holds nothing more
+    # web's replacement is Ready on n4: the next wave may go
+    fake_api.add(web("web-7d9f8-d", "n4", conditions=ready))  # (the fake removed the evicted pods)
+    commits = len([q for q in fake_api.requests("PUT") if q.path.endswith("/leases/kdesched-ledger")])
+    r._continue_batch(scopes[1:])
+    assert len([q for q in fake_api.requests("PUT") if q.path.endswith("/leases/kdesched-ledger")]) == commits + 1
+    moved = evicted(fake_api)
+    assert len(moved) == 3 and moved[-1] in ("web-7d9f8-b", "web-7d9f8-c")  # web's allowance: one more
+    left = "web-7d9f8-c" if moved[-1] == "web-7d9f8-b" else "web-7d9f8-b"
+    left_node = "n3" if left == "web-7d9f8-c" else "n2"
+    held = r.execution.store.read().ledger.held_scopes()
+    assert held == {f"node:{left_node}:RemovePodsViolatingNodeTaints": [f"default/{left}"]}
+    assert set(r.continuations.scheduled()) == {f"node:{left_node}:RemovePodsViolatingNodeTaints"}
+    r.stop.set()
+
+
+def test_only_node_repeats_of_the_same_strategies_due_together_are_batched() -> None:
+    import time as _time
+
+    from kdesched.reactor.run.continuation import Continuations, batch_group
+
+    assert batch_group("node:n1:A+B") == batch_group("node:n2:A+B") == "A+B"
+    assert batch_group("node:n1:A") != batch_group("node:n1:A+B")
+    assert batch_group("balance:*") is None and batch_group("balance:A@n1") is None
+    stop = threading.Event()
+    singles: list[str] = []
+    batches: list[list[str]] = []
+    c = Continuations(singles.append, stop=stop, timeout_seconds=60, first=0.05, longest=5,
+                      run_batch=lambda keys: batches.append(sorted(keys)), batch_window=0.5)
+    for key in ("node:n1:A", "node:n2:A", "node:n3:B", "balance:A"):
+        c.after_run(key, held={"Deployment/default/web"}, evicted=set())
+    deadline = _time.monotonic() + 5
+    while (len(singles) < 2 or not batches) and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+    assert batches == [["node:n1:A", "node:n2:A"]] and sorted(singles) == ["balance:A", "node:n3:B"]
+    # the batch reported back on neither scope: both are repeated again, not lost
+    _time.sleep(0.3)
+    assert len(batches) >= 2
+    stop.set()
+    c.cancel_all()
+
+
+def test_taint_events_of_several_nodes_queued_behind_a_run_are_decided_as_one(fake_api: FakeApiServer,
+                                                                              kube: KubeClient) -> None:
+    """A maintenance taints six nodes at once: the first event's run starts alone, the others queue
+    behind it and are decided as one run (not five). One pod per workload goes (the allowance), the
+    rest are held under their own node's scope, and every delivery gets a report."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ready = [{"type": "Ready", "status": "True"}]
+    nodes = [f"n{i}" for i in range(6)]
+    fake_api.add(*(node_obj(n, taints=[TAINT]) for n in nodes), node_obj("spare"))
+    for i, n in enumerate(nodes):
+        fake_api.add(pod_obj(f"web-{i}", n, owner_name="web", conditions=ready),
+                     pod_obj(f"api-{i}", n, owner_name="api", conditions=ready))
+    r = reactor(kube)
+    r.paced_recheck_first_seconds = r.paced_recheck_seconds = 30.0
+    import time as _time
+
+    with ThreadPoolExecutor(6) as pool:
+        with r.taint_events.run_lock:  # a run in progress: the six events queue behind it
+            futures = [pool.submit(r.node_event, Trigger(ev.TAINTS_CHANGED, f"e-{n}", "/test"),
+                                   parse_node_event({"node": n})) for n in nodes]
+            _time.sleep(0.5)
+        replies = [f.result() for f in futures]
+    assert r.taint_events.runs == 1
+    assert all(rep["coalesced"] == 6 and "decided as one run" in " ".join(rep["notes"]) for rep in replies)
+    moved = evicted(fake_api)
+    assert sorted(p.split("-")[0] for p in moved) == ["api", "web"]  # one pod of each workload
+    held = r.execution.store.read().ledger.held_scopes()
+    assert sum(len(v) for v in held.values()) == 10
+    for scope, pods in held.items():
+        node = scope.split(":")[1]
+        assert all(fake_api.get("Pod", p.split("/")[1], "default")["spec"]["nodeName"] == node for p in pods)
+    assert set(r.continuations.scheduled()) == set(held)
+    r.stop.set()

@@ -4,6 +4,13 @@ Exit codes (a contract, docs/cli.md): 0 success, 2 bad input (the message names 
 field), 1 runtime failure (API server unreachable, a strategy crashed...). Bad input never prints
 a traceback. Heavy imports (the kubernetes client, Flask) happen only in the commands that need
 them, so ``simulate`` starts fast.
+
+Here: ``simulate`` and ``run``, the parser of every command, and ``main``. Elsewhere in the
+package: ``serve`` and ``function`` (:mod:`kdesched.cli.serve`), ``policy validate|convert``
+(:mod:`kdesched.cli.policy_commands`), what every command shares (:mod:`kdesched.cli.common`: exit
+codes, InputError, the policy as a command loads it, the client's limit flags, the fast exit),
+logging (:mod:`kdesched.cli.logs`), flag types (:mod:`kdesched.cli.flags`) and the report
+(:mod:`kdesched.cli.output`). Imports point one way: main -> serve -> common.
 """
 
 from __future__ import annotations
@@ -15,69 +22,26 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kdesched import __version__
-
-if TYPE_CHECKING:  # imported lazily at run time: simulate starts without the reactor's imports
-    from kdesched.policy.types import Policy
-    from kdesched.reactor.run.settings import ReactorSettings
+from kdesched.cli.common import (
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_RUNTIME,
+    InputError,
+    LoadedPolicy,
+    add_client_limit_flags,
+    client_limits,
+    exit_now,
+    load_policy_arg,
+    stdin_once,
+)
+from kdesched.cli.logs import setup_logging
+from kdesched.cli.policy_commands import cmd_policy_convert, cmd_policy_validate
 
 log = logging.getLogger("kdesched.cli")
-
-EXIT_OK, EXIT_RUNTIME, EXIT_INPUT = 0, 1, 2
-
-
-class InputError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
-
-
-# --- logging --------------------------------------------------------------------------------------
-
-
-_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, msg, and every field a caller passed in
-    ``extra=`` (the reactor's profile/strategy/node/pod/trigger, the functions' function/ce_type/
-    ce_id/status...), whatever its name: a list of known keys here silently dropped the others."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        import json
-
-        data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _RECORD_ATTRIBUTES and key not in data:
-                data[key] = value
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str)
-
-
-def setup_logging(verbosity: int, fmt: str | None = None) -> None:
-    level = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else logging.DEBUG)
-    handler = logging.StreamHandler(sys.stderr)
-    if (fmt or os.environ.get("LOG_FORMAT", "text")) == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    # neither format shows threads, processes or source lines: do not collect them per record
-    # (a 150,000-pod simulate logs ~33,000 lines; docs/benchmarks.md)
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # urllib3 logs each transport retry as a WARNING in its own words ("Retrying (Retry(total=1...");
-    # kdesched reports the final failure itself, naming the server. Shown with -vv.
-    logging.getLogger("urllib3").setLevel(logging.DEBUG if verbosity > 1 else logging.ERROR)
-
 
 # --- shared helpers --------------------------------------------------------------------------------
 
@@ -114,76 +78,6 @@ def simulation_clock(now_arg: str | None, taken_at: datetime | None) -> tuple[da
     if taken_at is not None:
         return taken_at, f"the snapshot's {SNAPSHOT_TIME} annotation"
     return datetime.now(UTC), "the current time (the snapshot records no time)"
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedPolicy:
-    """A policy checked as a whole (plugins and ``kdesched:`` block), and what it means for this run."""
-
-    policy: Policy
-    settings: ReactorSettings  # ``dry_run`` already resolved
-    dry_run: bool
-    dry_run_why: str
-    """Why the run is (or is not) a dry run, in the operator's words: ``--dry-run``, the policy's
-    ``kdesched.dryRun``, ``$KDESCHED_DRY_RUN`` (every one that applies), or why it is live."""
-
-
-def _dry_run_reasons(policy: Policy, flag: bool, source: str) -> list[str]:
-    from kdesched.reactor.run.settings import DRY_RUN_ENV
-
-    reasons = ["--dry-run"] if flag else []
-    if policy.kdesched.get("dryRun") is True:
-        reasons.append(f"kdesched.dryRun: true in {source}")
-    if os.environ.get(DRY_RUN_ENV, "").lower() in ("1", "true", "yes", "on"):
-        reasons.append(f"${DRY_RUN_ENV}={os.environ[DRY_RUN_ENV]}")
-    return reasons
-
-
-def load_policy_arg(path: str | None, profiles: Sequence[str] = (), namespaces: Sequence[str] = (), *,
-                    dry_run_flag: bool = False) -> LoadedPolicy:
-    """The policy from ``path`` and/or ``--profile`` presets (else the default policy), validated
-    as a whole before anything else happens: plugin errors and ``kdesched:`` errors are one report
-    (InputError -> exit 2). The policy's ``kdesched.dryRun`` (and ``$KDESCHED_DRY_RUN``) make the run
-    a dry run; ``--dry-run`` can only add dry-run, never remove it."""
-    from kdesched.policy.errors import PolicyError
-    from kdesched.reactor.run.settings import ReactorSettings, block_problems
-
-    for name in profiles:
-        if not name.strip():
-            raise InputError(f"--profile: must name a preset profile (e.g. AffinityAndTaints), got {name!r}")
-    try:
-        base = None
-        if path:
-            from kdesched.policy.load import load_policy
-
-            # with presets, the event map is checked against the merged policy below
-            base = load_policy(path, check_block=(lambda raw, _: block_problems(raw, None)) if profiles
-                               else block_problems)
-        if profiles:
-            from kdesched.policy.load import expand_presets
-            from kdesched.policy.presets import PresetCustomizations, merge_policies
-
-            preset = expand_presets(list(profiles), PresetCustomizations(), namespaces)
-            policy = merge_policies(base, preset) if base is not None else preset
-        elif base is not None:
-            policy = base
-        else:
-            from kdesched.policy.defaults import default_policy
-
-            policy = default_policy()
-        settings = ReactorSettings.from_policy(policy)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
-    source = "<stdin>" if path == "-" else (path or "the default policy")
-    reasons = _dry_run_reasons(policy, dry_run_flag, source)
-    dry_run = bool(reasons) or settings.dry_run
-    if dry_run:
-        why = " and ".join(reasons) or "the policy's kdesched settings"
-    else:
-        why = f"no --dry-run flag and no kdesched.dryRun in {source}"
-    from dataclasses import replace
-
-    return LoadedPolicy(policy, replace(settings, dry_run=dry_run, dry_run_why=why if dry_run else ""), dry_run, why)
 
 
 def freeze_heap() -> None:
@@ -226,14 +120,6 @@ def parity_policy(policy: Any) -> Any:
 # --- commands --------------------------------------------------------------------------------------
 
 
-def _stdin_once(*uses: tuple[str, str | None]) -> None:
-    """Refuse ``-`` (standard input) in more than one place: stdin can be read only once."""
-    readers = [name for name, value in uses if value == "-"]
-    if len(readers) > 1:
-        raise InputError(f"{' and '.join(readers)} both say '-' (standard input), which can be read only once; "
-                         f"give at least one of them as a file")
-
-
 def _gc_paused(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``kdesched.model.gcpause.paused_gc`` around a command, imported when the command runs: the
     model package costs ~30 ms to import, which ``kdesched function deadletter`` never needs."""
@@ -257,7 +143,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kdesched.model.files import load_snapshot
 
     started = time.perf_counter()
-    _stdin_once(("CLUSTER", args.cluster), ("--policy", args.policy))
+    stdin_once(("CLUSTER", args.cluster), ("--policy", args.policy))
     if args.now is not None:
         parse_now(args.now)  # bad input is refused before anything is read
     try:
@@ -487,69 +373,6 @@ def _read_failed(args: argparse.Namespace, loaded: LoadedPolicy, safety: Any, st
     return EXIT_RUNTIME
 
 
-def _qps_flag(text: str) -> float:
-    from kdesched.kube.config import parse_qps
-
-    try:
-        return parse_qps(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _burst_flag(text: str) -> int:
-    from kdesched.kube.config import MAX_BURST, parse_count
-
-    try:
-        return parse_count(text, 1, MAX_BURST)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _concurrency_flag(text: str) -> int:
-    from kdesched.kube.config import MAX_CONCURRENCY, parse_count
-
-    try:
-        return parse_count(text, 1, MAX_CONCURRENCY)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_client_limit_flags(parser: argparse.ArgumentParser, *, concurrency: bool = True) -> None:
-    """``--kube-api-qps``, ``--kube-api-burst`` (and ``--max-concurrent-evictions``): run and serve."""
-    from kdesched.kube.config import (
-        BURST_ENV,
-        CONCURRENCY_ENV,
-        DEFAULT_BURST,
-        DEFAULT_MAX_CONCURRENT_EVICTIONS,
-        DEFAULT_QPS,
-        MAX_BURST,
-        MAX_CONCURRENCY,
-        MAX_QPS,
-        QPS_ENV,
-    )
-
-    parser.add_argument("--kube-api-qps", type=_qps_flag, default=None, metavar="QPS",
-                        help=f"client-side rate limit: requests per second to the API server, every request counted "
-                             f"(default ${QPS_ENV}, else {DEFAULT_QPS:g}, kube-scheduler's default); range: more "
-                             f"than 0 and at most {MAX_QPS:,.0f}")
-    parser.add_argument("--kube-api-burst", type=_burst_flag, default=None, metavar="N",
-                        help=f"requests that may go above --kube-api-qps in a burst (default ${BURST_ENV}, else "
-                             f"{DEFAULT_BURST}); range: 1 to {MAX_BURST:,}")
-    if concurrency:
-        parser.add_argument("--max-concurrent-evictions", type=_concurrency_flag, default=None, metavar="N",
-                            help=f"evictions in flight at once, 1 = one after another (default ${CONCURRENCY_ENV}, "
-                                 f"else {DEFAULT_MAX_CONCURRENT_EVICTIONS}); range: 1 to {MAX_CONCURRENCY}")
-
-
-def client_limits(args: argparse.Namespace) -> Any:
-    """The run's :class:`~kdesched.kube.config.ClientLimits`: flags, else environment, else defaults
-    (a bad environment value raises ConfigError naming the variable)."""
-    from kdesched.kube.config import limits_from_env
-
-    return limits_from_env(qps=args.kube_api_qps, burst=args.kube_api_burst,
-                           max_concurrent_evictions=getattr(args, "max_concurrent_evictions", None))
-
-
 def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
     from kdesched.kube.config import SERVICE_HOST_ENV, default_kubeconfig_path
 
@@ -557,64 +380,6 @@ def _kubeconfig_hint(kubeconfig: str | None, context: str | None) -> str:
         return f"in-cluster: ${SERVICE_HOST_ENV}"
     where = f"--kubeconfig {kubeconfig}" if kubeconfig else default_kubeconfig_path()
     return where + (f", --context {context}" if context else ", current context")
-
-
-def cmd_policy_validate(args: argparse.Namespace) -> int:
-    policy = load_policy_arg(args.file).policy
-    plugins = sum(len(p.deschedule) + len(p.balance) for p in policy.profiles)
-    print(f"{args.file}: valid policy ({policy.api_version}), {len(policy.profiles)} profile(s), "
-          f"{plugins} strategy plugin(s)")
-    return EXIT_OK
-
-
-def write_file_atomically(path: str, text: str, what: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename.
-    An unusable ``path`` (a directory, a missing folder, no permission) is an InputError naming it."""
-    import tempfile
-
-    target = os.path.abspath(path)
-    folder = os.path.dirname(target)
-    if os.path.isdir(target):
-        raise InputError(f"{what} {path}: is a directory; give a file name, e.g. {os.path.join(path, 'policy.yaml')}")
-    if not os.path.isdir(folder):
-        raise InputError(f"{what} {path}: the folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"{what} {path}: cannot write in {folder}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
-
-
-def cmd_policy_convert(args: argparse.Namespace) -> int:
-    import json
-
-    import yaml
-
-    from kdesched.policy.dump import policy_to_v1alpha2
-
-    _stdin_once(("FILE", args.file), ("--output-file", args.output_file))
-    policy = load_policy_arg(args.file).policy
-    doc = policy_to_v1alpha2(policy)
-    if args.output == "json":
-        text = json.dumps(doc, indent=2) + "\n"
-    else:
-        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    if args.output_file and args.output_file != "-":
-        write_file_atomically(args.output_file, text, "--output-file")
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
-
-
 # --- parser ----------------------------------------------------------------------------------------
 
 DESCRIPTION = """\
@@ -776,15 +541,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     document_ranges(parser)
     return parser
-
-
-def exit_now(code: int) -> None:
-    """End the process once the output is written, without freeing the heap object by object:
-    at 150,000 pods freeing the snapshot and the plan takes ~0.4 s (docs/benchmarks.md). Used on
-    the command line only (``main()`` without ``argv``), never in-process."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kdesched_functions import FUNCTIONS
 
+from kdesched.cli.common import InputError, add_client_limit_flags, client_limits, exit_now, load_policy_arg
 from kdesched.cli.flags import NumberFlag, address
 
 log = logging.getLogger("kdesched.cli.serve")
@@ -55,7 +56,7 @@ def _add_concurrency_flag(p: argparse.ArgumentParser) -> None:
 
 DEFAULT_MAX_OBJECTS_TEXT = ("auto: 35%% of the container's memory limit at ~2.7 KB per object, e.g. ~275,000 at "
                             "2 Gi; 300,000 without a limit")
-DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kdesched.reactor.serve.DEFAULT_DRAIN_SECONDS
+DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kdesched.reactor.serve.server.DEFAULT_DRAIN_SECONDS
 
 _positive_int = NumberFlag(int, 1, 100_000_000)
 
@@ -120,8 +121,6 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                         "kind counted past it is not listed: the cache is dropped and runs LIST per event, as with "
                         "--no-cache, until the objects are counted under 80%% of it again (every 15 minutes)")
     _add_concurrency_flag(p)
-    from kdesched.cli.main import add_client_limit_flags
-
     add_client_limit_flags(p)
     p.set_defaults(func=cmd_serve)
     return p
@@ -147,17 +146,9 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
     return p
 
 
-def _input_error(message: str) -> Exception:
-    from kdesched.cli.main import InputError
-
-    return InputError(message)
-
-
 def _load(policy_path: str | None, profiles: list[str], dry_run: bool) -> Any:
     """The policy checked as a whole, its settings and dry-run decision, before any API call
-    (bad input -> InputError -> exit 2). See :func:`kdesched.cli.main.load_policy_arg`."""
-    from kdesched.cli.main import load_policy_arg
-
+    (bad input -> InputError -> exit 2). See :func:`kdesched.cli.common.load_policy_arg`."""
     return load_policy_arg(policy_path, profiles, dry_run_flag=dry_run)
 
 
@@ -236,7 +227,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loaded = _load(args.policy, args.profile, args.dry_run)
     policy, settings = loaded.policy, loaded.settings
     if args.sweep_interval is None and not settings.sweep_interval_seconds <= MAX_SWEEP_SECONDS:
-        raise _input_error(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got "
+        raise InputError(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got "
                            f"{settings.sweep_interval_seconds:g}")
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
@@ -244,14 +235,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kdesched.model.names import is_dns_label  # here: `kdesched function` never loads the model package
 
     if not is_dns_label(namespace):
-        raise _input_error(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
+        raise InputError(f"--lease-namespace: must be a namespace name (DNS label), got {namespace!r} (from {origin})")
     settings = replace(settings, lease_namespace=namespace)
-    from kdesched.cli.main import client_limits
 
     try:
         client = KubeClient.from_config(args.kubeconfig, context=args.context, limits=client_limits(args))
     except ConfigError as exc:
-        raise _input_error(str(exc)) from None
+        raise InputError(str(exc)) from None
     from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, auto_ceiling
     from kdesched.reactor.serve.server import DEFAULT_DRAIN_SECONDS
 
@@ -272,8 +262,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if getattr(args, "exit_when_done", False):
         # on the command line: exit now, not when a run still evicting past the drain (a worker
         # thread the interpreter would wait for) ends; the Lease is already released
-        from kdesched.cli.main import exit_now
-
         exit_now(code)
     return code
 
@@ -282,7 +270,7 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
     """The Flask app of function ``name`` (policy from ``policy_path`` or $KDESCHED_POLICY)."""
     function = FUNCTIONS.get(name)
     if function is None:
-        raise _input_error(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
+        raise InputError(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
     if not function.needs_policy:
         return function.create_app()
     loaded = _load(policy_path or os.environ.get("KDESCHED_POLICY"), [], False)
@@ -296,11 +284,11 @@ def cmd_function(args: argparse.Namespace) -> int:
     from kdesched.kube.errors import ConfigError
 
     if not args.name:
-        raise _input_error(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTIONS)}")
+        raise InputError(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTIONS)}")
     try:
         app = build_function_app(args.name, args.policy)
     except ConfigError as exc:
-        raise _input_error(str(exc)) from None
+        raise InputError(str(exc)) from None
     app.limit_events(args.concurrency)
     threads = threads_for(args.concurrency)
     server = WSGIServer(args.host, args.port, app, threads=threads, graceful_seconds=FUNCTION_GRACE_SECONDS)
@@ -320,7 +308,5 @@ def cmd_function(args: argparse.Namespace) -> int:
     if getattr(args, "exit_when_done", False):
         # a request still running past the graceful stop must not hold the process (the pod's grace
         # period ends it anyway)
-        from kdesched.cli.main import exit_now
-
         exit_now(0)
     return 0

@@ -141,13 +141,14 @@ class WhyNotEvents:
             self._last[key] = now
             return True
 
-    def run_done(self, report: RunReport, node: str | None) -> int:
-        """Post the Events of one run (``node``: the node of a node event's run, else None).
-        Returns how many were posted."""
+    def run_done(self, report: RunReport, node: str | None, *, own_nodes: bool = False) -> int:
+        """Post the Events of one run (``node``: the node of a node event's run, else None;
+        ``own_nodes``: a batch of node-scoped runs, each pod's Event on its own node). Returns how
+        many were posted."""
         groups: dict[tuple[str, str, str, str, str], list[Held]] = {}
         for h in held_back(report):
-            if node:
-                target = ("Node", "", node, "v1")
+            if node or (own_nodes and h.pod.node_name):
+                target = ("Node", "", node or h.pod.node_name, "v1")
             else:
                 w = workload_of(h.pod)
                 target = (w.kind, w.namespace, w.name, API_VERSIONS.get(w.kind, "v1")) if w is not None else (

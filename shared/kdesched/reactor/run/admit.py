@@ -48,6 +48,7 @@ from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
 from kdesched.reactor.io.lease import LockBusy
 from kdesched.reactor.io.ledger_store import LedgerRead, LedgerStore
+from kdesched.reactor.run.continuation import node_scope
 from kdesched.reactor.run.controls import BrakeStatus, Controlled, apply_verdicts, held_flags
 from kdesched.reactor.run.surge import Chosen, Ended, Surges
 
@@ -61,11 +62,12 @@ DEFAULT_DEADLINE_SECONDS = 60.0
 EVICTED = frozenset({"evicted", "already-gone"})
 
 
-def waiting_workloads(decided: Decided) -> set[str]:
-    """Workloads whose pods the run wanted and could not evict only for a passing reason (a PDB that
-    allows no disruption while another pod is replaced, no room until a move settles, another run's
-    eviction in flight): the run is repeated for them until they move or the move times out."""
-    return {workload_key(r.pod) for r in decided.plan.refusals if r.kind.transient}
+def waiting_workloads(decided: Decided) -> set[tuple[str, str]]:
+    """(node, workload) of the pods the run wanted and could not evict only for a passing reason (a
+    PDB that allows no disruption while another pod is replaced, no room until a move settles,
+    another run's eviction in flight): the run is repeated for them until they move or the move
+    times out."""
+    return {(r.pod.node_name, workload_key(r.pod)) for r in decided.plan.refusals if r.kind.transient}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,13 @@ class RunScope:
     strategies: tuple[str, ...] | None
     nodes: tuple[str, ...] | None
     complete: bool  # the snapshot holds every pod (a run may settle moves on it)
+    # a batch of node-scoped repeats decided as one run (Reactor.continue_batch): each pod it holds
+    # or admits belongs to its own node's scope, so that node's repeat (or a restart) continues it
+    per_node: bool = False
+
+    def key_for(self, pod: Pod) -> str:
+        """The scope the ledger records ``pod``'s admission under (what continues its move)."""
+        return node_scope(pod.node_name, self.strategies or ()) if self.per_node else self.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,24 +161,27 @@ def pods_by_workload(snapshot: Snapshot, keys: Collection[str]) -> dict[str, lis
     return out
 
 
-def admissions_of(plan: RunPlan, scope: str, snapshot: Snapshot | None = None) -> tuple[Admission, ...]:
+def admissions_of(plan: RunPlan, scope: str | Callable[[Pod], str],
+                  snapshot: Snapshot | None = None) -> tuple[Admission, ...]:
     """The plan's evictions as the ledger records them: wave 0 in flight, later waves held. Each
     carries its workload's expected and Ready counts (the count its move settles back to), also
     when the plan is not paced (``kdesched.safety.enabled: false``): a budget then still counts the
-    pod until its replacement is Ready, not until the next settle."""
+    pod until its replacement is Ready, not until the next settle. ``scope``: the run scope key, or
+    the key of each pod (:meth:`RunScope.key_for`)."""
+    scope_of = scope if callable(scope) else (lambda _pod, key=scope: key)
     pacing = plan.pacing
     out: list[Admission] = []
     counts: dict[str, tuple[int, int]] = {}
     for i, e in enumerate(plan.evictions):
         if pacing is None:
             expected, ready = _counts(e.pod, snapshot, counts)
-            out.append(Admission(e.pod, e.strategy, False, scope, "", expected, ready))
+            out.append(Admission(e.pod, e.strategy, False, scope_of(e.pod), "", expected, ready))
             continue
         step = pacing.steps[i]
         known = pacing.workloads.get(step.workload) if step.workload is not None else None
         status = known.status if known is not None else None
         expected, ready = (status.expected, status.ready) if status else _counts(e.pod, snapshot, counts)
-        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope, step.destination, expected, ready))
+        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope_of(e.pod), step.destination, expected, ready))
     return tuple(out)
 
 
@@ -234,11 +246,11 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                             nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
             controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
             plan = controlled.plan
-            chosen = (surges.choose(plan, ledger, snapshot, scope.key, now, plan_check(admission))
+            chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, plan_check(admission))
                       if surges is not None and not dry_run else None)
             if chosen is not None:
                 plan = chosen.plan
-            admissions = admissions_of(plan, scope.key, snapshot) + (chosen.admissions if chosen is not None else ())
+            admissions = admissions_of(plan, scope.key_for, snapshot) + (chosen.admissions if chosen is not None else ())
             notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
             own = read.ledger.written_by(run)  # an earlier attempt's records to replace
             if dry_run or (not admissions and not settled.changed and not admission.writes and not own):

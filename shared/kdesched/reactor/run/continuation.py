@@ -6,14 +6,24 @@ must then come back for them, for every kind of run (node-scoped, balance, manua
 cluster stays half-moved until the next sweep. This module keeps, per *scope* (what the run decided
 over: :func:`node_scope` / :func:`balance_scope`), one timer that repeats the run:
 
-* 1 s after a run that evicted (a replacement is usually Ready within seconds), then 1.5x longer
-  each time nothing moved, up to ``longest`` (10 s);
+* 1 s after a run that evicted (a replacement is usually Ready within seconds), every second
+  for the first ``PATIENT_REPEATS`` (4) seconds of no progress (the replacements of the wave it
+  evicted are starting: the next wave should go the second they are Ready, not at the end of a
+  back-off), then 1.5x longer each time nothing moved, up to ``longest`` (10 s);
 * at once (``first``) when another run made progress on a workload this scope holds pods of
   (:meth:`Continuations.wake`: the maintenance taint of six nodes is six scopes sharing one
   workload; the one that evicts wakes the others when it settles);
 * until a run of the scope holds nothing, or nothing moved for the replacement timeout: then the
   move ends ``paced`` (the ledger gives its held pods up with a note and an Event), and the next
   event or the sweep re-decides.
+
+Repeats of node-scoped runs that fall due together are decided as **one run** (``run_batch``):
+when one fires, every other node scope of the same strategies due within ``batch_window`` (the
+longest back-off, 10 s) comes along. A pool maintenance is many node scopes sharing workloads: 20
+tainted nodes are 20 repeats per wave, and run one by one (one admission at a time in a process)
+they cost a wave seconds of planning each; batched, one plan and one ledger commit serve them all
+(docs/benchmarks.md, "Pool maintenance"). Each scope's chain goes on as before: the batch reports
+back per scope (``after_run`` for every one of them).
 
 A node-scoped run whose only obstacle was a cool-down is repeated once when the cool-down ends.
 The state of a move lives in the disruption ledger, not here: a restarted process or a new leader
@@ -35,11 +45,22 @@ log = logging.getLogger("kdesched.reactor.continuation")
 FIRST_SECONDS = 1.0
 LONGEST_SECONDS = 10.0
 BACKOFF = 1.5
+PATIENT_REPEATS = 4  # repeats at the first interval after progress, before backing off
 
 
 def node_scope(node: str, strategies: Iterable[str]) -> str:
     """The scope of a node-scoped run (its repeat runs these strategies on this node)."""
     return f"node:{node}:{'+'.join(strategies)}"
+
+
+def batch_group(key: str) -> str | None:
+    """Which repeats may be decided as one run with ``key``'s: node scopes of the same strategies
+    (their group), never a balance scope (None)."""
+    kind, _, rest = key.partition(":")
+    if kind != "node":
+        return None
+    node, sep, names = rest.partition(":")
+    return names if node and sep and names else None
 
 
 def balance_scope(strategies: Iterable[str] | None, nodes: Iterable[str] | None = None) -> str:
@@ -89,8 +110,16 @@ class Continuations:
 
     def __init__(self, run: Callable[[str], None], *, stop: threading.Event, timeout_seconds: float,
                  first: float = FIRST_SECONDS, longest: float = LONGEST_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 run_batch: Callable[[list[str]], None] | None = None, batch_window: float | None = None) -> None:
         self.run = run
+        # repeats of node scopes due together, decided as one run (module docstring); it must call
+        # after_run() for every scope it is given
+        self.run_batch = run_batch
+        # every chain of the group due within it joins (the longest back-off: a wave's scopes drift
+        # apart by their runs' lengths, and one run costs less than two however early it comes;
+        # a cool-down's one-shot repeat, minutes away, waits for its time)
+        self._batch_window = batch_window
         self.stop = stop
         self.timeout_seconds = timeout_seconds
         self.first = first
@@ -98,6 +127,10 @@ class Continuations:
         self.clock = clock
         self._lock = threading.Lock()
         self._chains: dict[str, _Chain] = {}
+
+    @property
+    def batch_window(self) -> float:
+        return self.longest if self._batch_window is None else self._batch_window
 
     def scheduled(self) -> dict[str, float]:
         """scope -> seconds until its repeat (for tests and /readyz)."""
@@ -142,8 +175,8 @@ class Continuations:
             chain.workloads |= set(held)
             if evicted:
                 chain.progress, chain.delay = now, self.first
-            elif chain.timer is None and not fresh:  # a repeat that moved nothing: back off
-                chain.delay = min(self.longest, chain.delay * BACKOFF)
+            elif chain.timer is None and not fresh and now - chain.progress >= PATIENT_REPEATS * self.first:
+                chain.delay = min(self.longest, chain.delay * BACKOFF)  # a repeat that moved nothing: back off
             if now - chain.progress >= bound:
                 self._drop(scope, chain)
                 m.CONTINUATIONS.labels("timed-out").inc()
@@ -204,22 +237,53 @@ class Continuations:
         if self._chains.get(scope) is chain:
             del self._chains[scope]
 
+    def _due_with(self, scope: str, now: float) -> list[tuple[str, _Chain]]:
+        """The other chains whose repeat may run in one batch with ``scope``'s now (their timers
+        cancelled: the batch is their repeat). The caller holds _lock."""
+        group = batch_group(scope) if self.run_batch is not None else None
+        if group is None:
+            return []
+        out: list[tuple[str, _Chain]] = []
+        for other, c in self._chains.items():
+            if other != scope and c.timer is not None and c.due - now <= self.batch_window \
+                    and batch_group(other) == group:
+                c.timer.cancel()
+                c.timer = None
+                out.append((other, c))
+        return out
+
     def _fire(self, scope: str, chain: _Chain) -> None:
         with self._lock:
             if self._chains.get(scope) is not chain or chain.timer is None:
                 return  # dropped or rescheduled meanwhile
             chain.timer = None
+            batch = [(scope, chain), *self._due_with(scope, self.clock())]
         if self.stop.is_set():
             return
         try:
-            self.run(scope)  # its after_run() schedules the next repeat, or ends the chain
+            if len(batch) == 1:
+                self.run(scope)  # its after_run() schedules the next repeat, or ends the chain
+            else:
+                assert self.run_batch is not None
+                m.CONTINUATIONS.labels("batched").inc(len(batch) - 1)
+                self.run_batch([s for s, _ in batch])  # after_run() for each
         except Exception as exc:  # noqa: BLE001 - a busy Lease, an API error: look again later
-            log.info("repeating %s failed (%s); trying again", scope, exc)
-            with self._lock:
-                if self._chains.get(scope) is chain and chain.timer is None and not self.stop.is_set():
-                    chain.delay = min(self.longest, chain.delay * BACKOFF)
-                    if self.clock() - chain.progress >= max(self.timeout_seconds, self.longest):
-                        self._drop(scope, chain)
-                        m.CONTINUATIONS.labels("timed-out").inc()
-                    else:
-                        self._schedule(scope, chain, chain.delay)
+            log.info("repeating %s failed (%s); trying again", ", ".join(s for s, _ in batch), exc)
+            for s, c in batch:
+                self._again(s, c, backoff=True)
+            return
+        for s, c in batch if len(batch) > 1 else ():  # a scope the batch did not report back on
+            self._again(s, c, backoff=True)                 # is not lost: it is repeated (bounded)
+
+    def _again(self, scope: str, chain: _Chain, *, backoff: bool) -> None:
+        """Schedule ``scope``'s next repeat if nothing did (its run failed, or never called after_run)."""
+        with self._lock:
+            if self._chains.get(scope) is not chain or chain.timer is not None or self.stop.is_set():
+                return
+            if backoff:
+                chain.delay = min(self.longest, chain.delay * BACKOFF)
+            if self.clock() - chain.progress >= max(self.timeout_seconds, self.longest):
+                self._drop(scope, chain)
+                m.CONTINUATIONS.labels("timed-out").inc()
+            else:
+                self._schedule(scope, chain, chain.delay)

@@ -36,7 +36,7 @@ from kdesched.reactor.run.admit import (
     record_outcomes,
     waiting_workloads,
 )
-from kdesched.reactor.run.continuation import Continuations, parse_scope
+from kdesched.reactor.run.continuation import Continuations, node_scope, parse_scope
 from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels, with_deferred
 from kdesched.reactor.run.notices import RunNotices
 from kdesched.reactor.run.reports import RunResult, result_of
@@ -116,10 +116,10 @@ class Execution:
             if note:
                 notes.append(note)
             if not dry_run:  # the timed-out holds, checked moves (summary.moves), then the "why not" Events
-                report = self.notices.live_run_done(scope.key, decided, report)
+                report = self.notices.live_run_done(scope, decided, report)
             observe_run(label, "error" if decided.plan.errors else "success", report.duration_seconds)
             if not dry_run:
-                repeat = self._after_run(scope.key, report, decided, cooldown_repeat)
+                repeat = self._after_run(scope, report, decided, cooldown_repeat)
                 if repeat:
                     notes.append(repeat)
             return result_of(report, scope.strategies or (), triggers).with_notes(after=notes)
@@ -148,21 +148,25 @@ class Execution:
             log.info("resuming %d paced move(s) from the disruption ledger: %s", n, ", ".join(scopes))
         return n
 
-    def _after_run(self, scope_key: str, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
+    def _after_run(self, scope: RunScope, report: RunReport, decided: Decided, cooldown_repeat: bool) -> str:
         # looked at again: held back for a later wave, refused by a PDB or throttled, or failed (the
         # API server said no this time: a fault is retried by the repeat, a lasting refusal ends at the
         # replacement timeout like a paced move)
-        held = {workload_key(o.eviction.pod) for o in report.outcomes
+        # (node, workload) pairs: a batch of node scopes reports back to each scope what is its own
+        held = {(o.eviction.pod.node_name, workload_key(o.eviction.pod)) for o in report.outcomes
                 if o.result in ("paced", "blocked", "throttled", "failed", "abandoned")}
         held |= waiting_workloads(decided)  # refused for a passing reason (a PDB at 0, no room yet)
-        evicted = {workload_key(o.eviction.pod) for o in report.outcomes if o.result in ("evicted", "already-gone")}
+        evicted = {(o.eviction.pod.node_name, workload_key(o.eviction.pod)) for o in report.outcomes
+                   if o.result in ("evicted", "already-gone")}
         # a surge-first move begun or advanced: repeated like a paced move until it ends (its repeats
         # settle the ledger, which finishes it: kdesched.reactor.run.surge)
         # (a move under way counts as progress: its repeat comes every first-repeat interval, 1 s, so
         # the replacement is seen Ready, or the move given up at its timeout, within a second)
-        begun = {k for k, why in decided.surges_started.items() if not why}
-        surging = set(decided.settled.ledger.surges) & _scope_workloads(decided)
-        evicted |= begun | surging | {e.workload for e in decided.surges_ended}
+        chosen = decided.chosen.surges if decided.chosen is not None else {}
+        begun = {(chosen[k][0].node if k in chosen else "", k) for k, why in decided.surges_started.items() if not why}
+        surges = decided.settled.ledger.surges
+        surging = {(surges[k].node, k) for k in set(surges) & _scope_workloads(decided)}
+        evicted |= begun | surging | {(e.surge.node, e.workload) for e in decided.surges_ended}
         held |= begun | surging
         until = decided.admission.until if cooldown_repeat else None
         why = "a cool-down"
@@ -172,8 +176,18 @@ class Execution:
             until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
                                             else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
-        return self.continuations.after_run(scope_key, held=held, evicted=evicted, cooldown_in=cooldown_in, why=why)
-
+        if not scope.per_node:
+            return self.continuations.after_run(scope.key, held={w for _, w in held}, evicted={w for _, w in evicted},
+                                                cooldown_in=cooldown_in, why=why)
+        notes: dict[str, None] = {}
+        for node in scope.nodes or ():  # every scope of the batch reports back: its chain goes on or ends
+            note = self.continuations.after_run(node_scope(node, scope.strategies or ()),
+                                                held={w for n, w in held if n == node},
+                                                evicted={w for n, w in evicted if n == node},
+                                                cooldown_in=cooldown_in, why=why)
+            if note:
+                notes[note] = None
+        return "; ".join(notes)
 
 def _scope_workloads(decided: Decided) -> set[str]:
     """The workloads this run's scope wanted to move (its plan, its refusals, its surge-first moves)."""

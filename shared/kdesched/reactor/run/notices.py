@@ -28,7 +28,7 @@ from kdesched.evictor.ledger import (
 from kdesched.kube.client import KubeClient
 from kdesched.reactor import metrics as m
 from kdesched.reactor.io.whynot import WhyNotEvents
-from kdesched.reactor.run.admit import Decided
+from kdesched.reactor.run.admit import Decided, RunScope
 from kdesched.reactor.run.continuation import parse_scope
 
 log = logging.getLogger("kdesched.reactor")
@@ -45,7 +45,7 @@ class RunNotices:
         self.admission = admission
         self.replacement_timeout_seconds = replacement_timeout_seconds
 
-    def live_run_done(self, scope_key: str, decided: Decided, report: RunReport) -> RunReport:
+    def live_run_done(self, scope: RunScope, decided: Decided, report: RunReport) -> RunReport:
         """After a live run recorded its outcomes: the held pods the ledger gave up, the checked
         moves (``summary.moves``) and surge-first moves (``summary.surge``) in the report, then the
         "why not" Events of what it held back. Returns the report with its summary."""
@@ -53,17 +53,18 @@ class RunNotices:
             self.timed_out(decided)
         report = replace(report, extra={**report.extra, "moves": self.checked_moves(decided, report),
                                         **surge_summary(decided)})
-        self.why_not_events(scope_key, report)
+        self.why_not_events(scope, report)
         return report
 
-    def why_not_events(self, scope_key: str, report: RunReport) -> None:
-        """The "why not" Events of the run (reactor.io.whynot): on the node for a node event's run."""
+    def why_not_events(self, scope: RunScope, report: RunReport) -> None:
+        """The "why not" Events of the run (reactor.io.whynot): on the node for a node event's run (on
+        each pod's own node for a batch of node scopes)."""
         try:
-            node = parse_scope(scope_key).node or None
+            node = parse_scope(scope.key).node or None
         except ValueError:
             node = None
         try:
-            self.why_not.run_done(report, node)
+            self.why_not.run_done(report, node, own_nodes=scope.per_node)
         except Exception:  # an Event must never fail a run whose evictions happened
             log.exception("could not post the run's \"why not\" Events")
 

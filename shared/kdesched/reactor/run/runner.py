@@ -32,14 +32,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kdesched.admission.pipeline import Pipeline
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.kube.client import KubeClient
-from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
+from kdesched.policy.control_plane import exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -53,9 +52,7 @@ from kdesched.reactor.events.routing import (
     TAINTS_CHANGED,
     EventScopeError,
     event_policy,
-    extension_point,
     kinds_needed,
-    scope_for_event,
 )
 from kdesched.reactor.io.lease import LeaseGuard, LockBusy, default_identity
 from kdesched.reactor.io.ledger_store import LedgerStore
@@ -63,7 +60,6 @@ from kdesched.reactor.io.loaders import (
     NODE_LOCAL_STRATEGIES,
     SnapshotLoader,
     default_loader,
-    read_for_node_run,
 )
 from kdesched.reactor.io.probe import NodeProbe
 from kdesched.reactor.io.readings import RunReadings
@@ -72,10 +68,11 @@ from kdesched.reactor.run.admit import (
     Retention,
     RunScope,
 )
-from kdesched.reactor.run.coalescing import Coalescer, KeyedCoalescers, NodeLocks
-from kdesched.reactor.run.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.run.coalescing import Coalescer, KeyedCoalescers
+from kdesched.reactor.run.continuation import Continuations, balance_scope, parse_scope
 from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels
 from kdesched.reactor.run.execution import Execution
+from kdesched.reactor.run.noderuns import NodeReq, NodeRuns
 from kdesched.reactor.run.notices import RunNotices
 from kdesched.reactor.run.reports import RunResult, dry_run_why, empty_result, reply
 from kdesched.reactor.run.settings import ReactorSettings
@@ -86,13 +83,6 @@ MAX_CHECKED_LISTED = 20  # checked moves listed one by one in a report (the coun
 
 CONTINUATION_SOURCE = "/kdesched/continuation"
 PACED_SUFFIX = "/paced"  # trigger id suffix of a repeat
-
-
-@dataclass(frozen=True, slots=True)
-class _NodeReq:
-    trigger: Trigger
-    changed_labels: frozenset[str] | None  # None = unknown
-    strategies: tuple[str, ...] | None = None  # a repeat: exactly these (the scope that held pods)
 
 
 class Reactor:
@@ -120,17 +110,27 @@ class Reactor:
         self.readings = RunReadings(client, settings.alert_brake, settings.usage)
         self.probe = NodeProbe(client)
         self.balance_lock = threading.Lock()
-        self.node_locks = NodeLocks()
+        # node-scoped runs, each under its node's lock; several nodes' as one when due together
+        self.node_runs = NodeRuns(self.policy, settings, self.safety, client, decide=self._decide_and_execute,
+                                  balanced=self._balanced, loader=lambda: self.loader, wall_clock=self.wall_clock,
+                                  safety_note=self.safety_note, stop=self.stop)
+        self.node_locks = self.node_runs.node_locks
         # leading edge: the first balance event runs after a short gather, a burst's follow-up no
         # sooner than settleSeconds after it; node-scoped runs start at once (docs/reactor.md)
         self.balance_events: Coalescer[Trigger, RunResult] = Coalescer(
             self._balance_batch, delay_seconds=settings.balance_delay_seconds,
             min_interval_seconds=settings.settle_seconds, run_lock=self.balance_lock, stop=self.stop,
             clock=mono_clock)
-        self.node_events: KeyedCoalescers[_NodeReq, RunResult] = KeyedCoalescers(self._node_coalescer)
+        self.node_events: KeyedCoalescers[NodeReq, RunResult] = KeyedCoalescers(self.node_runs.coalescer)
+        # taint events of several nodes that queue behind a run (a pool maintenance tainting 20
+        # nodes at once) are decided as one run; with the safety defaults only (they read every pod)
+        # (node -> the result its events get)
+        self.taint_events: Coalescer[NodeReq, Mapping[str, RunResult]] = Coalescer(self.node_runs.taints_burst,
+                                                                                   stop=self.stop)
         # paced evictions: the run is repeated later, never waited for in a run
         self.continuations = Continuations(self._continue, stop=self.stop,
-                                           timeout_seconds=self.safety.replacement_timeout_seconds)
+                                           timeout_seconds=self.safety.replacement_timeout_seconds,
+                                           run_batch=self._continue_batch)
         # the run itself: the ledger, every control at admission in one order (built once for this
         # policy: kdesched.admission), surge-first moves (docs/safety.md: they need the safety
         # defaults' pacing) and what a live run tells (its Events named per object, reason and minute)
@@ -188,7 +188,10 @@ class Reactor:
             return self._reply(trigger, offered.result, offered.coalesced)
         if trigger.type in (TAINTS_CHANGED, LABELS_CHANGED):
             kind = "taints" if trigger.type == TAINTS_CHANGED else "affinity"
-            served = self.node_events.get(f"{kind}/{node}").submit(_NodeReq(trigger, changed))
+            if kind == "taints" and self.safety.enabled:
+                burst = self.taint_events.submit(NodeReq(trigger, changed))
+                return self._reply(trigger, burst.result[node], burst.coalesced)
+            served = self.node_events.get(f"{kind}/{node}").submit(NodeReq(trigger, changed))
             return self._reply(trigger, served.result, served.coalesced)
         raise RequestError(f"type: {trigger.type!r} is not a node event", "type")
 
@@ -224,6 +227,12 @@ class Reactor:
         finally:
             self.balance_lock.release()
 
+    def _balanced(self, label: str, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
+                  dry_run: bool, triggers: Sequence[Trigger]) -> RunResult:
+        """A run under the process's balance lock and the Lease."""
+        return self._balance_locked(label, lambda: self._leased_run(policy, strategies, nodes, dry_run, label,
+                                                                    triggers))
+
     def _balance_batch(self, triggers: Sequence[Trigger]) -> RunResult:
         names: dict[str, None] = {}
         for t in triggers:
@@ -235,49 +244,6 @@ class Reactor:
         policy = event_policy(self.policy, strategies, self.safety)
         return self._leased_run(policy, strategies, None, self.settings.dry_run, "rebalance", triggers)
 
-    def _node_coalescer(self, key: str) -> Coalescer[_NodeReq, RunResult]:
-        kind, node = key.split("/", 1)
-        return Coalescer(lambda reqs: self._node_batch(kind, node, reqs), run_lock=self.node_locks.get(node),
-                         stop=self.stop)
-
-    def _node_batch(self, kind: str, node: str, reqs: Sequence[_NodeReq]) -> RunResult:
-        etype = reqs[0].trigger.type
-        triggers = [r.trigger for r in reqs]
-        repeat = next((r.strategies for r in reqs if r.strategies), None)
-        if repeat is not None:
-            strategies: tuple[str, ...] = repeat
-            scoped_nodes: tuple[str, ...] | None = (node,)
-            reason = f"continuing a paced move: {', '.join(repeat)} on node {node}"
-        else:
-            unknown = any(r.changed_labels is None for r in reqs)
-            changed: set[str] = set()
-            for r in reqs:
-                changed |= r.changed_labels or set()
-            scope = scope_for_event(self.settings, self.policy, etype, node,
-                                    changed_labels=() if unknown else tuple(sorted(changed)))
-            strategies, scoped_nodes, reason = scope.strategies, scope.nodes, scope.reason
-        dry_run = self.settings.dry_run
-        if not strategies:
-            return empty_result(dry_run, reason, triggers)
-        try:
-            policy = event_policy(self.policy, strategies, self.safety)
-        except EventScopeError as exc:
-            raise RequestError(str(exc), "strategies") from None
-        if any(extension_point(s) == "balance" for s in strategies):
-            # counts across the cluster: must not run beside a balance run (here or elsewhere)
-            result = self._balance_locked(kind, lambda: self._leased_run(policy, strategies, scoped_nodes, dry_run,
-                                                                         kind, triggers))
-            return result.with_notes(before=[reason])
-        read = read_for_node_run(self.client, self.loader, policy, strategies, node, scoped_nodes,
-                                 safety_on=self.safety.enabled, now=self.wall_clock())
-        snapshot, all_pods, why = read.snapshot, read.all_pods, read.why
-        scope_key = node_scope(node, strategies)
-        result = self._decide_and_execute(policy, snapshot, RunScope(scope_key, strategies, scoped_nodes, all_pods),
-                                          dry_run, kind, triggers, cooldown_repeat=True)
-        return result.with_notes(before=[reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
-                                         *([self.safety_note] if self.safety_note and TAINTS_PLUGIN in strategies
-                                           else [])])
-
     def _continue(self, scope_key: str) -> None:
         """Repeat the run of ``scope_key`` (a paced move, or a cool-down that has ended)."""
         scope = parse_scope(scope_key)
@@ -288,7 +254,7 @@ class Reactor:
             kind, etype = ("taints", TAINTS_CHANGED) if taints else ("affinity", LABELS_CHANGED)
             trigger = Trigger(etype, trigger_id, CONTINUATION_SOURCE, scope.node)
             result = self.node_events.get(f"{kind}/{scope.node}").submit(
-                _NodeReq(trigger, None, tuple(strategies))).result
+                NodeReq(trigger, None, tuple(strategies))).result
         else:
             trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
             policy = event_policy(self.policy, scope.strategies, self.safety) if scope.strategies else self.policy
@@ -297,6 +263,24 @@ class Reactor:
         results = [e.get("result") for e in result.evictions]
         log.info("continuing %s: %d eviction(s), %d still paced", scope_key, results.count("evicted"),
                  results.count("paced"))
+
+    def _continue_batch(self, scope_keys: Sequence[str]) -> None:
+        """Repeat node scopes of the same strategies as one run (kdesched.reactor.run.continuation).
+        A node whose lock is taken (an event's run on it right now) is repeated on its own after."""
+        scopes = {parse_scope(k).node: k for k in scope_keys}
+        strategies = parse_scope(scope_keys[0]).strategies or ()
+        taints = set(strategies) <= NODE_LOCAL_STRATEGIES
+        kind, etype = ("taints", TAINTS_CHANGED) if taints else ("affinity", LABELS_CHANGED)
+        trigger_id = f"continue-{uuid.uuid4().hex[:12]}{PACED_SUFFIX}"
+        busy: list[str] = []
+        result = self.node_runs.nodes_run(kind, tuple(strategies), sorted(scopes),
+                                          lambda n: [Trigger(etype, trigger_id, CONTINUATION_SOURCE, n)], busy=busy)
+        if result is not None:
+            results = [e.get("result") for e in result.evictions]
+            log.info("continuing %d node scopes of %s in one run: %d eviction(s), %d still paced",
+                     len(scopes) - len(busy), "+".join(strategies), results.count("evicted"), results.count("paced"))
+        for node in busy:
+            self._continue(scopes[node])
 
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,

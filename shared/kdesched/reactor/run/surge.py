@@ -239,7 +239,7 @@ class Surges:
         return False
 
     # -- admission: which pods move surge-first ---------------------------------------------------
-    def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str, now: float,
+    def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: str | Callable[[Pod], str], now: float,
                admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Chosen:
         """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions.
         ``admit``: the admission pipeline's plan checks (disruption budgets, windows) for a pod they
@@ -448,21 +448,24 @@ def _pods_by_key(snapshot: Snapshot, candidates: Mapping[str, Candidate]) -> dic
     return out
 
 
-def _without(plan: RunPlan, surges: Mapping[str, tuple[Surge, str]], candidates: Mapping[str, Candidate], scope: str,
-             fallbacks: tuple[tuple[Candidate, NoSurge], ...], index: Mapping[str, Sequence[Pod]]) -> Chosen:
+def _without(plan: RunPlan, surges: Mapping[str, tuple[Surge, str]], candidates: Mapping[str, Candidate],
+             scope: str | Callable[[Pod], str], fallbacks: tuple[tuple[Candidate, NoSurge], ...],
+             index: Mapping[str, Sequence[Pod]]) -> Chosen:
     """The plan without the pods moved surge-first, and their admissions: the pod in flight (its
     workload's allowance and every budget count it until the move ends), its workload's other
     planned or PDB-refused pods held, so the move goes on with them after it."""
     pacing = plan.pacing
     assert pacing is not None
+    scope_of = scope if callable(scope) else (lambda _pod, key=scope: key)  # a run's key, or each pod's
     uids = {s.uid for s, _ in surges.values()}
     keep = [i for i, e in enumerate(plan.evictions) if e.pod.uid not in uids]
     admissions: list[Admission] = []
     for key in surges:
         c = candidates[key]
         live = [p for p in index.get(key, ()) if not p.terminating and not p.terminal]
-        admissions.append(Admission(c.pod, c.strategy, False, scope, "", len(live), sum(1 for p in live if pod_ready(p))))
-    held = [Admission(r.pod, r.strategy, True, scope) for r in plan.refusals
+        admissions.append(Admission(c.pod, c.strategy, False, scope_of(c.pod), "", len(live),
+                                    sum(1 for p in live if pod_ready(p))))
+    held = [Admission(r.pod, r.strategy, True, scope_of(r.pod)) for r in plan.refusals
             if r.kind == Reason.PDB and r.pod.uid not in uids and workload_key(r.pod) in surges]
     admissions += held
     held_uids = {a.pod.uid for a in held}
