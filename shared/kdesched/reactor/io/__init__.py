@@ -4,6 +4,6 @@ Why a package of its own: the run Lease (``lease``), the disruption ledger's Lea
 (``ledger_store``), a run's snapshot (``loaders``) and its other readings (``readings``: alerts,
 measured usage), a new node's probe (``probe``), the Node watch (``watch``), the node record
 (``reconcile``) and the "why not" Events (``whynot``) each wrap one kind of cluster access behind
-a small interface the run machinery is given. They know events but no run
-(import-linter: the layers inside the reactor).
+a small interface the run machinery is given. They know events but no run (import-linter: the
+layers inside the reactor).
 """

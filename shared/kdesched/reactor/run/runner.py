@@ -8,7 +8,7 @@ is a collaborator with one job:
 
 * :mod:`.coalescing` and :mod:`kdesched.reactor.io.lease`: coalescing a burst into one run (leading
   edge plus one follow-up), the per-node locks, and the Lease that serialises balance runs across
-  processes;
+  processes; :mod:`.noderuns`: node-scoped runs, several nodes' decided as one when due together;
 * :mod:`kdesched.reactor.io.loaders` and :mod:`kdesched.reactor.io.readings`: where a run's
   snapshot comes from (a LIST, a taint run's node-local reads, the watch cache), and its alerts
   and measured usage; :mod:`kdesched.reactor.io.probe`: whether a new node is usable yet;
