@@ -26,10 +26,11 @@ already handed to the broker before the commit and are not posted twice. A diffe
 the same node state (a heartbeat) is still answered 202.
 
 Start-up reconcile: a restarted classifier (a rollout, a crash) also missed what changed while it was
-down. It keeps a compact node record (:mod:`kdesched.reactor.reconcile`) on the Lease
-``kdesched-classifier`` in its namespace (at most every 10 s, when it changed), and after seeding
-posts the difference between the nodes and that record to the broker as the events a watch would
-have sent. RBAC: get/update on that one Lease, create on Leases in the namespace (knative/base/rbac-functions.yaml).
+down. After seeding it posts the difference between the nodes and the node record on that Lease
+(:class:`kdesched.reactor.reconcile.NodeRecorder`, the same code as ``kdesched serve``'s leader) to
+the broker as the events a watch would have sent, and keeps the record current (at most every 10 s
+when it changed). RBAC: get/update on that one Lease, create on Leases
+in the namespace (knative/base/rbac-functions.yaml).
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from typing import Any
 
 from kdesched.errors import CannotRun, Unavailable
 from kdesched.reactor import metrics as m
-from kdesched.reactor.classifier import Classifier, digest_of
+from kdesched.reactor.classifier import Classifier, SemanticEvent, digest_of
 from kdesched.reactor.coordination import NodeLocks
-from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.reconcile import NodeRecorder, NodeRecordStore
 from kdesched.reactor.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
 from kdesched_functions import Function
@@ -63,7 +64,6 @@ from kdesched_functions.common import (
 
 NAME = "classifier"
 RECORD_LEASE = "kdesched-classifier"  # the Lease whose annotation holds the classifier's node record
-RECORD_SECONDS = 10.0  # how often the record follows the cache (when it changed)
 ANSWERED_MAX = 4096  # answers remembered for redeliveries (a few minutes of node events in a busy cluster)
 RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 300.0
@@ -95,17 +95,16 @@ class ClassifierFunction:
         self.post = post
         self.resync_seconds = resync_seconds
         self.clock = clock
-        # the start-up reconcile (kdesched.reactor.reconcile): what changed while no classifier ran,
-        # against the node record this function keeps on the Lease kdesched-classifier
-        self.record = None if record_namespace is None else NodeRecordStore(client, record_namespace, RECORD_LEASE, "")
-        self._recorded: dict[str, NodeMark] | None = None
-        self._recorded_at = float("-inf")
-        self._reconciled = threading.Event()  # the record is read: from now on it may be rewritten
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
         # (source, id) of an event whose change was committed -> the reply it got
         self._answered: OrderedDict[tuple[str, str], Reply] = OrderedDict()
         self._answered_lock = threading.Lock()
+        # the node record and the start-up reconcile (kdesched.reactor.reconcile, the same code as
+        # serve's) on the Lease kdesched-classifier; none without a namespace (a test's injected client)
+        self.recorder = None if record_namespace is None else NodeRecorder(
+            NodeRecordStore(client, record_namespace, RECORD_LEASE, ""), self.classifier, holder_only=False,
+            clock=clock)
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
 
@@ -134,56 +133,21 @@ class ClassifierFunction:
 
     def reconcile(self) -> None:
         """After the seed: post the changes made since the node record was last written (a node
-        tainted while no classifier ran, say) to the broker, then keep the record. A failure is
-        logged and the record left as it was, so the next start tries again; the sweep remains."""
-        if self.record is None:
-            return
-        try:
-            recorded = self.record.read()
-        except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
-            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
-            self._reconciled.set()
-            return
-        self._reconciled.set()
-        if recorded is None:
-            log.info("no node record yet (first start): no start-up reconcile")
-        else:
-            events = differences(recorded, self.classifier.digests())
-            log.info("start-up reconcile: %d node change(s) since the last record", len(events))
-            if events:
-                if not self.broker_url:
-                    log.warning("the start-up reconcile found %d change(s) but neither %s is set: not emitted",
-                                len(events), " nor ".join(BROKER_ENV))
-                    return
-                try:
-                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
-                                                      for e in events])
-                except Exception as exc:  # noqa: BLE001 - the record stays: the next start tries again
-                    log.warning("could not post the start-up reconcile's %d event(s): %s", len(events), exc)
-                    return
-                m.RECONCILED.inc(len(events))
-        self.write_record(force=True)
+        tainted while no classifier ran, say) to the broker, then keep the record. Events that could
+        not be posted are logged and sent again by the next start; the sweep remains."""
+        if self.recorder is not None:
+            self.recorder.reconcile(self._send)
+
+    def _send(self, events: list[SemanticEvent]) -> None:
+        if not self.broker_url:
+            raise CannotRun(f"neither {' nor '.join(BROKER_ENV)} is set")
+        self.post(self.broker_url, NAME, [reply_of(e) for e in events])
 
     def write_record(self, *, force: bool = False) -> None:
-        """Keep the node record current: at most every RECORD_SECONDS (or now with ``force``), and
-        only when something changed."""
-        if self.record is None or not self.classifier.seeded or not self._reconciled.is_set():
-            return  # (not before the reconcile has read the previous record: it would lose the gap)
-        now = self.clock()
-        if not force and now - self._recorded_at < RECORD_SECONDS:
-            return
-        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
-        if marks == self._recorded:
-            return
-        self._recorded_at = now
-        try:
-            why = self.record.write(marks, holder_only=False)
-        except Exception as exc:  # noqa: BLE001 - the next event tries again
-            why = str(exc)
-        if why:
-            log.warning("node record not written: %s", why)
-        else:
-            self._recorded = marks
+        """Keep the node record current: at most every 10 s (or now with ``force``), and only when
+        something changed."""
+        if self.recorder is not None:
+            self.recorder.write(force=force)
 
     def resync_if_due(self) -> None:
         """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
@@ -207,11 +171,9 @@ class ClassifierFunction:
                 return
             m.CLASSIFIER_NODES.set(len(self.classifier))
             log.info("node cache re-synced: %d node(s), %d change(s) made unseen", len(self.classifier), len(events))
-            self._recorded_at = float("-inf")  # the record follows at the next event
             if events and self.broker_url:
                 try:
-                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
-                                                      for e in events])
+                    self.post(self.broker_url, NAME, [reply_of(e) for e in events])
                 except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
                     log.warning("could not post the re-sync's %d event(s) to the broker: %s", len(events), exc)
             elif events:
@@ -219,6 +181,7 @@ class ClassifierFunction:
                             len(events), " nor ".join(BROKER_ENV))
         finally:
             self._seed_lock.release()
+        self.write_record(force=True)  # the record follows the re-sync
 
     def _remember(self, key: tuple[str, str], reply: Reply) -> None:
         with self._answered_lock:
@@ -250,7 +213,7 @@ class ClassifierFunction:
                          extra={"function": NAME, "node": name, "ce_id": incoming.id, "ce_type": again.type})
                 return again
             events = self.classifier.observe(action, incoming.data, commit=False)
-            replies = [Reply(e.type, dict(e.data), subject=e.node, id=e.id) for e in events]
+            replies = [reply_of(e) for e in events]
             if len(replies) > 1:
                 if not self.broker_url:
                     raise CannotRun(f"{len(replies) - 1} more event(s) to emit but neither "
@@ -270,6 +233,10 @@ class ClassifierFunction:
         for r in replies:
             log.info("node %s: %s", name, r.type, extra={"function": NAME, "node": name, "ce_type": r.type})
         return replies[0]
+
+
+def reply_of(e: SemanticEvent) -> Reply:
+    return Reply(e.type, dict(e.data), subject=e.node, id=e.id)
 
 
 def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,

@@ -208,7 +208,7 @@ def test_functions_use_exactly_their_rbac(control_plane: ControlPlane, cluster: 
     restarted = app("classifier", broker_url="http://broker.local", post=lambda *a: posted.append(a))
     assert restarted.get("/readyz").status_code == 200
     fn = restarted.application.config["KDESCHED_CLASSIFIER"]  # its reconcile runs beside its first answers
-    control_plane.wait_for(lambda: fn._recorded is not None, 30, what="the restarted classifier's node record")
+    control_plane.wait_for(lambda: fn.recorder.recorded is not None, 30, what="the restarted classifier's node record")
 
     def run(name: str, etype: str, data: Any) -> dict[str, Any]:
         resp = post(app(name), *ce_request(etype, data, id=f"{name}-1"))

@@ -16,6 +16,11 @@ large for it, or a first start (no record), reconciles nothing: the sweep remain
 What it cannot catch: a change acted on by no run because the process died between seeing it and
 running (the record is written from the classifier, i.e. from what was seen). A run that had
 admitted evictions left its move in the disruption ledger, which a new leader resumes.
+
+One implementation, :class:`NodeRecorder`, for both writers: ``kdesched serve``'s leader (the
+record on its leader Lease, written only while it holds it; the reconcile's events dispatched in
+process) and the classifier function (the record on the Lease ``kdesched-classifier``; the events
+posted to the broker).
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ import base64
 import hashlib
 import json
 import logging
+import threading
+import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.kube.lease import get_lease
-from kdesched.reactor.classifier import NodeDigest, SemanticEvent, changes
+from kdesched.reactor import metrics as m
+from kdesched.reactor.classifier import Classifier, NodeDigest, SemanticEvent, changes
 from kdesched.reactor.eventtypes import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
 
 log = logging.getLogger("kdesched.reactor.reconcile")
@@ -40,6 +48,7 @@ log = logging.getLogger("kdesched.reactor.reconcile")
 RECORD_ANNOTATION = "kdesched.dev/node-record"
 RECORD_VERSION = "z1:"
 MAX_RECORD_BYTES = 200_000  # of the annotation's text; the API server allows 256 KiB for all annotations
+RECORD_SECONDS = 10.0  # how often the record follows the nodes (when they changed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,8 @@ def differences(recorded: Mapping[str, NodeMark], current: Iterable[NodeDigest])
 
 
 class NodeRecordStore:
-    """The record on the leader Lease ``namespace/name``: read by a new leader, written by the leader."""
+    """The record on the Lease ``namespace/name``: read at start, written by its one writer (``serve``'s
+    leader, or the classifier function)."""
 
     def __init__(self, client: KubeClient, namespace: str, name: str, identity: str) -> None:
         self.client = client
@@ -112,6 +122,7 @@ class NodeRecordStore:
         self.identity = identity
 
     def read(self) -> dict[str, NodeMark] | None:
+        """The node record (None: none, or unreadable)."""
         lease = get_lease(self.client, self.namespace, self.name)
         return decode((((lease or {}).get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION))
 
@@ -123,12 +134,13 @@ class NodeRecordStore:
         if len(text) > MAX_RECORD_BYTES:
             return (f"the node record of {len(marks)} nodes is {len(text)} bytes, over {MAX_RECORD_BYTES}: not kept "
                     "(the start-up reconcile is off; the sweep remains)")
-        for _ in range(2):
+        for _ in range(3):
             lease = get_lease(self.client, self.namespace, self.name)
+            notes = {RECORD_ANNOTATION: text}
             if lease is None and not holder_only:
                 try:
                     self.client.create_raw("Lease", {"metadata": {"name": self.name, "namespace": self.namespace,
-                                                                  "annotations": {RECORD_ANNOTATION: text}},
+                                                                  "annotations": notes},
                                                      "spec": {}})
                     return ""
                 except Conflict:
@@ -136,10 +148,124 @@ class NodeRecordStore:
             if lease is None or (holder_only and (lease.get("spec") or {}).get("holderIdentity") != self.identity):
                 return "not the leader Lease's holder"
             meta = dict(lease.get("metadata") or {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), RECORD_ANNOTATION: text}
+            meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
             try:
                 self.client.replace_raw("Lease", {**lease, "metadata": meta})
                 return ""
             except Conflict:
                 continue
-        return "the leader Lease kept changing"
+        return f"the Lease {self.namespace}/{self.name} kept changing"
+
+
+class NodeRecorder:
+    """The node record and the start-up reconcile of one process: ``kdesched serve``'s leader and
+    the classifier function use this one implementation.
+
+    - :meth:`read` (once, at start): the previous record;
+    - :meth:`reconcile`: once the cache is seeded, ``send`` the events a watch would have sent
+      between the previous record and the cache (in process for ``serve``, to the broker for the
+      function); then write the record. Events that could not be sent keep their nodes' previous
+      marks in every record this process writes, so the next start sends them again;
+    - :meth:`write`: keep the record current, at most every ``every_seconds`` unless ``force``,
+      and only when something changed.
+
+    A write that fails is logged (at debug level for ``serve``'s standbys, whose writes are refused
+    while they do not hold the Lease) and retried by the next one."""
+
+    def __init__(self, store: NodeRecordStore, classifier: Classifier, *, holder_only: bool = True,
+                 every_seconds: float = RECORD_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.classifier = classifier
+        self.holder_only = holder_only
+        self.every_seconds = every_seconds
+        self.clock = clock
+        self.previous: dict[str, NodeMark] | None = None  # the record read at start
+        self.recorded: dict[str, NodeMark] | None = None  # what this process last wrote
+        self._recorded_at = float("-inf")
+        self._unsent: dict[str, NodeMark | None] = {}  # nodes whose reconcile events were not sent: their old marks
+        self._read = threading.Event()
+        self._read_lock = threading.Lock()
+        self._lock = threading.Lock()  # one write at a time
+
+    @property
+    def where(self) -> str:
+        return f"{self.store.namespace}/{self.store.name}"
+
+    def read(self) -> bool:
+        """Read the previous record (once; later calls return at once). False when the
+        Lease could not be read (logged: no start-up reconcile; records are written all the same)."""
+        with self._read_lock:
+            if self._read.is_set():
+                return self.previous is not None
+            try:
+                self.previous = self.store.read()
+            except Exception as exc:  # noqa: BLE001 - boundary: the sweep remains the safety net
+                log.warning("reading the node record on the Lease %s failed: no start-up reconcile (%s)",
+                            self.where, exc)
+            self._read.set()
+            return self.previous is not None
+
+    def reconcile(self, send: Callable[[list[SemanticEvent]], None]) -> list[SemanticEvent]:
+        """The start-up reconcile: ``send`` what changed since the previous record (an exception from
+        ``send`` is logged); then write the record. Returns the events sent."""
+        self.read()
+        events: list[SemanticEvent] = []
+        if self.previous is None:
+            log.info("no node record on the Lease %s (first start, or unreadable): no start-up reconcile", self.where)
+        else:
+            recorded = self.previous
+            events = differences(recorded, self.classifier.digests())
+            log.info("start-up reconcile: %d node change(s) since the last record%s", len(events),
+                     ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
+                     if events else "")
+            if events:
+                try:
+                    send(events)
+                except Exception as exc:  # noqa: BLE001 - the next start tries again
+                    log.warning("could not send the start-up reconcile's %d event(s) (the next start tries "
+                                "again): %s", len(events), exc)
+                    with self._lock:
+                        self._unsent.update({e.node: recorded.get(e.node) for e in events})
+                    events = []
+                else:
+                    m.RECONCILED.inc(len(events))
+        self.write(force=True)
+        return events
+
+    def write(self, *, force: bool = False) -> str:
+        """Write the record if it is due (or ``force``) and changed; "" or why not (logged)."""
+        with self._lock:
+            return self._write(force)
+
+    def _marks(self) -> dict[str, NodeMark]:
+        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
+        for name, old in self._unsent.items():
+            if name not in marks:
+                continue
+            if old is None:
+                del marks[name]
+            else:
+                marks[name] = old
+        return marks
+
+    def _write(self, force: bool) -> str:
+        if not self.classifier.seeded or not self._read.is_set():
+            return "not seeded, or the previous record not read yet"  # (it would lose the gap)
+        now = self.clock()
+        if not force and now - self._recorded_at < self.every_seconds:
+            return ""
+        marks = self._marks()
+        if marks == self.recorded:
+            return ""
+        self._recorded_at = now
+        try:
+            why = self.store.write(marks, holder_only=self.holder_only)
+        except Exception as exc:  # noqa: BLE001 - the next write tries again
+            why = str(exc) or type(exc).__name__
+        if why:
+            log.log(logging.DEBUG if self.holder_only else logging.WARNING, "node record not written on the Lease %s: %s",
+                    self.where, why)
+        else:
+            self.recorded = marks
+        return why
