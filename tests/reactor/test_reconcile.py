@@ -175,6 +175,8 @@ def test_serve_and_the_classifier_function_keep_the_record_with_one_implementati
     fn = ClassifierFunction(kube, "http://broker", Posted(), record_namespace="kdesched")
     assert isinstance(srv.node_records, NodeRecorder) and srv.node_records.holder_only  # only as the leader
     assert isinstance(fn.recorder, NodeRecorder) and not fn.recorder.holder_only
+    # the function's answers go with its record; serve classifies in process: no replies to remember
+    assert fn.recorder.answers is fn.answers and srv.node_records.answers is None
 
 
 def test_a_reconcile_that_could_not_be_posted_is_sent_again_by_the_next_start(fake_api: FakeApiServer,
