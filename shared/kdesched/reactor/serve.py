@@ -69,7 +69,7 @@ from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, T
 from kdesched.reactor.events import PING, kinds_needed
 from kdesched.reactor.ledger_store import LEDGER_LABEL
 from kdesched.reactor.loaders import CachedLoader
-from kdesched.reactor.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.reconcile import NodeRecorder, NodeRecordStore
 from kdesched.reactor.requests import RunRequest, Trigger, parse_node_event
 from kdesched.reactor.runner import Reactor
 from kdesched.reactor.settings import ReactorSettings
@@ -202,7 +202,7 @@ class ReactorServer:
         self.leader_election = leader_election
         self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                            self.identity)
-        self._recorded: dict[str, NodeMark] | None = None
+        self.node_records = NodeRecorder(self.node_record, self.classifier)  # the same code as the classifier function's
         self._record_thread: threading.Thread | None = None
         self.leader_lock = LeaseLock(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                      self.identity, settings.lease_duration_seconds)
@@ -493,36 +493,13 @@ class ReactorServer:
                 return
         if self.stop.is_set():
             return
-        try:
-            recorded = self.node_record.read()
-        except Exception as exc:  # noqa: BLE001 - the sweep remains the safety net
-            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
-            recorded = None
-        if recorded is None:
-            log.info("no node record on the leader Lease (first start, or unreadable): no start-up reconcile")
-        else:
-            events = differences(recorded, self.classifier.digests())
-            m.RECONCILED.inc(len(events))
-            log.info("start-up reconcile: %d node change(s) since the last record%s", len(events),
-                     ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
-                     if events else "")
-            self.dispatch(events)
+        self.node_records.reconcile(self.dispatch)
         while not self.stop.wait(RECORD_SECONDS):
             self.write_node_record()
 
     def write_node_record(self) -> None:
         """Write the node record if it changed since the last write (best effort, logged)."""
-        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
-        if not self.classifier.seeded or marks == self._recorded:
-            return
-        try:
-            why = self.node_record.write(marks)
-        except Exception as exc:  # noqa: BLE001 - the next tick tries again
-            why = str(exc)
-        if why:
-            log.debug("node record not written: %s", why)
-        else:
-            self._recorded = marks
+        self.node_records.write(force=True)
 
     def _cleanup(self) -> None:
         """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
