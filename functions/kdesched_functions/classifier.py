@@ -2,7 +2,7 @@
 
 Why: ApiServerSource sends only the new Node object and nothing for nodes that existed before it
 started, and most of its events are status heartbeats. This function keeps the per-node digest
-cache (:mod:`kdesched.reactor.classifier`), seeded with one LIST of nodes at start, and turns a
+cache (:mod:`kdesched.reactor.events.classifier`), seeded with one LIST of nodes at start, and turns a
 real change into semantic events: the first is the reply (200 + CloudEvent, the broker routes it),
 any further ones (a write that changed both taints and labels) are posted to the broker first
 (``K_SINK`` or ``KDESCHED_BROKER_URL``, binary mode, bounded retries). Nothing to emit -> 202 with
@@ -15,21 +15,33 @@ stayed in the cache for good). So the first event after ``KDESCHED_CLASSIFIER_RE
 (default 300; 0 = never) since the last LIST re-LISTs the nodes first: nodes gone leave the cache
 (their uids count as dead), changes made in the gap are posted to the broker like extra events.
 
-Redelivery: the cache is committed when the reply is returned, but the reply can still be lost on
-its way to the broker (the filter then fails the delivery and the dispatcher sends the same event
-again). The re-sent event changes nothing in the cache, so without a memory it would be answered
-202 and the semantic event would be lost. The function remembers its answer to the last
-:data:`ANSWERED_MAX` events (by CloudEvent source + id, which CloudEvents define as unique) and
-answers a redelivery with the same reply, same id, as long as that node incarnation is cached (a
-late event of a node deleted since goes through the tombstones: nothing). The extra events were
-already handed to the broker before the commit and are not posted twice. A different event with
-the same node state (a heartbeat) is still answered 202.
+Redelivery, across restarts too (issue 31): the reply can be lost between this function and the
+broker (the filter then fails the delivery and the dispatcher sends the same event again), and the
+process may restart before the redelivery arrives: its new cache, seeded by a LIST that already
+shows the change, would see a heartbeat and answer 202, and the change would wait for the sweep.
+So every event that emitted something gets its answer written to the Lease ``kdesched-classifier``
+*before* the reply is returned, in the same PUT as the node record with the node's new state
+(:meth:`kdesched.reactor.io.reconcile.NodeRecorder.answer`, then the cache is committed): keyed by the
+event's source + id (unique by the CloudEvents spec), the reply with its id
+(``<uid>-<resourceVersion>-<kind>``). A redelivery, in this process or a restarted one, gets the same
+reply, same id, so a consumer's dedup holds, as long as that node incarnation is cached (a late event
+of a node deleted since goes through the tombstones: nothing). The extra events were handed to the
+broker before and are not posted twice. A different event with the same node state (a heartbeat) is
+answered 202, and so is a duplicate of an answer older than the journal's bound (at most 256 answers,
+one hour, 32 kB on the Lease: :mod:`kdesched.reactor.events.answers`), so nothing is replayed for ever.
+Why this and not a reply recomputed from the recorded node state: that module's docstring. Why the
+record is written with the answer: a restarted classifier's start-up reconcile then does not send the
+answered change a second time under another id. A write that fails (API server unreachable) is
+logged and the reply still returned: the answer stays in memory for a redelivery to this process,
+and only a restart before the next successful write can lose it (the sweep remains); failing the
+event instead would send it to the dead-letter sink after the Trigger's retries, a certain loss.
 
 Start-up reconcile: a restarted classifier (a rollout, a crash) also missed what changed while it was
-down. It keeps a compact node record (:mod:`kdesched.reactor.reconcile`) on the Lease
-``kdesched-classifier`` in its namespace (at most every 10 s, when it changed), and after seeding
-posts the difference between the nodes and that record to the broker as the events a watch would
-have sent. RBAC: get/update on that one Lease, create on Leases in the namespace (knative/base/rbac-functions.yaml).
+down. After seeding it posts the difference between the nodes and the node record on that Lease
+(:class:`kdesched.reactor.io.reconcile.NodeRecorder`, the same code as ``kdesched serve``'s leader) to
+the broker as the events a watch would have sent, and keeps the record current (at most every 10 s
+when it changed, besides the answers' writes). RBAC: get/update on that one Lease, create on Leases
+in the namespace (knative/base/rbac-functions.yaml).
 """
 
 from __future__ import annotations
@@ -38,14 +50,14 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kdesched.errors import CannotRun, Unavailable
 from kdesched.reactor import metrics as m
-from kdesched.reactor.events.classifier import Classifier, digest_of
-from kdesched.reactor.io.reconcile import NodeMark, NodeRecordStore, differences, mark_of
+from kdesched.reactor.events.answers import AnswerJournal
+from kdesched.reactor.events.classifier import Classifier, SemanticEvent, digest_of
+from kdesched.reactor.io.reconcile import NodeRecorder, NodeRecordStore
 from kdesched.reactor.run.coalescing import NodeLocks
 from kdesched.reactor.run.settings import BROKER_ENV, LEASE_NAMESPACE_ENV
 
@@ -63,8 +75,6 @@ from kdesched_functions.common import (
 
 NAME = "classifier"
 RECORD_LEASE = "kdesched-classifier"  # the Lease whose annotation holds the classifier's node record
-RECORD_SECONDS = 10.0  # how often the record follows the cache (when it changed)
-ANSWERED_MAX = 4096  # answers remembered for redeliveries (a few minutes of node events in a busy cluster)
 RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 300.0
 log = logging.getLogger("kdesched.functions.classifier")
@@ -95,17 +105,15 @@ class ClassifierFunction:
         self.post = post
         self.resync_seconds = resync_seconds
         self.clock = clock
-        # the start-up reconcile (kdesched.reactor.reconcile): what changed while no classifier ran,
-        # against the node record this function keeps on the Lease kdesched-classifier
-        self.record = None if record_namespace is None else NodeRecordStore(client, record_namespace, RECORD_LEASE, "")
-        self._recorded: dict[str, NodeMark] | None = None
-        self._recorded_at = float("-inf")
-        self._reconciled = threading.Event()  # the record is read: from now on it may be rewritten
         self.classifier = Classifier(clock=clock)
         self.locks = NodeLocks()
-        # (source, id) of an event whose change was committed -> the reply it got
-        self._answered: OrderedDict[tuple[str, str], Reply] = OrderedDict()
-        self._answered_lock = threading.Lock()
+        # (source, id) of an event that emitted something -> its reply (kdesched.reactor.events.answers)
+        self.answers = AnswerJournal()
+        # the node record, the answers and the start-up reconcile (kdesched.reactor.io.reconcile) on the
+        # Lease kdesched-classifier; without a namespace (a test's injected client), in memory only
+        self.recorder = None if record_namespace is None else NodeRecorder(
+            NodeRecordStore(client, record_namespace, RECORD_LEASE, ""), self.classifier, holder_only=False,
+            answers=self.answers, clock=clock)
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
 
@@ -126,6 +134,8 @@ class ClassifierFunction:
             self._listed_at = started
             m.CLASSIFIER_NODES.set(count)
             log.info("node cache seeded with %d node(s)", count)
+            if self.recorder is not None:
+                self.recorder.read()  # the answers on the Lease, before the first event is answered
         if background:
             threading.Thread(target=self.reconcile, name="kdesched-reconcile", daemon=True).start()
         else:
@@ -134,56 +144,21 @@ class ClassifierFunction:
 
     def reconcile(self) -> None:
         """After the seed: post the changes made since the node record was last written (a node
-        tainted while no classifier ran, say) to the broker, then keep the record. A failure is
-        logged and the record left as it was, so the next start tries again; the sweep remains."""
-        if self.record is None:
-            return
-        try:
-            recorded = self.record.read()
-        except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
-            log.warning("reading the node record failed: no start-up reconcile (%s)", exc)
-            self._reconciled.set()
-            return
-        self._reconciled.set()
-        if recorded is None:
-            log.info("no node record yet (first start): no start-up reconcile")
-        else:
-            events = differences(recorded, self.classifier.digests())
-            log.info("start-up reconcile: %d node change(s) since the last record", len(events))
-            if events:
-                if not self.broker_url:
-                    log.warning("the start-up reconcile found %d change(s) but neither %s is set: not emitted",
-                                len(events), " nor ".join(BROKER_ENV))
-                    return
-                try:
-                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
-                                                      for e in events])
-                except Exception as exc:  # noqa: BLE001 - the record stays: the next start tries again
-                    log.warning("could not post the start-up reconcile's %d event(s): %s", len(events), exc)
-                    return
-                m.RECONCILED.inc(len(events))
-        self.write_record(force=True)
+        tainted while no classifier ran, say) to the broker, then keep the record. Events that could
+        not be posted are logged and sent again by the next start; the sweep remains."""
+        if self.recorder is not None:
+            self.recorder.reconcile(self._send)
+
+    def _send(self, events: list[SemanticEvent]) -> None:
+        if not self.broker_url:
+            raise CannotRun(f"neither {' nor '.join(BROKER_ENV)} is set")
+        self.post(self.broker_url, NAME, [reply_of(e) for e in events])
 
     def write_record(self, *, force: bool = False) -> None:
-        """Keep the node record current: at most every RECORD_SECONDS (or now with ``force``), and
-        only when something changed."""
-        if self.record is None or not self.classifier.seeded or not self._reconciled.is_set():
-            return  # (not before the reconcile has read the previous record: it would lose the gap)
-        now = self.clock()
-        if not force and now - self._recorded_at < RECORD_SECONDS:
-            return
-        marks = {d.name: mark_of(d) for d in self.classifier.digests()}
-        if marks == self._recorded:
-            return
-        self._recorded_at = now
-        try:
-            why = self.record.write(marks, holder_only=False)
-        except Exception as exc:  # noqa: BLE001 - the next event tries again
-            why = str(exc)
-        if why:
-            log.warning("node record not written: %s", why)
-        else:
-            self._recorded = marks
+        """Keep the node record current: at most every 10 s (or now with ``force``), and only when
+        something changed."""
+        if self.recorder is not None:
+            self.recorder.write(force=force)
 
     def resync_if_due(self) -> None:
         """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
@@ -207,11 +182,9 @@ class ClassifierFunction:
                 return
             m.CLASSIFIER_NODES.set(len(self.classifier))
             log.info("node cache re-synced: %d node(s), %d change(s) made unseen", len(self.classifier), len(events))
-            self._recorded_at = float("-inf")  # the record follows at the next event
             if events and self.broker_url:
                 try:
-                    self.post(self.broker_url, NAME, [Reply(e.type, dict(e.data), subject=e.node, id=e.id)
-                                                      for e in events])
+                    self.post(self.broker_url, NAME, [reply_of(e) for e in events])
                 except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up
                     log.warning("could not post the re-sync's %d event(s) to the broker: %s", len(events), exc)
             elif events:
@@ -219,12 +192,7 @@ class ClassifierFunction:
                             len(events), " nor ".join(BROKER_ENV))
         finally:
             self._seed_lock.release()
-
-    def _remember(self, key: tuple[str, str], reply: Reply) -> None:
-        with self._answered_lock:
-            self._answered[key] = reply
-            while len(self._answered) > ANSWERED_MAX:
-                self._answered.popitem(last=False)
+        self.write_record(force=True)  # the record follows the re-sync
 
     def ready(self) -> tuple[bool, str]:
         if self.classifier.seeded:
@@ -234,23 +202,24 @@ class ClassifierFunction:
     def handle(self, incoming: Incoming) -> Result:
         if not self.classifier.seeded and not self.seed(background=True):
             raise Unavailable("the node cache is not seeded: LIST nodes failed; retry later")
+        if self.recorder is not None:
+            self.recorder.read()  # (at once once read: the seed reads it before its first answer)
         self.resync_if_due()
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
         digest = digest_of(incoming.data)  # NodeInputError: 400 naming the field
         name = digest.name
         key = (incoming.source, incoming.id)
         with self.locks.get(name):
-            with self._answered_lock:
-                again = self._answered.get(key)
+            again = self.answers.get(key)
             cached = self.classifier.get(name)
-            if again is not None and cached is not None and cached.uid == digest.uid:
+            if again is not None and cached is not None and cached.uid == digest.uid == again.uid:
                 # only while that incarnation lives: a node deleted since must not come back as
                 # node.added (a late event of a dead node goes through the tombstones below)
-                log.info("event %s delivered again (node %s): the same reply, %s", incoming.id, name, again.type,
-                         extra={"function": NAME, "node": name, "ce_id": incoming.id, "ce_type": again.type})
-                return again
+                log.info("event %s delivered again (node %s): the same reply, %s", incoming.id, name, again.reply.type,
+                         extra={"function": NAME, "node": name, "ce_id": incoming.id, "ce_type": again.reply.type})
+                return reply_of(again.reply)
             events = self.classifier.observe(action, incoming.data, commit=False)
-            replies = [Reply(e.type, dict(e.data), subject=e.node, id=e.id) for e in events]
+            replies = [reply_of(e) for e in events]
             if len(replies) > 1:
                 if not self.broker_url:
                     raise CannotRun(f"{len(replies) - 1} more event(s) to emit but neither "
@@ -259,10 +228,17 @@ class ClassifierFunction:
                     self.post(self.broker_url, NAME, replies[1:])
                 except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                     raise Unavailable(f"could not post events to the broker: {exc}") from None
-            self.classifier.observe(action, incoming.data)  # commit
+
+            def commit() -> None:
+                self.classifier.observe(action, incoming.data)
+
+            if events and self.recorder is not None:
+                self.recorder.answer(key, digest, events[0], commit)  # written to the Lease, then committed
+            else:
+                if events:
+                    self.answers.answer(key, digest.uid, events[0])
+                commit()
             m.CLASSIFIER_NODES.set(len(self.classifier))
-            if replies:
-                self._remember(key, replies[0])
         self.write_record()
         if not replies:
             return Ack()
@@ -272,10 +248,16 @@ class ClassifierFunction:
         return replies[0]
 
 
+def reply_of(e: SemanticEvent) -> Reply:
+    return Reply(e.type, dict(e.data), subject=e.node, id=e.id)
+
+
 def create_app(function: Function, *, client: Any = None, broker_url: str | None = None, post: Callable[..., None] = post_events,
-               **_: Any) -> FunctionApp:
-    """The app; seeds the cache at start (a failure is retried on the next event)."""
-    deployed = client is None  # a client a test injects keeps no node record (no start-up reconcile)
+               record_namespace: str | None = None, **_: Any) -> FunctionApp:
+    """The app; seeds the cache at start (a failure is retried on the next event). A client a test
+    injects keeps no node record (no start-up reconcile, answers in memory only) unless the test
+    names the ``record_namespace``."""
+    deployed = client is None
     if client is None:
         from kdesched.kube.client import KubeClient
 
@@ -288,8 +270,8 @@ def create_app(function: Function, *, client: Any = None, broker_url: str | None
         from kdesched.kube.errors import ConfigError  # `kdesched function` reports it as bad input, exit 2
 
         raise ConfigError(str(exc)) from None
-    record_namespace = (os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
-                        if deployed else None)
+    if deployed and record_namespace is None:
+        record_namespace = os.environ.get(LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE") or "kdesched"
     fn = ClassifierFunction(client, broker_url, post, resync_seconds=resync_seconds, record_namespace=record_namespace)
     fn.seed(background=True)
     app = create_function_app(function.name, fn.handle, function.accepts, ready=fn.ready, answers=API_ANSWERS)

@@ -162,3 +162,41 @@ def test_a_restarted_classifier_function_posts_what_changed_while_it_was_down(fa
     # the record follows: a third start finds nothing new
     third = ClassifierFunction(kube, "http://broker", Posted(), record_namespace="kdesched")
     assert third.seed() and third.post.events == []  # type: ignore[attr-defined]
+
+
+def test_serve_and_the_classifier_function_keep_the_record_with_one_implementation(kube: KubeClient) -> None:
+    from kdesched.reactor.io.reconcile import NodeRecorder
+    from kdesched_functions.classifier import ClassifierFunction
+
+    block = {"settleSeconds": 0.05}
+    policy = default_like_policy(kdesched=block)
+    srv = ReactorServer(policy, parse_settings(block, policy=policy, env={}), kube, host="127.0.0.1", port=0,
+                        sweep_interval_seconds=0, identity="me", cache=False)
+    fn = ClassifierFunction(kube, "http://broker", Posted(), record_namespace="kdesched")
+    assert isinstance(srv.node_records, NodeRecorder) and srv.node_records.holder_only  # only as the leader
+    assert isinstance(fn.recorder, NodeRecorder) and not fn.recorder.holder_only
+    # the function's answers go with its record; serve classifies in process: no replies to remember
+    assert fn.recorder.answers is fn.answers and srv.node_records.answers is None
+
+
+def test_a_reconcile_that_could_not_be_posted_is_sent_again_by_the_next_start(fake_api: FakeApiServer,
+                                                                                kube: KubeClient) -> None:
+    from kdesched_functions.classifier import ClassifierFunction
+
+    class Down:
+        def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+            raise RuntimeError("broker down")
+
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+    fake_api.add(node("n1"), node("n2"))
+    assert ClassifierFunction(kube, "http://broker", Posted(), record_namespace="kdesched").seed()
+    n1 = fake_api.get("Node", "n1")
+    assert n1 is not None
+    n1["spec"]["taints"] = [TAINT]  # while no classifier runs
+    fake_api.update(n1)
+    second = ClassifierFunction(kube, "http://broker", Down(), record_namespace="kdesched")
+    assert second.seed()
+    second.write_record(force=True)  # its records keep n1 as it was recorded: the change was not sent
+    posted = Posted()
+    third = ClassifierFunction(kube, "http://broker", posted, record_namespace="kdesched")
+    assert third.seed() and posted.events == [(ev.TAINTS_CHANGED, "n1")]

@@ -20,6 +20,8 @@ the Broker and reaching the other functions. Target: zero spurious or lost seman
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
 
 import pytest
@@ -179,4 +181,42 @@ def test_a_reply_lost_before_the_broker_took_it_is_sent_again(control_plane: Con
     deliveries = [d for d in proxy.deliveries() if d.ce_id == lost[0]]
     assert [(d.lost, d.status) for d in deliveries] == [(200, 503), (0, 200)]
     time.sleep(1)
+    assert delta(knative, before) == {"affinity": 1, "taints": 0}
+
+
+def test_a_reply_lost_then_a_classifier_crash_is_sent_again_by_the_new_one(control_plane: ControlPlane,
+                                                                          quiet_cluster: Cluster,
+                                                                          knative: KnativeDataPlane) -> None:
+    """Issue 31: the classifier replied labels.changed, the answer never reached the filter, and the
+    classifier crashed (SIGKILL) before the dispatcher sent the update again. The new process, whose
+    cache is seeded by a LIST that already shows the label, answers the redelivery from the answer
+    the first one wrote to its Lease before replying: the same reply, routed to affinity once; its
+    start-up reconcile does not send the change a second time. Before, the redelivery was answered
+    202 and the change waited for the sweep."""
+    lost: list[str] = []
+    restarted = threading.Event()
+
+    def lose(d: Delivery) -> bool:  # (the proxy's thread: the classifier is restarted by the test's)
+        if d.ce_type == UPDATE and b'"zone":"c"' in d.body and not lost:
+            lost.append(d.ce_id)
+            assert restarted.wait(60), "the classifier was not restarted"
+            return True
+        return False
+
+    classifier = knative.functions["classifier"]
+    proxy = Proxy([classifier.url], lose=lose)
+    knative.route("classifier", proxy)
+    quiet_cluster.node("node-w")
+    control_plane.wait_for(lambda: [d for d in proxy.deliveries(ADD) if d.status == 200], 30, what="node-w's add")
+    before = counts(knative)
+    set_labels(quiet_cluster, "node-w", {"zone": "c"})
+    control_plane.wait_for(lambda: bool(lost), 30, what="the label update answered by the classifier")
+    classifier.stop(signal.SIGKILL)  # its reply is still held by the proxy: lost with the process
+    classifier.start()
+    restarted.set()
+    control_plane.wait_for(lambda: delta(knative, before)["affinity"] == 1, 30,
+                           what="labels.changed of zone=c, through the redelivery to the restarted classifier")
+    deliveries = [d for d in proxy.deliveries() if d.ce_id == lost[0]]
+    assert [(d.lost, d.status) for d in deliveries] == [(200, 503), (0, 200)]
+    time.sleep(2)
     assert delta(knative, before) == {"affinity": 1, "taints": 0}

@@ -1,6 +1,6 @@
 """Node watch events -> semantic events (``node.added``, ``.ready``, ``.taints.changed``, ``.labels.changed``).
 
-``node.ready`` means "became usable for ordinary pods" (:mod:`kdesched.reactor.lifecycle`): sent
+``node.ready`` means "became usable for ordinary pods" (:mod:`kdesched.reactor.events.lifecycle`): sent
 once, on the write that completes Ready + uncordoned + no refusing taint, whichever comes last.
 
 Why: ApiServerSource (and a plain WATCH) hands over only the new Node object, never the old one,
@@ -74,7 +74,7 @@ class NodeDigest:
 
     @property
     def unusable_reason(self) -> str:
-        """Why ordinary pods cannot land here ("" = usable), see :mod:`kdesched.reactor.lifecycle`."""
+        """Why ordinary pods cannot land here ("" = usable), see :mod:`kdesched.reactor.events.lifecycle`."""
         return unusable_reason(self.ready, self.unschedulable, self.taints)
 
     @property

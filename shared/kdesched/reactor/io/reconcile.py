@@ -16,6 +16,16 @@ large for it, or a first start (no record), reconciles nothing: the sweep remain
 What it cannot catch: a change acted on by no run because the process died between seeing it and
 running (the record is written from the classifier, i.e. from what was seen). A run that had
 admitted evictions left its move in the disruption ledger, which a new leader resumes.
+
+One implementation, :class:`NodeRecorder`, for both writers: ``kdesched serve``'s leader (the
+record on its leader Lease, written only while it holds it; the reconcile's events dispatched in
+process) and the classifier function (the record on the Lease ``kdesched-classifier``; the events
+posted to the broker). The classifier function also keeps its answers there
+(:mod:`kdesched.reactor.events.answers`): :meth:`NodeRecorder.answer` writes the record with the node's
+new state *and* the reply in one PUT before the reply leaves the process, then commits the cache.
+So a reply lost on its way to the broker and a restart lose nothing: the record already holds the
+change (the restarted classifier's reconcile does not send it a second time under another id), and
+the redelivered event finds its answer on the Lease and gets the same reply, same id.
 """
 
 from __future__ import annotations
@@ -24,15 +34,26 @@ import base64
 import hashlib
 import json
 import logging
+import threading
+import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Conflict
 from kdesched.kube.lease import get_lease
-from kdesched.reactor.events.classifier import NodeDigest, SemanticEvent, changes
+from kdesched.reactor import metrics as m
+from kdesched.reactor.events.answers import (
+    ANSWERS_ANNOTATION,
+    Answer,
+    AnswerJournal,
+    Key,
+    decode_answers,
+    encode_answers,
+)
+from kdesched.reactor.events.classifier import Classifier, NodeDigest, SemanticEvent, changes
 from kdesched.reactor.events.types import LABELS_CHANGED, NODE_READY, TAINTS_CHANGED
 
 log = logging.getLogger("kdesched.reactor.reconcile")
@@ -40,6 +61,7 @@ log = logging.getLogger("kdesched.reactor.reconcile")
 RECORD_ANNOTATION = "kdesched.dev/node-record"
 RECORD_VERSION = "z1:"
 MAX_RECORD_BYTES = 200_000  # of the annotation's text; the API server allows 256 KiB for all annotations
+RECORD_SECONDS = 10.0  # how often the record follows the nodes (when they changed), answers aside
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +125,8 @@ def differences(recorded: Mapping[str, NodeMark], current: Iterable[NodeDigest])
 
 
 class NodeRecordStore:
-    """The record on the leader Lease ``namespace/name``: read by a new leader, written by the leader."""
+    """The record on the Lease ``namespace/name``: read at start, written by its one writer (``serve``'s
+    leader, or the classifier function)."""
 
     def __init__(self, client: KubeClient, namespace: str, name: str, identity: str) -> None:
         self.client = client
@@ -112,23 +135,36 @@ class NodeRecordStore:
         self.identity = identity
 
     def read(self) -> dict[str, NodeMark] | None:
-        lease = get_lease(self.client, self.namespace, self.name)
-        return decode((((lease or {}).get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION))
+        return self.read_all()[0]
 
-    def write(self, marks: Mapping[str, NodeMark], *, holder_only: bool = True) -> str:
+    def read_all(self) -> tuple[dict[str, NodeMark] | None, list[Answer]]:
+        """The node record (None: none, or unreadable) and the classifier's answers on the Lease."""
+        lease = get_lease(self.client, self.namespace, self.name)
+        notes = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+        return decode(notes.get(RECORD_ANNOTATION)), decode_answers(notes.get(ANSWERS_ANNOTATION))
+
+    def write(self, marks: Mapping[str, NodeMark], *, holder_only: bool = True,
+              answers: AnswerJournal | None = None) -> str:
         """Write the record (``holder_only``: only while this identity holds the Lease, as ``serve``'s
-        leader; else as the one classifier function, creating the Lease if needed). Returns "" or why
-        it was not written (too large, not the holder, lost the race twice: the next tick tries again)."""
+        leader; else as the one classifier function, creating the Lease if needed), and with
+        ``answers`` the journal of answers, merged with the one on the Lease (a classifier of a
+        rollout's other revision may have written its own). Returns "" or why it was not written
+        (too large, not the holder, lost the race twice: the next tick tries again)."""
         text = encode(marks)
         if len(text) > MAX_RECORD_BYTES:
             return (f"the node record of {len(marks)} nodes is {len(text)} bytes, over {MAX_RECORD_BYTES}: not kept "
                     "(the start-up reconcile is off; the sweep remains)")
-        for _ in range(2):
+        for _ in range(3):
             lease = get_lease(self.client, self.namespace, self.name)
+            notes = {RECORD_ANNOTATION: text}
+            if answers is not None:
+                on_lease = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ANSWERS_ANNOTATION)
+                answers.merge(decode_answers(on_lease))
+                notes[ANSWERS_ANNOTATION] = encode_answers(answers.entries())
             if lease is None and not holder_only:
                 try:
                     self.client.create_raw("Lease", {"metadata": {"name": self.name, "namespace": self.namespace,
-                                                                  "annotations": {RECORD_ANNOTATION: text}},
+                                                                  "annotations": notes},
                                                      "spec": {}})
                     return ""
                 except Conflict:
@@ -136,10 +172,149 @@ class NodeRecordStore:
             if lease is None or (holder_only and (lease.get("spec") or {}).get("holderIdentity") != self.identity):
                 return "not the leader Lease's holder"
             meta = dict(lease.get("metadata") or {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), RECORD_ANNOTATION: text}
+            meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
             try:
                 self.client.replace_raw("Lease", {**lease, "metadata": meta})
                 return ""
             except Conflict:
                 continue
-        return "the leader Lease kept changing"
+        return f"the Lease {self.namespace}/{self.name} kept changing"
+
+
+class NodeRecorder:
+    """The node record and the start-up reconcile of one process: ``kdesched serve``'s leader and
+    the classifier function use this one implementation.
+
+    - :meth:`read` (once, at start): the previous record, and the answers on the Lease into
+      ``answers`` (the classifier function's journal);
+    - :meth:`reconcile`: once the cache is seeded, ``send`` the events a watch would have sent
+      between the previous record and the cache (in process for ``serve``, to the broker for the
+      function); then write the record. Events that could not be sent keep their nodes' previous
+      marks in every record this process writes, so the next start sends them again;
+    - :meth:`write`: keep the record current, at most every ``every_seconds`` unless ``force``,
+      and only when something changed;
+    - :meth:`answer`: the classifier function's write-ahead (module docstring): the reply and the
+      node's new state written together, then ``commit`` (the cache), under the writer's lock so a
+      concurrent :meth:`write` never records the cache without it.
+
+    A write that fails is logged (at debug level for ``serve``'s standbys, whose writes are refused
+    while they do not hold the Lease) and retried by the next one."""
+
+    def __init__(self, store: NodeRecordStore, classifier: Classifier, *, holder_only: bool = True,
+                 answers: AnswerJournal | None = None, every_seconds: float = RECORD_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.classifier = classifier
+        self.holder_only = holder_only
+        self.answers = answers
+        self.every_seconds = every_seconds
+        self.clock = clock
+        self.previous: dict[str, NodeMark] | None = None  # the record read at start
+        self.recorded: dict[str, NodeMark] | None = None  # what this process last wrote
+        self._written_keys: frozenset[Key] = frozenset()  # the answers it last wrote
+        self._recorded_at = float("-inf")
+        self._unsent: dict[str, NodeMark | None] = {}  # nodes whose reconcile events were not sent: their old marks
+        self._read = threading.Event()
+        self._read_lock = threading.Lock()
+        self._lock = threading.Lock()  # one write at a time; an answer's write and its commit together
+
+    @property
+    def where(self) -> str:
+        return f"{self.store.namespace}/{self.store.name}"
+
+    def read(self) -> bool:
+        """Read the previous record and answers (once; later calls return at once). False when the
+        Lease could not be read (logged: no start-up reconcile; records are written all the same)."""
+        with self._read_lock:
+            if self._read.is_set():
+                return self.previous is not None
+            try:
+                self.previous, answers = self.store.read_all()
+            except Exception as exc:  # noqa: BLE001 - boundary: the sweep remains the safety net
+                log.warning("reading the node record on the Lease %s failed: no start-up reconcile (%s)",
+                            self.where, exc)
+                answers = []
+            if self.answers is not None:
+                self.answers.merge(answers)
+            self._read.set()
+            return self.previous is not None
+
+    def reconcile(self, send: Callable[[list[SemanticEvent]], None]) -> list[SemanticEvent]:
+        """The start-up reconcile: ``send`` what changed since the previous record (an exception from
+        ``send`` is logged); then write the record. Returns the events sent."""
+        self.read()
+        events: list[SemanticEvent] = []
+        if self.previous is None:
+            log.info("no node record on the Lease %s (first start, or unreadable): no start-up reconcile", self.where)
+        else:
+            recorded = self.previous
+            events = differences(recorded, self.classifier.digests())
+            log.info("start-up reconcile: %d node change(s) since the last record%s", len(events),
+                     ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
+                     if events else "")
+            if events:
+                try:
+                    send(events)
+                except Exception as exc:  # noqa: BLE001 - the next start tries again
+                    log.warning("could not send the start-up reconcile's %d event(s) (the next start tries "
+                                "again): %s", len(events), exc)
+                    with self._lock:
+                        self._unsent.update({e.node: recorded.get(e.node) for e in events})
+                    events = []
+                else:
+                    m.RECONCILED.inc(len(events))
+        self.write(force=True)
+        return events
+
+    def write(self, *, force: bool = False) -> str:
+        """Write the record if it is due (or ``force``) and changed; "" or why not (logged)."""
+        with self._lock:
+            return self._write(force)
+
+    def answer(self, key: Key, digest: NodeDigest, reply: SemanticEvent, commit: Callable[[], object]) -> str:
+        """Remember ``reply`` as the answer to event ``key`` about ``digest`` (the node's new state),
+        write it with the record, then ``commit()``. "" or why the write failed (logged: the answer is
+        still remembered in memory and written by the next write)."""
+        with self._lock:
+            if self.answers is not None:
+                self.answers.answer(key, digest.uid, reply)
+            why = self._write(True, digest)
+            commit()
+            return why
+
+    def _marks(self, pending: NodeDigest | None) -> dict[str, NodeMark]:
+        digests = {d.name: d for d in self.classifier.digests()}
+        if pending is not None:
+            digests[pending.name] = pending
+        marks = {name: mark_of(d) for name, d in digests.items()}
+        for name, old in self._unsent.items():
+            if name not in marks:
+                continue
+            if old is None:
+                del marks[name]
+            else:
+                marks[name] = old
+        return marks
+
+    def _write(self, force: bool, pending: NodeDigest | None = None) -> str:
+        if not self.classifier.seeded or not self._read.is_set():
+            return "not seeded, or the previous record not read yet"  # (it would lose the gap)
+        now = self.clock()
+        if not force and now - self._recorded_at < self.every_seconds:
+            return ""
+        marks = self._marks(pending)
+        keys = frozenset(a.key for a in self.answers.entries()) if self.answers is not None else frozenset()
+        if marks == self.recorded and keys <= self._written_keys:
+            return ""
+        self._recorded_at = now
+        try:
+            why = self.store.write(marks, holder_only=self.holder_only, answers=self.answers)
+        except Exception as exc:  # noqa: BLE001 - the next write tries again
+            why = str(exc) or type(exc).__name__
+        if why:
+            log.log(logging.DEBUG if self.holder_only else logging.WARNING, "node record not written on the Lease %s: %s",
+                    self.where, why)
+        else:
+            self.recorded = marks
+            self._written_keys = keys
+        return why

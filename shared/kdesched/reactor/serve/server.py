@@ -11,8 +11,9 @@ the ``<lease>-leader`` Lease watches and runs; the others wait and still answer 
 Leases before campaigning, so a missing namespace or refusing RBAC exits 1 naming the fix, and it
 steps down by client-go's rules, after which ``serve`` shuts down as on SIGTERM and exits 0),
 :class:`~kdesched.reactor.serve.dispatch.Dispatcher` (events and sweeps on worker threads, retried
-while busy) and :class:`~kdesched.reactor.serve.record.NodeRecorder` (the start-up reconcile and the
-node record). :class:`ReactorServer` composes them with the reactor, the watch or the cache, and HTTP.
+while busy) and :class:`~kdesched.reactor.io.reconcile.NodeRecorder` (the start-up reconcile and the
+node record, the same code as the classifier function's). :class:`ReactorServer` composes them with
+the reactor, the watch or the cache, and HTTP.
 
 Warm cache (``--cache``, on by default): a :class:`~kdesched.kube.cache.ClusterCache` LISTs and
 WATCHes the kinds the policy reads, runs plan from it (:class:`~kdesched.reactor.io.loaders.CachedLoader`), and
@@ -53,16 +54,16 @@ from kdesched.reactor.events.classifier import Classifier
 from kdesched.reactor.events.routing import kinds_needed
 from kdesched.reactor.io.lease import default_identity
 from kdesched.reactor.io.loaders import CachedLoader
-from kdesched.reactor.io.reconcile import NodeRecordStore
+from kdesched.reactor.io.reconcile import NodeRecorder, NodeRecordStore
 from kdesched.reactor.io.watch import ClassifierFeed, NodeWatcher
 from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import ReactorSettings
 from kdesched.reactor.serve.dispatch import Dispatcher
 from kdesched.reactor.serve.leader import LEADER_SUFFIX, Leadership, LeaseAccessError
-from kdesched.reactor.serve.record import NodeRecorder
 
 log = logging.getLogger("kdesched.reactor.serve")
 
+RECORD_SECONDS = 10.0  # how often the leader writes the node record when it changed
 DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
 SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
 HTTP_GRACE_SECONDS = 3.0  # of that margin: requests in flight when HTTP stops (runs were told to stop)
@@ -165,9 +166,10 @@ class ReactorServer:
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
         self.leadership = Leadership(client, settings, self.identity, enabled=leader_election, clock=clock)
-        self.recorder = NodeRecorder(
-            NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}", self.identity),
-            self.classifier, self.watcher.listed, self.dispatch, self.stop)
+        self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
+                                           self.identity)
+        self.node_records = NodeRecorder(self.node_record, self.classifier)  # the same code as the classifier function's
+        self._record_thread: threading.Thread | None = None
         self.drain_seconds = drain_seconds
         self.abandoned_runs = 0  # runs still in flight when the drain ended (told to stop, not waited for)
         self._led = False
@@ -226,7 +228,9 @@ class ReactorServer:
             self.reactor.readings.metrics_collector = collector
             threading.Thread(target=collector.run, args=(self.stop,), name="kdesched-metrics", daemon=True).start()
         if self.leader_election:  # what changed while no one watched; then keep the record for the next one
-            self.recorder.start()
+            self._record_thread = threading.Thread(target=self._reconcile_and_record, name="kdesched-node-record",
+                                                   daemon=True)
+            self._record_thread.start()
         if not self.leader_election:
             self.stop.wait()
             return
@@ -278,13 +282,31 @@ class ReactorServer:
         """Ask the loop to stop (safe from a signal handler)."""
         self.stop.set()
 
+    def _reconcile_and_record(self) -> None:
+        """The start-up reconcile (:mod:`kdesched.reactor.io.reconcile`): once the first node LIST is in,
+        dispatch what changed since the node record the previous leader kept; then keep the record
+        up to date (every ``RECORD_SECONDS`` when something changed, and once at shutdown)."""
+        while not self.watcher.listed.wait(0.1):
+            if self.stop.is_set():
+                return
+        if self.stop.is_set():
+            return
+        self.node_records.reconcile(self.dispatch)
+        while not self.stop.wait(RECORD_SECONDS):
+            self.write_node_record()
+
+    def write_node_record(self) -> None:
+        """Write the node record if it changed since the last write (best effort, logged)."""
+        self.node_records.write(force=True)
+
     def _cleanup(self) -> None:
         """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
         by the stop event and are not waited for longer), then HTTP stops and the leader Lease is
         released, all before the kubelet's SIGKILL (module docstring)."""
         self.stop.set()
         self.reactor.continuations.cancel_all()
-        self.recorder.join(timeout=5)  # it logs: let it end before the process (or a test) does
+        if self._record_thread is not None:  # it logs: let it end before the process (or a test) does
+            self._record_thread.join(timeout=5)
         self.dispatcher.pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + self.drain_seconds
         while self.reactor.execution.active_runs and time.monotonic() < deadline:
@@ -298,7 +320,7 @@ class ReactorServer:
             self._http.shutdown(timeout=HTTP_GRACE_SECONDS + 1)
             self._http = None
         if self._led and self.leader_election:
-            self.recorder.write()  # what this leader saw last, for the next one
+            self.write_node_record()  # what this leader saw last, for the next one
             try:
                 self.leadership.lock.release()  # only while it still names us
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
