@@ -1,6 +1,6 @@
 """Admission through the disruption ledger, against the fake API server: runs of several processes
 deciding at once, lost conditional writes, evictions that did not happen, and the paced repeats
-(reactor/admit.py, reactor/ledger_store.py, reactor/continuation.py).
+(reactor/run/admit.py, reactor/io/ledger_store.py, reactor/run/continuation.py).
 
 The same properties are shown on the real control plane in tests/realk8s/test_concurrent_moves.py
 and, randomised, in tests/realk8s/test_storm.py."""

@@ -1,5 +1,5 @@
 """The operator's controls in the reactor, against the fake API server: the cluster-health brake,
-disruption windows and budgets at admission (reactor/controls.py, reactor/admit.py), with the
+disruption windows and budgets at admission (reactor/run/controls.py, reactor/run/admit.py), with the
 reactor's wall clock under the test's control.
 
 On the real control plane: tests/realk8s/test_controls.py."""

@@ -1,4 +1,4 @@
-"""The disruption ledger as stored: one small Lease per workload plus a commit record (reactor/ledger_store.py).
+"""The disruption ledger as stored: one small Lease per workload plus a commit record (reactor/io/ledger_store.py).
 
 The fake API server refuses annotations over 256 KiB with 422, as the real one does: the ledger of
 0.1 (one annotation) passed that at about 50 Deployments under 20 tainted nodes.

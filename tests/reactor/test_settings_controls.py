@@ -1,4 +1,4 @@
-"""The controls' keys of the ``kdesched:`` block (reactor/settings.py): healthBrake,
+"""The controls' keys of the ``kdesched:`` block (reactor/run/settings.py): healthBrake,
 disruptionWindows and disruptionBudgets parse into typed settings, and every mistake is reported
 at load, all at once, naming the field."""
 
