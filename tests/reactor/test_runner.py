@@ -172,6 +172,11 @@ def test_a_node_run_refuses_pod_by_pod_when_the_global_bucket_is_empty(fake_api:
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1"), parse_node_event({"node": "n1"}))
     assert len(out["evictions"]) == 2 and len(out["blocked"]) == 2
     assert all("cluster-wide eviction bucket" in b["reason"] for b in out["blocked"])
+    # nothing else holds the node's run: it is repeated when the bucket has its next token (60 s at
+    # 1/min), not left to the sweep
+    due = r.continuations.scheduled().get("node:n1:RemovePodsViolatingNodeTaints")
+    assert due is not None and 30 < due <= 61
+    assert any("repeated in" in n for n in out["notes"])
 
 
 def test_a_leased_run_stops_planning_once_the_global_bucket_is_empty(fake_api: FakeApiServer,

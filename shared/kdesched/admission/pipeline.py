@@ -98,7 +98,7 @@ class RunAdmission:
     ctx: RunContext
     checks: tuple[Check, ...]
     refused: list[Verdict] = field(default_factory=list)  # every pod-stage refusal (metrics)
-    until: float | None = None  # the earliest time a cool-down or back-off that held a pod ends
+    until: float | None = None  # the earliest time a cool-down, back-off or bucket that held a pod ends
 
     def __post_init__(self) -> None:
         self.brake: Verdict | None = next((v for v in (c.run() for c in self.checks) if v is not None), None)
@@ -114,8 +114,10 @@ class RunAdmission:
             verdict = c.pod(pod, strategy, held)
             if verdict is not None:
                 self.refused.append(verdict)
+                # (the bucket's next token too: a node run it refused is repeated then, not left
+                # to the sweep; the pool storm left a node's pods behind for exactly this)
                 if verdict.until is not None and verdict.reason in (Reason.BACKOFF, Reason.COOLDOWN_WORKLOAD,
-                                                                    Reason.COOLDOWN_NODE):
+                                                                    Reason.COOLDOWN_NODE, Reason.RATE_LIMIT):
                     self.until = verdict.until if self.until is None else min(self.until, verdict.until)
                 return verdict
         for c in self.checks:

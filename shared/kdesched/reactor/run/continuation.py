@@ -25,7 +25,8 @@ they cost a wave seconds of planning each; batched, one plan and one ledger comm
 (docs/benchmarks.md, "Pool maintenance"). Each scope's chain goes on as before: the batch reports
 back per scope (``after_run`` for every one of them).
 
-A node-scoped run whose only obstacle was a cool-down is repeated once when the cool-down ends.
+A node-scoped run whose only obstacle was a cool-down, a wasted-move back-off or the cluster-wide
+bucket is repeated once when it ends (the bucket: at its next token).
 The state of a move lives in the disruption ledger, not here: a restarted process or a new leader
 calls :meth:`Continuations.resume` with the scopes the ledger still holds pods for.
 """
