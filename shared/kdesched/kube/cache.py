@@ -156,6 +156,7 @@ class Reflector(ListWatch):
             cache._replace(self.kind, records, bad, self)
         finally:
             cache.governor.release(self.kind)
+        self.counted("lists")
         self.resource_version = resource_version
         for listener in self.listeners:
             listener.listed(raws)

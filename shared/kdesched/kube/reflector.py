@@ -122,9 +122,11 @@ class ListWatch:
 
     # -- what a subclass changes -------------------------------------------------------------------
     def relist(self) -> bool:
-        """LIST the kind, tell the listeners, and keep the list's resourceVersion. False: nothing
-        was listed (a subclass declined to), so no watch follows."""
+        """LIST the kind (counted before anyone is told of it), tell the listeners, and keep the
+        list's resourceVersion. False: nothing was listed (a subclass declined to), so no watch
+        follows."""
         result = self.client.list_raw(self.kind)
+        self.counted("lists")
         for listener in self.listeners:
             listener.listed(result.items)
         self.resource_version = result.resource_version
@@ -195,7 +197,6 @@ class ListWatch:
                 if self.resource_version is None:
                     if not self.relist():
                         continue  # declined (the cache gave up): the loop ends or lists again
-                    self.counted("lists")
                     if self.stop.is_set():  # stopped while listing: no watch to wait out
                         break
                 self.watch_once()
