@@ -80,6 +80,7 @@ from kdesched.kube.store import (
     raw_node,
     record_key,
 )
+from kdesched.model.derived import pod_ready
 from kdesched.model.errors import ModelError
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import KINDS, Derived, Snapshot
@@ -190,6 +191,35 @@ class Reflector(ListWatch):
         self.cache._backed_off(delay)
 
 
+def _plain_put(write: Callable[[Callable[[KindStore], None]], None], key: str, record: Any) -> None:
+    write(lambda store: store.put(key, record))
+
+
+class ReadyHooks:
+    """The pods the watch sees turn Ready (they were not Ready, or not known): what a paced move
+    waits for (``kdesched serve`` wakes the moves of the pod's workload). Hooks are called from the
+    Pod reflector's thread, outside the cache's lock; an exception is logged."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Callable[[Pod], object]] = []
+
+    def put(self, write: Callable[[Callable[[KindStore], None]], None], key: str, record: Pod) -> None:
+        """Put ``record`` through ``write`` (the cache's locked change), then call the hooks if it turned Ready."""
+        before: list[Any] = []
+
+        def change(store: KindStore) -> None:
+            before.append(store.records.get(key))
+            store.put(key, record)
+
+        write(change)
+        if before and pod_ready(record) and not (before[0] is not None and pod_ready(before[0])):
+            for hook in self.hooks:
+                try:
+                    hook(record)
+                except Exception:  # a wake-up must never break the watch
+                    log.exception("pod-Ready hook failed for %s", key)
+
+
 class ClusterCache:
     """Watch-fed stores of the kinds in ``kinds``; :meth:`snapshot` builds a :class:`Snapshot`."""
 
@@ -237,6 +267,7 @@ class ClusterCache:
         self._counters = dict.fromkeys(COUNTERS, 0)
         self._backoff_seconds = 0.0
         self.generation = 0  # bumped on every change (tests wait on it)
+        self.ready_hooks = ReadyHooks()  # on_pod_ready
 
     @property
     def disabled(self) -> str:
@@ -322,7 +353,6 @@ class ClusterCache:
                 if self.generation == seen:
                     self._changed.wait(min(remaining, 0.5))
 
-    # -- state ---------------------------------------------------------------------------------------
     def _synced(self, kinds: Collection[str] | None) -> bool:
         return all(s.synced for k, s in self._stores.items() if kinds is None or k in kinds) and \
             (kinds is None or all(k in self._stores for k in kinds))
@@ -377,8 +407,12 @@ class ClusterCache:
                  by: Reflector | None = None) -> None:
         self._write(kind, by, lambda store: store.replace(records, bad))
 
+    def on_pod_ready(self, hook: Callable[[Pod], object]) -> None:  # see ReadyHooks
+        self.ready_hooks.hooks.append(hook)
+
     def _put(self, kind: str, key: str, record: Any, by: Reflector | None = None) -> None:
-        self._write(kind, by, lambda store: store.put(key, record))
+        put = self.ready_hooks.put if kind == "Pod" and self.ready_hooks.hooks else _plain_put
+        put(lambda change: self._write(kind, by, change), key, record)
 
     def _put_bad(self, kind: str, key: str, node: str, error: ModelError, by: Reflector | None = None) -> None:
         self._write(kind, by, lambda store: store.put_bad(key, node, error), check=False)

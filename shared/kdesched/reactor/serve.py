@@ -55,6 +55,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
 from kdesched.kube.client import KubeClient
@@ -65,6 +66,7 @@ from kdesched.policy.types import Policy
 from kdesched.policy.usage import needs_usage
 from kdesched.reactor import metrics as m
 from kdesched.reactor.classifier import Classifier, SemanticEvent
+from kdesched.reactor.continuation import READY_WAKE_SECONDS
 from kdesched.reactor.coordination import LockBusy, RenewTiming, ShuttingDown, Tenure, default_identity
 from kdesched.reactor.events import PING, kinds_needed
 from kdesched.reactor.ledger_store import LEDGER_LABEL
@@ -194,6 +196,9 @@ class ReactorServer:
             # (the watcher's ``listed`` event keeps meaning "the node list is in", whoever LISTs)
             self.feed = ClassifierFeed(self.classifier, self.dispatch, listed=self.watcher.listed)
             self.cache.listen("Node", self.feed)  # one Node watch for the classifier and the cache
+            # a replacement turned Ready: the paced moves of its workload go on now, not at their timer
+            self.cache.on_pod_ready(lambda pod: self.reactor.continuations.wake(
+                {workload_key(pod)}, within=READY_WAKE_SECONDS))
             self.loader = CachedLoader(self.cache)
             self.reactor.loader = self.loader  # plan from the cache once it is synced (LIST until then)
             CACHE_METRICS.cache = self.cache

@@ -58,11 +58,10 @@ from kdesched.evictor.surge import (
     advance,
     surge_refusal,
 )
-from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound
 from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, workload_pods
-from kdesched.model.derived import controller_ref
+from kdesched.model.derived import controller_ref, pod_ready
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
