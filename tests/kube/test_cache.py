@@ -10,6 +10,7 @@ tests/realk8s/test_cache_real.py.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -304,3 +305,37 @@ def test_a_plan_from_the_caches_indexes_is_the_plan_from_computed_ones(safety: b
     assert a == b and len(a) > 20
     assert [(r.pod.key, r.reason) for r in runs[0].refusals] == [(r.pod.key, r.reason) for r in runs[1].refusals]
     assert runs[0].pacing == runs[1].pacing
+
+
+def test_a_pod_turning_ready_is_reported_once(fake_api: FakeApiServer, kube: KubeClient,
+                                              make_cache: Callable[..., ClusterCache]) -> None:
+    """What serve wakes paced moves with: a pod the watch sees turn Ready (not one already Ready,
+    nor a Ready pod's other changes, nor one that stops being Ready)."""
+    ready = [{"type": "Ready", "status": "True"}]
+    fake_api.add(node_obj("n1"), pod_obj("old", "n1", conditions=ready), pod_obj("new", "n1", phase="Pending"))
+    seen: list[str] = []
+    cache = ClusterCache(kube, watch_timeout_seconds=2, backoff_initial=0.05)
+    cache.on_pod_ready(lambda pod: seen.append(pod.name))
+    cache.on_pod_ready(lambda pod: 1 / 0)  # a failing hook is logged; the others and the watch go on
+    try:
+        cache.start()
+        assert cache.wait_synced(10)
+        assert seen == []  # the LIST is not a change
+        new = fake_api.get("Pod", "new", "default")
+        assert new is not None
+        new["status"].update(phase="Running", conditions=ready)
+        fake_api.update(new)
+        assert cache.wait_for(lambda: seen == ["new"], 10), seen
+        new["metadata"]["labels"] = {"x": "y"}  # still Ready: not again
+        fake_api.update(new)
+        old = fake_api.get("Pod", "old", "default")
+        assert old is not None
+        old["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        fake_api.update(old)
+        time.sleep(0.5)
+        assert seen == ["new"]
+        old["status"]["conditions"] = ready  # Ready again: reported
+        fake_api.update(old)
+        assert cache.wait_for(lambda: seen == ["new", "old"], 10), seen
+    finally:
+        cache.close()

@@ -255,10 +255,10 @@ def test_the_lists_in_progress_count_against_the_ceiling(
     sees the first kind's LIST in progress (reserved at its count), so it is not read."""
     fake_api.add(node_obj("n1"), node_obj("n2"), *(pod_obj(f"p{i}", "n1") for i in range(4)))
     cache = build(kinds=["Node", "Pod"], max_objects=5, recheck_seconds=0)
-    cache._admit("Node")  # Node's LIST in progress: 2 reserved
-    cache._admit("Pod")   # 2 + 4 > 5: gives up before reading the pods
+    cache.governor.admit("Node")  # Node's LIST in progress: 2 reserved
+    cache.governor.admit("Pod")   # 2 + 4 > 5: gives up before reading the pods
     assert "6 objects over the ceiling of 5 (Node 2, Pod 4); counted before listing Pod" in cache.disabled
-    cache._release("Node")
+    cache.governor.release("Node")
 
 
 def test_back_under_the_ceiling_each_kind_waits_a_step_before_listing_again(

@@ -100,6 +100,7 @@ def test_a_taint_made_while_serve_was_down_is_acted_on_at_start(fake_api: FakeAp
     fake_api.add(pod_obj("intolerant", "n1", owner_name="web"))
     first, thread = serve(kube, "first")
     wait_for(first.watcher.listed.is_set)
+    wait_for(lambda: first.node_records.has_read)  # no record is written before the previous one is read
     first.shutdown()  # a clean stop writes the record of what it saw
     thread.join(timeout=20)
     assert NodeRecordStore(kube, "kdesched", "kdesched-leader", "x").read() is not None

@@ -492,3 +492,18 @@ def test_taint_events_of_several_nodes_queued_behind_a_run_are_decided_as_one(fa
         assert all(fake_api.get("Pod", p.split("/")[1], "default")["spec"]["nodeName"] == node for p in pods)
     assert set(r.continuations.scheduled()) == set(held)
     r.stop.set()
+
+
+def test_a_replacement_turning_ready_brings_its_workloads_repeats_forward() -> None:
+    from kdesched.reactor.run.continuation import Continuations
+
+    stop = threading.Event()
+    c = Continuations(lambda _k: None, stop=stop, timeout_seconds=60, first=5.0, longest=10)
+    c.after_run("node:n1:A", held={"Deployment/default/web"}, evicted=set())
+    c.after_run("node:n2:A", held={"Deployment/default/db"}, evicted=set())
+    assert c.scheduled()["node:n1:A"] > 4
+    assert c.wake({"Deployment/default/web"}, within=0.2) == 1  # serve's cache saw web's pod turn Ready
+    due = c.scheduled()
+    assert due["node:n1:A"] <= 0.2 and due["node:n2:A"] > 4
+    stop.set()
+    c.cancel_all()

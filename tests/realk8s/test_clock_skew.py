@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -177,13 +178,25 @@ class Taints:
         return status
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        """Stop the whole process group: faketime forks the function as its child, so terminating
+        faketime alone left the function running (four leaked per CI run, found by their
+        PYTEST_CURRENT_TEST an hour later)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                self.proc.wait(timeout=30)
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=30 if sig == signal.SIGTERM else 10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+                continue
+            deadline = time.monotonic() + (30 if sig == signal.SIGTERM else 10)
+            while time.monotonic() < deadline:  # the group outlives its leader until the child exits
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.1)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

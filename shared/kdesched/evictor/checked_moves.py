@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.evictor.ledger_records import MAX_WHY, Backoff, InFlight, Move, backoff_key
-from kdesched.evictor.workloads import pod_ready
+from kdesched.model.derived import pod_ready
 from kdesched.model.records import Node, Pod
 from kdesched.model.scheduling import matches_node_selector
 

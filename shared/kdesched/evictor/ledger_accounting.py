@@ -25,7 +25,7 @@ from kdesched.evictor.ledger_records import (
     workload_key,
 )
 from kdesched.evictor.ledger_state import LedgerState
-from kdesched.evictor.workloads import pod_ready
+from kdesched.model.derived import pod_ready
 from kdesched.model.records import Node, Pod
 
 L = TypeVar("L", bound=LedgerState)

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kdesched.evictor.workloads import Workload, _new_workload, pod_ready, workload_of
-from kdesched.model.derived import WorkloadKey, workload_key
+from kdesched.evictor.workloads import Workload, _new_workload, workload_of
+from kdesched.model.derived import WorkloadKey, pod_ready, workload_key
 from kdesched.model.records import Node, Pod
 from kdesched.policy.safety import Safety, parse_max_unavailable
 from kdesched.strategies.framework import ClusterState

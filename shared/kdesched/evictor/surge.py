@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdesched.evictor.workloads import pod_ready
+from kdesched.model.derived import pod_ready
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod, PodDisruptionBudget
 

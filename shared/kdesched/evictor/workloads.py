@@ -39,12 +39,3 @@ def workload_of(pod: Pod) -> Workload | None:
 _new_workload: Callable[[str, str, str], Workload] = positional_constructor(Workload)  # 150,000 calls per run
 
 
-def pod_ready(pod: Pod) -> bool:
-    """Running, not terminating, and its Ready condition True (a Running pod whose object carries no
-    Ready condition at all, as in hand-written snapshots, counts as Ready)."""
-    if pod.terminating or pod.phase != "Running":
-        return False
-    for c in pod.conditions:
-        if c.type == "Ready":
-            return c.status == "True"
-    return True

@@ -8,7 +8,7 @@ JSON, records and typed errors, and can be tested without a cluster; only this p
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kdesched.kube.client import RESOURCES, KubeClient, ListResult, RequestStats, Resource
+    from kdesched.kube.client import KubeClient, ListResult
     from kdesched.kube.errors import (
         ApiError,
         ConfigError,
@@ -21,14 +21,16 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from kdesched.kube.lease import LeaseLock
+    from kdesched.kube.resources import RESOURCES, Resource
     from kdesched.kube.snapshot import load_live_snapshot
+    from kdesched.kube.transport import RequestStats
 
 # Loaded on first use (PEP 562): importing kdesched.kube.errors must not load the kubernetes
 # client, whose import `kdesched simulate` never needs (its cost: docs/benchmarks.md, "Figures
 # behind the code").
 _LAZY = {
-    "RESOURCES": "client", "KubeClient": "client", "ListResult": "client", "RequestStats": "client",
-    "Resource": "client", "ApiError": "errors", "ConfigError": "errors", "Conflict": "errors",
+    "RESOURCES": "resources", "KubeClient": "client", "ListResult": "client", "RequestStats": "transport",
+    "Resource": "resources", "ApiError": "errors", "ConfigError": "errors", "Conflict": "errors",
     "Forbidden": "errors", "Gone": "errors", "NotFound": "errors", "ServerError": "errors",
     "TooManyRequests": "errors", "Unavailable": "errors", "LeaseLock": "lease",
     "load_live_snapshot": "snapshot",

@@ -19,6 +19,17 @@ WorkloadKey = tuple[str, str, str]
 """(kind, namespace, name) of a workload: a Deployment (through its ReplicaSets) or the owner itself."""
 
 
+def pod_ready(pod: Pod) -> bool:
+    """Running, not terminating, and its Ready condition True (a Running pod whose object carries no
+    Ready condition at all, as in hand-written snapshots, counts as Ready)."""
+    if pod.terminating or pod.phase != "Running":
+        return False
+    for c in pod.conditions:
+        if c.type == "Ready":
+            return c.status == "True"
+    return True
+
+
 def controller_ref(pod: Pod) -> OwnerRef | None:
     """The pod's controller reference (``controller: true``), else its first owner, else None."""
     for ref in pod.owner_refs:

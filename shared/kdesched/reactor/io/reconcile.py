@@ -222,6 +222,12 @@ class NodeRecorder:
     def where(self) -> str:
         return f"{self.store.namespace}/{self.store.name}"
 
+    @property
+    def has_read(self) -> bool:
+        """Has the previous record been read? Until then nothing is written (it would overwrite
+        the changes the start-up reconcile has yet to send)."""
+        return self._read.is_set()
+
     def read(self) -> bool:
         """Read the previous record and answers (once; later calls return at once). False when the
         Lease could not be read (logged: no start-up reconcile; records are written all the same)."""

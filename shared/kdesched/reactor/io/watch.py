@@ -3,23 +3,29 @@
 Why: without Knative, kdesched needs what ApiServerSource provides, but better: a LIST seeds the
 classifier, a WATCH from that resourceVersion streams changes (with bookmarks, so a restart of the
 watch does not replay history), a 410 Gone re-lists and *diffs* the new list against the cache (so
-changes made during the gap are not lost, unlike ApiServerSource), and errors reconnect with
-exponential backoff.
+changes made during the gap are not lost, unlike ApiServerSource), and errors reconnect.
 
+The LIST + WATCH loop is the kube layer's one (:class:`kdesched.kube.reflector.ListWatch`, the
+watch cache's too): resourceVersion and bookmark bookkeeping, client-go's backoff before every
+re-LIST (a 410 included) and reconnect, a watch the server ends at once counted as a failure. This
+module only says what a Node LIST and a Node event mean to the classifier (:class:`ClassifierFeed`).
 With the watch cache on (``kdesched serve --cache``), the cache's Node reflector does the LIST +
 WATCH and :class:`ClassifierFeed` hands its objects to the classifier: one Node watch for both, and
-the cache holds a node's new state before the event about it is dispatched.
+the cache holds a node's new state before the event about it is dispatched. Without it,
+:class:`NodeWatcher` is that loop with the feed as its only listener.
 """
 
 from __future__ import annotations
 
 import logging
+import random as _random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import Gone
+from kdesched.kube.reflector import BACKOFF_JITTER, BACKOFF_RESET_SECONDS, Backoff, ListWatch
 from kdesched.reactor.events.classifier import Classifier, SemanticEvent
 
 log = logging.getLogger("kdesched.reactor.watch")
@@ -27,69 +33,34 @@ log = logging.getLogger("kdesched.reactor.watch")
 OnEvents = Callable[[list[SemanticEvent]], None]
 
 
-class NodeWatcher:
-    """LIST + WATCH Nodes until ``stop`` is set; semantic events go to ``on_events``."""
+class NodeWatcher(ListWatch):
+    """LIST + WATCH Nodes until ``stop`` is set; semantic events go to ``on_events``. ``wait``,
+    ``clock`` and ``random``: for tests (backoffs recorded, not slept)."""
 
     def __init__(self, client: KubeClient, classifier: Classifier, on_events: OnEvents, *,
                  stop: threading.Event | None = None, watch_timeout_seconds: int = 300,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
-        self.client = client
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
+                 wait: Callable[[float], object] | None = None, clock: Callable[[], float] = time.monotonic,
+                 random: Callable[[], float] = _random.random) -> None:
+        backoff = Backoff(backoff_initial, max(backoff_max, backoff_initial), reset_after=BACKOFF_RESET_SECONDS,
+                          jitter=BACKOFF_JITTER, clock=clock, random=random)
+        super().__init__(client, "Node", stop=stop, watch_timeout_seconds=watch_timeout_seconds, backoff=backoff,
+                         wait=wait, clock=clock, logger=log, what="node")
         self.classifier = classifier
         self.on_events = on_events
-        self.stop = stop or threading.Event()
-        self.watch_timeout_seconds = watch_timeout_seconds
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.resource_version: str | None = None
-        self.listed = threading.Event()  # set after the first successful LIST
-        self.lists = 0
-        self.watches = 0
+        self.feed = ClassifierFeed(classifier, on_events)
+        self.listed = self.feed.listed_event  # set after the first successful LIST
+        self.listeners.append(self.feed)
 
-    def relist(self) -> None:
-        result = self.client.list_raw("Node")
-        feed_list(self.classifier, result.items, self.on_events)
-        self.resource_version = result.resource_version
-        self.lists += 1
-        self.listed.set()
+    @property
+    def lists(self) -> int:
+        """Node LISTs so far (the first and every re-LIST)."""
+        return self.counts["lists"]
 
-    def watch_once(self) -> None:
-        """One WATCH request from the current resourceVersion until the server ends it."""
-        assert self.resource_version is not None
-        self.watches += 1
-        stream = self.client.watch_raw("Node", resource_version=self.resource_version,
-                                       timeout_seconds=self.watch_timeout_seconds, allow_bookmarks=True)
-        for etype, obj in stream:
-            if self.stop.is_set():
-                return
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            if etype == "BOOKMARK":
-                if rv:
-                    self.resource_version = rv
-                continue
-            feed_event(self.classifier, etype, obj, self.on_events)
-            if rv:
-                self.resource_version = rv
-
-    def run(self) -> None:
-        backoff = self.backoff_initial
-        while not self.stop.is_set():
-            try:
-                if self.resource_version is None:
-                    self.relist()
-                    if self.stop.is_set():  # stopped while listing: no watch to wait out
-                        break
-                self.watch_once()
-                backoff = self.backoff_initial
-            except Gone:
-                log.info("watch expired (410 Gone): re-listing nodes")
-                self.resource_version = None
-            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-                if self.stop.is_set():  # stopping closed the connection: not a failure to report
-                    log.debug("node watch ended while stopping: %s", exc)
-                    break
-                log.warning("node watch failed, retrying in %.1fs: %s", backoff, exc)
-                self.stop.wait(backoff)
-                backoff = min(self.backoff_max, backoff * 2)
+    @property
+    def watches(self) -> int:
+        """WATCH requests so far."""
+        return self.counts["watches"]
 
 
 def feed_list(classifier: Classifier, items: list[dict[str, Any]], on_events: OnEvents) -> None:

@@ -37,9 +37,9 @@ from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Verdict
-from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
+from kdesched.model.derived import pod_ready
 from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot

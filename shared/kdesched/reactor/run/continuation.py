@@ -13,6 +13,9 @@ over: :func:`node_scope` / :func:`balance_scope`), one timer that repeats the ru
 * at once (``first``) when another run made progress on a workload this scope holds pods of
   (:meth:`Continuations.wake`: the maintenance taint of six nodes is six scopes sharing one
   workload; the one that evicts wakes the others when it settles);
+* within ``READY_WAKE_SECONDS`` (0.2 s) when ``kdesched serve``'s watch cache sees a pod of such a
+  workload turn Ready: the replacement the next wave waits for (a timer would find it up to a
+  repeat interval later; the 0.2 s gathers the Ready pods of one wave into one batched run);
 * until a run of the scope holds nothing, or nothing moved for the replacement timeout: then the
   move ends ``paced`` (the ledger gives its held pods up with a note and an Event), and the next
   event or the sweep re-decides.
@@ -47,6 +50,7 @@ FIRST_SECONDS = 1.0
 LONGEST_SECONDS = 10.0
 BACKOFF = 1.5
 PATIENT_REPEATS = 4  # repeats at the first interval after progress, before backing off
+READY_WAKE_SECONDS = 0.2  # a pod of a held workload turned Ready: its scopes repeat this soon
 
 
 def node_scope(node: str, strategies: Iterable[str]) -> str:
@@ -150,7 +154,7 @@ class Continuations:
         """Called after every run of ``scope``: ``held`` / ``evicted`` are the workload keys it held
         pods of / evicted pods of, ``cooldown_in`` the seconds until the cool-down that held a pod
         back ends (None: none did; ``why`` names what held it: a cool-down, or the controls'
-        deferral of :mod:`kdesched.reactor.controls`, which uses the same one-shot repeat). Returns a note for the report ("" when nothing is repeated)."""
+        deferral of :mod:`kdesched.reactor.run.controls`, which uses the same one-shot repeat). Returns a note for the report ("" when nothing is repeated)."""
         if evicted:
             self.wake(evicted, but=scope)
         now = self.clock()
@@ -190,18 +194,24 @@ class Continuations:
         return (f"paced evictions: this run is repeated in {round(delay, 2):g}s, to evict the next pods of each workload "
                 "once it is back at its Ready count")
 
-    def wake(self, workloads: Collection[str], but: str = "") -> None:
-        """Another run made progress on ``workloads``: the scopes holding their pods look again soon."""
+    def wake(self, workloads: Collection[str], but: str = "", *, within: float | None = None) -> int:
+        """Progress on ``workloads`` (another run evicted some, or, ``within`` given, a replacement of
+        theirs turned Ready): the scopes holding their pods look again within ``within`` seconds
+        (default: the first interval). Returns how many scopes were brought forward."""
         now = self.clock()
         wanted = set(workloads)
+        soon = self.first if within is None else within
+        n = 0
         with self._lock:
             for scope, chain in self._chains.items():
                 if scope == but or not (chain.workloads & wanted):
                     continue
                 chain.progress, chain.delay = now, self.first
-                if chain.timer is not None and chain.due - now > self.first:
+                if chain.timer is not None and chain.due - now > soon:
                     chain.timer.cancel()
-                    self._schedule(scope, chain, self.first)
+                    self._schedule(scope, chain, soon)
+                    n += 1
+        return n
 
     def resume(self, scopes: Iterable[str]) -> int:
         """Continue moves found in the ledger (at start, or after winning the leadership)."""

@@ -61,11 +61,10 @@ from kdesched.evictor.surge import (
     advance,
     surge_refusal,
 )
-from kdesched.evictor.workloads import pod_ready
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Conflict, NotFound
 from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, workload_pods
-from kdesched.model.derived import controller_ref
+from kdesched.model.derived import controller_ref, pod_ready
 from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
@@ -281,7 +280,10 @@ class Surges:
                                  c.strategy, deployment.generation + 1), deployment.resource_version)
         for c, why in fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
-            log.info("no surge-first move for %s (%s) [%s]: %s", c.pod.key, c.why, why.reason.value, why.message)
+            # (a workload already moving is the ordinary wait of a paced maintenance, repeated every
+            # run for each held pod: not worth a line each time)
+            (log.debug if why.reason is Fallback.BUSY else log.info)(
+                "no surge-first move for %s (%s) [%s]: %s", c.pod.key, c.why, why.reason.value, why.message)
         if not surges:
             return Chosen(plan, candidates=candidates, fallbacks=tuple(fallbacks))
         return _without(plan, surges, candidates, scope, tuple(fallbacks), index)

@@ -1,0 +1,221 @@
+"""The one LIST + WATCH loop of kdesched: list a kind, watch it from the list's resourceVersion,
+and after a 410 Gone or a failure wait a back-off step before listing or reconnecting again.
+
+Why a module of its own: two users need it, the watch cache (:mod:`kdesched.kube.cache`, one
+reflector per kind, into its stores) and ``kdesched serve``'s Node watch without the cache
+(:class:`kdesched.reactor.io.watch.NodeWatcher`, into the classifier). They used to have a loop each
+and drifted (the Node watch re-listed at once after a 410 and knew no short watch); now both are
+a :class:`ListWatch`, differing only in what a LIST and an event do (:meth:`ListWatch.relist`,
+:meth:`ListWatch.apply`) and in who is told (:class:`KindListener`).
+
+What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/reflector.go``):
+
+- LIST (paginated), remember its resourceVersion, then WATCH from it with
+  ``allowWatchBookmarks=true``. Every event's ``metadata.resourceVersion`` is kept, a BOOKMARK's
+  too (it only advances the resourceVersion; v1.24 sends none in practice, nothing depends on one),
+  so a reconnect does not replay history.
+- A 410 Gone (HTTP, or an ``ERROR`` event) forgets the resourceVersion: the next round re-LISTs,
+  and a user *replaces* (or diffs) what it holds, so what the gap changed is not lost. Any other
+  error reconnects from the last resourceVersion. Both wait first (:class:`Backoff`).
+- Backoff: client-go's ``backoffManager`` is ``wait.NewExponentialBackoffManager(800*time.Millisecond,
+  30*time.Second, 2*time.Minute, 2.0, 1.0, clock)`` and ``Run`` is ``wait.BackoffUntil(ListAndWatch,
+  backoffManager, true, stopCh)``, so every return of ListAndWatch, a 410 included, waits one step;
+  apimachinery's ``exponentialBackoffManagerImpl.getNextBackoff`` resets the step when the last
+  backoff began more than ``resetDuration`` ago: 0.8 s doubling to 30 s, each wait jittered up to
+  twice its step (jitter 1.0: the cap waits 30-60 s), reset after 2 minutes without one. The first
+  LIST does not wait (unless ``wait_first``). Waits end at once when ``stop`` is set.
+- A watch the server ends within a second without one event is a failure (:class:`ShortWatch`,
+  client-go's "very short watch"): else a server closing watches at once is a tight loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import Gone
+
+# client-go's reflector backoff (module docstring): 0.8 s doubling to 30 s, jitter 1.0 (a wait is
+# its step times 1 to 2), reset after 2 minutes without a backoff.
+BACKOFF_INITIAL = 0.8
+BACKOFF_MAX = 30.0
+BACKOFF_RESET_SECONDS = 120.0
+BACKOFF_JITTER = 1.0
+# A watch the server ends this soon with no event is a failure (client-go's "very short watch").
+SHORT_WATCH_SECONDS = 1.0
+
+COUNTERS = ("lists", "watches", "relists_gone", "watch_errors", "backoffs")
+
+
+class Backoff:
+    """client-go's reflector backoff (``wait.NewExponentialBackoffManager``, module docstring): each
+    :meth:`next_delay` is the current step times ``1 + jitter * random()``; the step then doubles up
+    to ``cap``; a call more than ``reset_after`` seconds after the previous one starts again at
+    ``initial`` (the time between was healthy). Clock and random source are injectable."""
+
+    def __init__(self, initial: float = BACKOFF_INITIAL, cap: float = BACKOFF_MAX, *,
+                 reset_after: float = BACKOFF_RESET_SECONDS, factor: float = 2.0, jitter: float = BACKOFF_JITTER,
+                 clock: Callable[[], float] = time.monotonic, random: Callable[[], float] = _random.random) -> None:
+        if not (initial > 0 and cap >= initial and factor >= 1 and jitter >= 0 and reset_after >= 0):
+            raise ValueError(f"backoff needs 0 < initial <= cap, factor >= 1, jitter >= 0, reset_after >= 0; got "
+                             f"initial={initial} cap={cap} factor={factor} jitter={jitter} reset_after={reset_after}")
+        self.initial, self.cap, self.reset_after, self.factor, self.jitter = initial, cap, reset_after, factor, jitter
+        self._clock, self._random = clock, random
+        self._step = initial
+        self._last = clock()  # as client-go: the first call within reset_after of creation does not reset
+
+    def next_delay(self) -> float:
+        now = self._clock()
+        if now - self._last > self.reset_after:
+            self._step = self.initial
+        self._last = now
+        step = self._step
+        self._step = min(self.cap, step * self.factor)
+        return step * (1.0 + self.jitter * self._random())
+
+
+class ShortWatch(Exception):
+    """The server ended a watch at once without an event: retried after a backoff, as an error."""
+
+
+class KindListener(Protocol):
+    """Told about a kind's raw objects (after a store applied them, when there is one)."""
+
+    def listed(self, items: list[dict[str, Any]]) -> None:
+        """A (re-)LIST: every object of the kind, raw."""
+
+    def changed(self, etype: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED), raw."""
+
+
+class ListWatch:
+    """LIST + WATCH one kind until ``stop`` is set (or :meth:`wanted` turns False): see the module
+    docstring. By itself it hands each LIST and each event to its :attr:`listeners`; a subclass
+    overrides :meth:`relist` and :meth:`apply` to keep a store too, and :meth:`counted` /
+    :meth:`backed_off` to count elsewhere. ``what``: how logs name it (default: the kind);
+    ``wait``: how a backoff waits (default ``stop.wait``; tests record instead)."""
+
+    def __init__(self, client: KubeClient, kind: str, *, stop: threading.Event | None = None,
+                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None, wait_first: bool = False,
+                 wait: Callable[[float], object] | None = None, clock: Callable[[], float] = time.monotonic,
+                 logger: logging.Logger | None = None, what: str | None = None) -> None:
+        self.client = client
+        self.kind = kind
+        self.stop = stop if stop is not None else threading.Event()
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.backoff = backoff if backoff is not None else Backoff(clock=clock)
+        self.wait_first = wait_first
+        self.wait: Callable[[float], object] = wait or self.stop.wait
+        self.clock = clock
+        self.log = logger or logging.getLogger("kdesched.kube.reflector")
+        self.what = what or kind
+        self.resource_version: str | None = None
+        self.listeners: list[KindListener] = []
+        self.thread: threading.Thread | None = None
+        self.counts = dict.fromkeys(COUNTERS, 0)
+        self.backoff_seconds = 0.0
+
+    # -- what a subclass changes -------------------------------------------------------------------
+    def relist(self) -> bool:
+        """LIST the kind (counted before anyone is told of it), tell the listeners, and keep the
+        list's resourceVersion. False: nothing was listed (a subclass declined to), so no watch
+        follows."""
+        result = self.client.list_raw(self.kind)
+        self.counted("lists")
+        for listener in self.listeners:
+            listener.listed(result.items)
+        self.resource_version = result.resource_version
+        return True
+
+    def apply(self, etype: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED) to the listeners."""
+        for listener in self.listeners:
+            listener.changed(etype, obj)
+
+    def wanted(self) -> bool:
+        """Whether to keep listing and watching (checked before each round and at each event)."""
+        return True
+
+    def counted(self, counter: str) -> None:
+        """One more of ``counter`` (:data:`COUNTERS`)."""
+        self.counts[counter] += 1
+
+    def backed_off(self, delay: float) -> None:
+        """A backoff wait of ``delay`` seconds is about to begin."""
+        self.counts["backoffs"] += 1
+        self.backoff_seconds += delay
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def watch_once(self) -> None:
+        """One WATCH request from the current resourceVersion until the server ends it. Raises
+        :class:`ShortWatch` when the server ended it at once without an event, :class:`Gone` when
+        the resourceVersion is too old."""
+        assert self.resource_version is not None
+        self.counted("watches")
+        started = self.clock()
+        events = 0
+        stream = self.client.watch_raw(self.kind, resource_version=self.resource_version,
+                                       timeout_seconds=self.watch_timeout_seconds, allow_bookmarks=True)
+        try:
+            for etype, obj in stream:  # (closing the stream early drops the connection)
+                if self.stop.is_set() or not self.wanted():
+                    return
+                events += 1
+                meta = obj.get("metadata")
+                rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+                if etype != "BOOKMARK":
+                    self.apply(etype, obj)
+                if rv:
+                    self.resource_version = rv
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        lasted = self.clock() - started
+        if not events and lasted < min(SHORT_WATCH_SECONDS, self.watch_timeout_seconds / 2) \
+                and not self.stop.is_set():
+            raise ShortWatch(f"the server ended the watch after {lasted:.2f} s without an event")
+
+    def _back_off(self) -> float:
+        delay = self.backoff.next_delay()
+        self.backed_off(delay)
+        return delay
+
+    def run(self) -> None:
+        """The loop (module docstring) until ``stop`` is set or :meth:`wanted` turns False. Never raises."""
+        if self.wait_first and self.wanted():
+            delay = self._back_off()
+            self.log.info("%s: listing again in %.1fs", self.what, delay)
+            self.wait(delay)
+        while not self.stop.is_set() and self.wanted():
+            try:
+                if self.resource_version is None:
+                    if not self.relist():
+                        continue  # declined (the cache gave up): the loop ends or lists again
+                    if self.stop.is_set():  # stopped while listing: no watch to wait out
+                        break
+                self.watch_once()
+            except Gone:
+                self.counted("relists_gone")
+                self.resource_version = None
+                delay = self._back_off()
+                self.log.info("%s watch expired (410 Gone): re-listing in %.1fs", self.what, delay)
+                self.wait(delay)
+            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
+                if self.stop.is_set():  # stopping closed the connection: not a failure to report
+                    self.log.debug("%s watch ended while stopping: %s", self.what, exc)
+                    break
+                self.counted("watch_errors")
+                delay = self._back_off()
+                self.log.warning("%s %s failed, retrying in %.1fs: %s", self.what,
+                                 "list" if self.resource_version is None else "watch", delay, exc)
+                self.wait(delay)
+
+
+__all__ = ["BACKOFF_INITIAL", "BACKOFF_JITTER", "BACKOFF_MAX", "BACKOFF_RESET_SECONDS", "COUNTERS",
+           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch"]
