@@ -15,6 +15,7 @@ cordon, the taint manager's eviction of a NotReady node's pods.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -458,3 +459,8 @@ def maintenance_taint(cp: ControlPlane, cluster: Cluster) -> Story:
 
 STORIES: dict[str, Callable[[ControlPlane, Cluster], Story]] = {
     "scale-out": scale_out, "recovery": recovery, "taint": taint, "piled": piled, "maintenance": maintenance_taint}
+
+
+def strip_times(log: str) -> str:
+    """The log without its timestamps (``07:16:58,403`` holds a 403 that is not a status)."""
+    return re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", "", log, flags=re.MULTILINE)
