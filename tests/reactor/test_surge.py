@@ -29,7 +29,13 @@ class StubClient:
         self.replicas, self.generation, self.failure, self.conflict = replicas, generation, failure, conflict
         self.calls: list[tuple[str, Any]] = []
 
-    def get_raw(self, kind: str, name: str, namespace: str | None = None, **_: Any) -> dict[str, Any]:
+    def get_raw(self, kind: str, name: str, namespace: str | None = None, **_: Any) -> dict[str, Any] | None:
+        if kind == "Pod":  # read before a surge-first eviction
+            made = PODS.get(name)
+            if made is None:
+                return None
+            meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": made.uid}
+            return {"metadata": {**meta, "deletionTimestamp": "2026-01-01T00:00:00Z"} if made.terminating else meta}
         conditions = ([{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
                         "message": self.failure}] if self.failure else [])
         if kind == "Deployment":
@@ -60,9 +66,14 @@ class StubClient:
         return []
 
 
+PODS: dict[str, Pod] = {}  # the pods the API server holds, by name (the last web() of the name)
+
+
 def web(name: str, node: str, created: float = -3600) -> Pod:
-    return pod(name, node, owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
+    made = pod(name, node, owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
                created=created, conditions=READY)
+    PODS[name] = made
+    return made
 
 
 def moving(old: Pod, **kw: Any) -> Ledger:
@@ -76,6 +87,17 @@ def moving(old: Pod, **kw: Any) -> Ledger:
 
 def surges(client: StubClient) -> Surges:
     return Surges(client, enabled=True, timeout_seconds=120)  # type: ignore[arg-type]
+
+
+def test_a_pod_already_going_is_not_evicted_again_whatever_the_runs_snapshot_says() -> None:
+    """The run's snapshot (serve's cache) still shows the marked pod Running, but the API server has
+    it terminating (another eviction just landed): read first, no second eviction."""
+    old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
+    PODS["web-1"] = replace(old, deletion_time=NOW)
+    client = StubClient(2)
+    out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, [])
+    assert [c for c in client.calls if c[0] == "evict"] == []
+    assert out.ledger.surges[KEY].evicted == T0 + 5  # the move goes on: scaled back once seen going
 
 
 def test_a_ready_replacement_evicts_the_pod_and_the_scale_back_waits_until_it_is_seen_going() -> None:

@@ -383,8 +383,17 @@ class SurgeEvents:
 
 def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) -> bool:
     """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
-    preconditioned on the pod's uid; one attempt, bounded (the next run tries again)."""
+    preconditioned on the pod's uid; one attempt, bounded (the next run tries again). The pod is
+    read first: a run's snapshot (serve's watch cache) may not show yet that it is already going,
+    and an eviction of a terminating pod is accepted again (the pool storm once saw a pod evicted by
+    a taint run, then again by its surge-first move 4 s later)."""
     try:
+        current = client.get_raw("Pod", name, namespace)
+        if current is None or current.get("metadata", {}).get("uid") != s.uid:
+            return True  # gone already (or a new pod of the name): the move's purpose is met
+        if current.get("metadata", {}).get("deletionTimestamp"):
+            log.info("surge-first move: %s/%s is already terminating; not evicting it again", namespace, name)
+            return True  # going: the next settle sees it terminating and scales back
         client.evict_pod(namespace, name, uid=s.uid, grace_period_seconds=None, annotations={},
                          timeout=EVICT_TIMEOUT_SECONDS)
     except NotFound:
