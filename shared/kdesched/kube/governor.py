@@ -25,12 +25,26 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kdesched.kube.memlimit import MemoryLimit, read_memory_limit
 
-if TYPE_CHECKING:
-    from kdesched.kube.cache import ClusterCache
+
+class Governed(Protocol):
+    """What the governor needs of the cache it keeps under its ceiling (kdesched.kube.cache's
+    ClusterCache; named here, not imported, so the two modules do not import each other)."""
+
+    client: Any
+    stop: threading.Event
+    kinds: tuple[str, ...]
+    _lock: threading.Lock
+    _stores: Mapping[str, Any]
+
+    def _bump(self) -> None: ...
+
+    def _renew_reflectors(self) -> None: ...
+
+    def start(self) -> object: ...
 
 log = logging.getLogger("kdesched.kube.cache")
 
@@ -94,7 +108,7 @@ class MemoryGovernor:
     """Keeps one :class:`~kdesched.kube.cache.ClusterCache` under its ceiling (module docstring).
     It works under the cache's lock (the methods saying so) and on its stores."""
 
-    def __init__(self, cache: ClusterCache, max_objects: int, recheck_seconds: float) -> None:
+    def __init__(self, cache: Governed, max_objects: int, recheck_seconds: float) -> None:
         if max_objects < 1:
             raise ValueError(f"max_objects must be >= 1, got {max_objects}")
         self.cache = cache
