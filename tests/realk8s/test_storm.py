@@ -333,7 +333,7 @@ def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minu
             ": held by the per-workload allowance (wave 1)")
     rate = ("2026-11-26 10:00:01,200 INFO    kdesched.evictor: not evicting default/web-3 (p/RemovePodsViolatingNodeTaints)"
             " [rate-limit]: rate limit: the cluster-wide eviction bucket is empty")  # not a reason "why not" Events report
-    answer = "2026-11-26 10:00:01,300 INFO    kdesched.reactor.io.whynot: why-not {} {} on Node /n1 for default/web-1 {}"
+    answer = "2026-11-26 10:00:01,300 INFO    kdesched.reactor.whynot: why-not {} {} on Node /n1 for default/web-1 {}"
     posted = WhyNotEvent(600.0, "Node", "n1", "CoolDown", "a")
     logs = {"a": "\n".join([hold, pace, rate, answer.format("posted", "CoolDown", ""),
                           answer.format("posted", "Paced", "default/web-2")])}
