@@ -11,6 +11,7 @@ from typing import Any
 from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import Surge
+from kdesched.kube.client import ListResult
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
 from kdesched.reactor.run.surge import Ended, Surges
@@ -29,13 +30,18 @@ class StubClient:
         self.replicas, self.generation, self.failure, self.conflict = replicas, generation, failure, conflict
         self.calls: list[tuple[str, Any]] = []
 
+    def list_raw(self, kind: str, *, namespace: str | None = None, field_selector: str = "",
+                 **_: Any) -> ListResult:
+        """The pod read before a surge-first eviction (a LIST of one name: RBAC has no pod get)."""
+        assert kind == "Pod" and field_selector.startswith("metadata.name=")
+        made = PODS.get(field_selector.removeprefix("metadata.name="))
+        if made is None:
+            return ListResult([], "1")
+        meta: dict[str, Any] = {"name": made.name, "namespace": namespace, "uid": made.uid}
+        return ListResult([{"metadata": {**meta, "deletionTimestamp": "2026-01-01T00:00:00Z"}
+                            if made.terminating else meta}], "1")
+
     def get_raw(self, kind: str, name: str, namespace: str | None = None, **_: Any) -> dict[str, Any] | None:
-        if kind == "Pod":  # read before a surge-first eviction
-            made = PODS.get(name)
-            if made is None:
-                return None
-            meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": made.uid}
-            return {"metadata": {**meta, "deletionTimestamp": "2026-01-01T00:00:00Z"} if made.terminating else meta}
         conditions = ([{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
                         "message": self.failure}] if self.failure else [])
         if kind == "Deployment":

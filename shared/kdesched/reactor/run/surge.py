@@ -388,7 +388,9 @@ def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) 
     and an eviction of a terminating pod is accepted again (the pool storm once saw a pod evicted by
     a taint run, then again by its surge-first move 4 s later)."""
     try:
-        current = client.get_raw("Pod", name, namespace)
+        # a LIST of the one name: the shipped RBAC grants list and watch on pods, never get
+        found = client.list_raw("Pod", namespace=namespace, field_selector=f"metadata.name={name}").items
+        current = found[0] if found else None
         if current is None or current.get("metadata", {}).get("uid") != s.uid:
             return True  # gone already (or a new pod of the name): the move's purpose is met
         if current.get("metadata", {}).get("deletionTimestamp"):
