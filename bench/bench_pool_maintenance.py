@@ -135,6 +135,9 @@ class Sampler:
     ledger_max_records: int = 0
     commit_bytes: int = 0
     errors: int = 0
+    #: uid -> [app, first seen, first seen bound, first seen Ready, first seen terminating, last seen]:
+    #: sample times since the taint (first seen 0.0: there before it)
+    timeline: dict[str, list[Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -166,7 +169,10 @@ class Sampler:
             on_pool = 0
             for p in pods:
                 app = (p["metadata"].get("labels") or {}).get("app", "")
-                if not app.startswith(APP_PREFIX) or p["metadata"].get("deletionTimestamp"):
+                if not app.startswith(APP_PREFIX):
+                    continue
+                self._note(p, app, at - self.t0)
+                if p["metadata"].get("deletionTimestamp"):
                     continue
                 live[app] += 1
                 if p["spec"].get("nodeName") in self.pool:
@@ -184,6 +190,53 @@ class Sampler:
                     and all(ready[a] == self.replicas and live[a] == self.replicas for a in apps)):
                 self.whole_at = at - self.t0
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - at)))
+
+    def _note(self, pod: dict[str, Any], app: str, now: float) -> None:
+        first = 0.0 if self.samples == 1 else now  # a pod of the first sample was there before the taint
+        row = self.timeline.setdefault(pod["metadata"]["uid"], [app, first, None, None, None, now])
+        row[5] = now
+        if row[2] is None and pod["spec"].get("nodeName"):
+            row[2] = now
+        if row[3] is None and is_ready(pod):
+            row[3] = now
+        if row[4] is None and pod["metadata"].get("deletionTimestamp"):
+            row[4] = now
+
+    def waves(self) -> dict[str, Any]:
+        """Where a wave's time goes, from the pod timeline (sample resolution): for each replacement
+        (a pod first seen after the taint), its predecessor's eviction (the workload's pod seen
+        terminating just before it) to its creation, its scheduling, its start-up to Ready; and
+        for each later eviction of the workload, the time since the last replacement turned Ready
+        (the contender's reaction). Medians and 90th percentiles in seconds."""
+        by_app: dict[str, list[list[Any]]] = {}
+        for row in self.timeline.values():
+            by_app.setdefault(row[0], []).append(row)
+        parts: dict[str, list[float]] = {"evicted_to_created": [], "created_to_bound": [],
+                                         "bound_to_ready": [], "ready_to_next_eviction": []}
+        for rows in by_app.values():
+            end = max(r[5] for r in rows)
+            # evicted: seen terminating, or gone between two samples (the stand-in kubelet may remove it first)
+            gone = sorted(r[4] if r[4] is not None else r[5] for r in rows if r[4] is not None or r[5] < end)
+            new = sorted((r for r in rows if r[1] > 0.0), key=lambda r: r[1])
+            for r in new:
+                before = [g for g in gone if g <= r[1]]
+                if before:
+                    parts["evicted_to_created"].append(r[1] - before[-1])
+                if r[2] is not None:
+                    parts["created_to_bound"].append(r[2] - r[1])
+                    if r[3] is not None:
+                        parts["bound_to_ready"].append(r[3] - r[2])
+            readies = sorted(r[3] for r in new if r[3] is not None)
+            for g in gone[1:]:
+                before = [t for t in readies if t <= g]
+                if before:
+                    parts["ready_to_next_eviction"].append(g - before[-1])
+        out: dict[str, Any] = {}
+        for name, xs in parts.items():
+            xs.sort()
+            out[name] = ({"n": len(xs), "median": round(xs[len(xs) // 2], 2),
+                          "p90": round(xs[min(len(xs) - 1, int(len(xs) * 0.9))], 2)} if xs else {"n": 0})
+        return out
 
     def _ledger(self) -> None:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
@@ -302,7 +355,7 @@ def run_once(cp: ControlPlane, variant: str, shape: Shape, args: argparse.Namesp
         "variant": variant, "drained_s": _r(sampler.drained_at), "whole_s": _r(sampler.whole_at),
         "timeout_s": args.timeout, "max_unavailable_seen": sampler.worst, "worst_workload": sampler.worst_app,
         "worst_at_s": _r(sampler.worst_at), "replaced": replaced, "samples": sampler.samples,
-        "sample_errors": sampler.errors, "loadavg_at_start": load,
+        "sample_errors": sampler.errors, "loadavg_at_start": load, "waves": sampler.waves(),
         "code": args.checkout if variant == "kdesched" and args.checkout else "this"}
     if serve is not None:
         log = serve.log()
@@ -326,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default="kdesched,upstream")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--kcm-qps", type=int, default=None,
+                    help="kube-controller-manager's --kube-api-qps (burst 1.5x); default: its own, 20/30 as on "
+                         "most clusters. Its ReplicaSet controller makes every replacement: at 20 requests/s it, "
+                         "not the descheduler, bounds how fast 200 pods are replaced")
     ap.add_argument("--pool", type=int, default=20)
     ap.add_argument("--spares", type=int, default=4)
     ap.add_argument("--deployments", type=int, default=50)
@@ -364,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     with ControlPlane(bins) as cp:
         cp.start_scheduler()
-        cp.start_controller_manager()
+        cp.start_controller_manager(api_qps=args.kcm_qps)
         for r in range(args.repeat):
             for v in variants:
                 try:
@@ -400,6 +457,11 @@ def print_table(runs: Sequence[dict[str, Any]], shape: Shape, floor: float, args
         print(f"| {run['variant']} | {drained} | {whole} | {run['max_unavailable_seen']} of {shape.replicas} "
               f"({run['worst_workload']} at {run['worst_at_s']} s) | {run['replaced']} | {run['logged_evictions']} | "
               f"{ledger} | {run.get('http_422', '-')} |")
+    for run in runs:
+        if run.get("waves"):
+            print(f"\n{run['variant']} (repeat {run['repeat']}): where a wave's time goes (median / p90 s, n):")
+            for part, fig in run["waves"].items():
+                print(f"  {part:24s} " + (f"{fig['median']:6.2f} / {fig['p90']:6.2f}  ({fig['n']})" if fig["n"] else "-"))
     for run in runs:
         if "ledger_busy" in run:
             print(f"\n{run['variant']} (repeat {run['repeat']}): {run['ledger_busy']} run(s) gave up after 12 lost "

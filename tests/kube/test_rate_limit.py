@@ -21,6 +21,8 @@ from kdesched.kube.config import (
     limits_from_env,
 )
 from kdesched.kube.errors import ConfigError
+from kdesched.kube.lease import LeaseLock
+from kdesched.kube.transport import EVENTS, LEASES, lane
 
 from tests.builders import pod_obj
 from tests.fakeapi import FakeApiServer
@@ -86,6 +88,7 @@ def test_every_request_takes_a_token(fake_api: FakeApiServer) -> None:
     clock = Clock()
     assert client.rate_limiter is not None
     client.rate_limiter = bucket = TokenBucket(1, 1000, clock=clock)
+    client.lane_limiters[EVENTS] = events = TokenBucket(1, 1000, clock=clock)
     try:
         client.list_raw("Pod", page_size=1)  # two pages: two requests
         client.get_raw("Pod", "a", "default")
@@ -93,9 +96,37 @@ def test_every_request_takes_a_token(fake_api: FakeApiServer) -> None:
         client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={})
         client.create_event(namespace="default", name="a", reason="R", note="n")
         assert client.stats.requests == 6
-        assert bucket.reserve() == 0.0 and 1000 - 7 == pytest.approx(bucket._tokens)
+        assert bucket.reserve() == 0.0 and 1000 - 6 == pytest.approx(bucket._tokens)
+        assert 1000 - 1 == pytest.approx(events._tokens)  # the Event took its token from its own lane
     finally:
         client.close()
+
+
+def test_events_and_leases_never_wait_behind_the_main_lane(fake_api: FakeApiServer) -> None:
+    """kube-scheduler's way: Events and leader election have buckets of their own. With the main
+    bucket spent, an Event and a Lease renew go at once; a main-lane request waits."""
+    fake_api.add(pod_obj("a", node="n1"))
+    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=1, burst=2, max_concurrent_evictions=2))
+    slept: list[float] = []
+    client.rate_limiter = TokenBucket(1, 2, clock=Clock(), sleep=slept.append)
+    client.lane_limiters = {EVENTS: TokenBucket(1, 2, clock=Clock(), sleep=slept.append),
+                            LEASES: TokenBucket(1, 4, clock=Clock(), sleep=slept.append)}
+    try:
+        client.get_raw("Pod", "a", "default")
+        client.get_raw("Pod", "a", "default")  # the main lane's burst is spent
+        client.post_event(namespace="default", name="a", reason="R", note="n")
+        lock = LeaseLock(client, "default", "leader", "me", 15)
+        assert lock.try_acquire() and lock.renew()  # get + create, get + update: the leases lane's 4
+        assert slept == []
+        client.get_raw("Pod", "a", "default")
+        assert slept == [1.0]  # the main lane's third request waits for its refill
+    finally:
+        client.close()
+
+
+def test_an_unknown_lane_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown rate-limit lane"), lane("bulk"):
+        pass
 
 
 def test_every_request_and_every_wait_is_on_metrics(fake_api: FakeApiServer) -> None:

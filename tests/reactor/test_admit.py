@@ -243,6 +243,35 @@ def test_a_held_run_is_repeated_backing_off_and_a_wake_brings_it_forward() -> No
     c.cancel_all()
 
 
+def test_a_ready_wake_during_the_scopes_own_run_is_not_lost() -> None:
+    """A replacement that turns Ready while the scope's run is in flight (the run may have read the
+    pods before it): the repeat that follows the run comes within the wake's 0.2 s, not at the
+    run's interval. Without this, a maintenance's next wave waited a second or more whenever its
+    Ready landed during a batched run (bench_pool_maintenance: ready_to_next_eviction)."""
+    now = [0.0]
+    c = Continuations(lambda s: None, stop=threading.Event(), timeout_seconds=60, first=1, longest=10,
+                      clock=lambda: now[0])
+    c.after_run("s", held={KEY}, evicted={KEY})
+    assert c.scheduled()["s"] == pytest.approx(1.0)
+    with c._lock:  # the timer fired: the run is in flight
+        chain = c._chains["s"]
+        assert chain.timer is not None
+        chain.timer.cancel()
+        chain.timer = None
+    now[0] = 1.0
+    assert c.wake({KEY}, within=0.2) == 1
+    now[0] = 1.5  # the run ends 0.5 s later, having evicted nothing (it read before the Ready)
+    c.after_run("s", held={KEY}, evicted=set())
+    assert c.scheduled()["s"] == pytest.approx(0.2)  # the wake's 0.2 s, from the run's end
+    with c._lock:
+        c._chains["s"].timer.cancel()  # type: ignore[union-attr]
+        c._chains["s"].timer = None
+    now[0] = 1.6  # the next run, with nothing woken meanwhile, waits its interval again
+    c.after_run("s", held={KEY}, evicted=set())
+    assert c.scheduled()["s"] == pytest.approx(1.0)
+    c.cancel_all()
+
+
 def test_a_chain_without_progress_ends_at_the_timeout() -> None:
     now = [0.0]
     c = Continuations(lambda s: None, stop=threading.Event(), timeout_seconds=30, first=1, longest=10,

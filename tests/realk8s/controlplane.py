@@ -525,25 +525,27 @@ class ControlPlane:
         return self.scheduler
 
     def start_controller_manager(self, controllers: Iterable[str] = DEFAULT_CONTROLLERS,
-                                 timeout: float = 60.0) -> Proc:
+                                 timeout: float = 60.0, *, api_qps: int | None = None) -> Proc:
         """kube-controller-manager running only ``controllers``. Idempotent (a running one is reused
-        when it runs the same set; otherwise it is restarted)."""
+        when it runs the same set; otherwise it is restarted). ``api_qps``: its client's
+        ``--kube-api-qps`` (burst 1.5 times it, as its defaults 20/30); None: its defaults."""
         wanted = sorted(set(controllers))
         bad = UNSUPPORTED_CONTROLLERS.intersection(wanted)
         if bad:
             raise ValueError(f"controllers not runnable here (../shared/k8s/README.md): {sorted(bad)}")
         if self.controller_manager is not None and self.controller_manager.alive():
-            if getattr(self, "_controllers", None) == wanted:
+            if getattr(self, "_controllers", None) == (wanted, api_qps):
                 return self.controller_manager
             self.controller_manager.stop()
         kc = str(self.admin_kubeconfig)
-        self._controllers = wanted
+        self._controllers = (wanted, api_qps)
+        qps = [] if api_qps is None else ["--kube-api-qps", str(api_qps), "--kube-api-burst", str(api_qps * 3 // 2)]
         self.controller_manager = self._spawn("kube-controller-manager", [
             "--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
             "--controllers", ",".join(wanted), "--leader-elect=false", "--secure-port", "0",
             "--use-service-account-credentials=false", "--v", "1",
             # the ReplicaSet controller waits this long between bursts of creations after a failure
-            "--concurrent-replicaset-syncs", "5", "--concurrent-deployment-syncs", "5",
+            "--concurrent-replicaset-syncs", "5", "--concurrent-deployment-syncs", "5", *qps,
         ])
         self._wait_log(self.controller_manager, timeout)
         return self.controller_manager

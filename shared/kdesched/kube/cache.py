@@ -245,7 +245,7 @@ class ClusterCache:
         # apart); but the same rate limit: the API server sees one client
         if own_client:
             self.client = client.sibling(pool_size=len(self.kinds) + 2)
-            self.client.rate_limiter = client.rate_limiter
+            self.client.rate_limiter, self.client.lane_limiters = client.rate_limiter, client.lane_limiters
         else:
             self.client = client
         self._owns_client = own_client

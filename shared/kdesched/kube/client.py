@@ -68,7 +68,15 @@ from kdesched.kube.resources import (
     micro_time,
     resource_for,
 )
-from kdesched.kube.transport import DEFAULT_READ_RETRY, NO_READ_RETRY, ReadRetry, RequestStats, TokenBucket
+from kdesched.kube.transport import (
+    DEFAULT_READ_RETRY,
+    EVENTS,
+    NO_READ_RETRY,
+    ReadRetry,
+    RequestStats,
+    TokenBucket,
+    lane,
+)
 from kdesched.kube.verbs import WATCH_EVENT_TYPES, ResourceClient
 from kdesched.model.records import Pod
 
@@ -283,7 +291,8 @@ class KubeClient(ResourceClient):
         event = event_body(namespace=namespace, name=name, uid=uid, reason=reason, note=note, event_type=event_type,
                            action=action, kind=kind, api_version=api_version, when=when,
                            reporting_instance=self.reporting_instance, event_name=event_name)
-        self.create(RESOURCES["Event"], event, namespace)
+        with lane(EVENTS):  # best effort: never ahead of an eviction or a ledger write (kube.transport)
+            self.create(RESOURCES["Event"], event, namespace)
 
     # -- watch -----------------------------------------------------------------------------------
     def watch_raw(self, kind: str, *, resource_version: str, timeout_seconds: int,

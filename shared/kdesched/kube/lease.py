@@ -23,6 +23,7 @@ see a dead holder's Lease expire. They are kept per :class:`~kdesched.kube.clien
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -30,10 +31,11 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from kdesched.kube.client import KubeClient, micro_time
 from kdesched.kube.errors import Conflict
+from kdesched.kube.transport import LEASES, lane
 from kdesched.model.records import parse_time
 
 log = logging.getLogger("kdesched.kube.lease")
@@ -41,6 +43,7 @@ log = logging.getLogger("kdesched.kube.lease")
 Clock = Callable[[], datetime]
 Monotonic = Callable[[], float]
 
+R = TypeVar("R")
 RENEW_ATTEMPTS = 3  # a renew that meets a 409 re-reads and tries again, this many times in all
 _RECORD_FIELDS = ("holderIdentity", "acquireTime", "renewTime", "leaseDurationSeconds", "leaseTransitions")
 
@@ -136,6 +139,16 @@ def _time(spec: Mapping[str, Any], key: str) -> datetime | None:
         return None
 
 
+def _leases_lane(method: Callable[[LeaseLock], R]) -> Callable[[LeaseLock], R]:
+    """The lock's requests go through the client's Lease lane (:func:`kdesched.kube.transport.lane`):
+    a renew never waits for a token behind a maintenance's evictions and Events."""
+    @functools.wraps(method)
+    def wrapped(self: LeaseLock) -> R:
+        with lane(LEASES):
+            return method(self)
+    return wrapped
+
+
 class LeaseLock:
     """A named Lease held by ``holder_identity``, renewed by the holder well within
     ``lease_duration_seconds``.
@@ -180,6 +193,7 @@ class LeaseLock:
         duration = seen.duration_seconds or self.lease_duration_seconds
         return seen.seen_at + duration < now
 
+    @_leases_lane
     def try_acquire(self) -> bool:
         """Take the lease if it is free, expired or already ours. False if someone else holds it or
         won the race for it."""
@@ -212,6 +226,7 @@ class LeaseLock:
                      f", its record unchanged for {mono - seen.seen_at:.1f}s by our clock" if holder else "")
         return taken
 
+    @_leases_lane
     def renew(self) -> bool:
         """Extend our hold. True once renewed; False only when the lease is definitely not ours
         (gone, or held by someone else). A 409 (another writer changed the Lease between our read and
@@ -239,6 +254,7 @@ class LeaseLock:
             return True
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
+    @_leases_lane
     def release(self) -> bool:
         """Give the lease up (only if we hold it) so that another holder can take it at once."""
         now, mono = self.clock(), self.monotonic()
@@ -256,6 +272,7 @@ class LeaseLock:
             log.info("%r: released", self)
         return released
 
+    @_leases_lane
     def holder(self) -> str | None:
         """The current holder, or None when the lease is absent, free or expired (by our clock)."""
         mono = self.monotonic()

@@ -4,13 +4,23 @@ when it is a read, its failure typed.
 Why a module of its own: every verb of the client (:mod:`kdesched.kube.verbs`) and every kind
 goes through the same few steps, and they are where kdesched's promises to the API server are
 kept, once: a token from the client-side rate limit first (:class:`TokenBucket`, the only one in
-kdesched: the admission package's cluster-wide bucket limits evictions, not requests), the
+kdesched: the admission package's cluster-wide bucket limits evictions, not requests; one bucket
+per :func:`lane`, below), the
 request through ``ApiClient.param_serialize`` + ``call_api`` (auth, TLS, proxies, token refresh
 and impersonation from the official client), the ``Date`` of the answer into the API server's
 clock (:mod:`kdesched.kube.clock`), every request and byte counted (:class:`RequestStats`,
 :data:`kdesched.kube.traffic.TRAFFIC`), and every failure mapped to :mod:`kdesched.kube.errors`.
 Reads are retried here by the one rule of :func:`kdesched.kube.errors.is_transient`
 (:class:`ReadRetry`, the module docstring of :mod:`kdesched.kube.client`).
+
+Lanes. Events and the coordination Leases each draw from a bucket of their own, with the same
+``qps`` and ``burst`` as the main one, as kube-scheduler and kube-controller-manager give their
+event recorder and their leader election a client of their own. A maintenance posts an Event per
+eviction and per paced pod: in the main bucket they made the ledger writes and the evictions of the
+next wave wait (measured: a third of a batched run's wall time spent waiting for a token), and a
+Lease renew could queue behind them. The API server still sees at most ``qps`` requests a second
+per lane; its own API Priority and Fairness guards it beyond that. A caller picks a lane with
+``with lane(EVENTS): ...`` (a context variable: per thread, nothing to pass down the verbs).
 """
 
 from __future__ import annotations
@@ -19,7 +29,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
@@ -44,6 +56,22 @@ from kdesched.kube.traffic import TRAFFIC
 log = logging.getLogger("kdesched.kube")
 
 T = TypeVar("T")
+
+#: the lanes of the client-side rate limit (module docstring); the main lane is ``MAIN``
+MAIN, EVENTS, LEASES = "main", "events", "leases"
+_LANE: ContextVar[str] = ContextVar("kdesched_kube_lane", default=MAIN)
+
+
+@contextmanager
+def lane(name: str) -> Iterator[None]:
+    """Send this thread's requests of the ``with`` block through the bucket of lane ``name``."""
+    if name not in (MAIN, EVENTS, LEASES):
+        raise ValueError(f"unknown rate-limit lane {name!r}")
+    token = _LANE.set(name)
+    try:
+        yield
+    finally:
+        _LANE.reset(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +162,10 @@ class Transport:
         self.clock = clock if clock is not None else ServerClock()
         self.limits = limits
         self.rate_limiter = TokenBucket(limits.qps, limits.burst) if limits is not None else None
+        #: the buckets of the other lanes (module docstring), the same limits as the main one
+        self.lane_limiters: dict[str, TokenBucket] = (
+            {EVENTS: TokenBucket(limits.qps, limits.burst), LEASES: TokenBucket(limits.qps, limits.burst)}
+            if limits is not None else {})
         self.impersonation = impersonation
         self.request_timeout = request_timeout
         self.read_retry = read_retry
@@ -219,8 +251,9 @@ class Transport:
             for key, value in self.impersonation.headers():
                 multi.add(key, value)
             sent = multi
-        if self.rate_limiter is not None:
-            TRAFFIC.waited(self.rate_limiter.acquire())
+        bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
+        if bucket is not None:
+            TRAFFIC.waited(bucket.acquire())
         self._count(requests=1)
         sent_at = time.monotonic()  # the Date of the answer: the API server's clock (kube.clock)
         try:

@@ -39,9 +39,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kdesched.evictor.ledger import ClusterRecord, Ledger, WorkloadRecord
 from kdesched.kube.client import KubeClient
@@ -58,7 +59,9 @@ CLUSTER_ANNOTATION = "kdesched.dev/ledger-cluster"  # the commit record's JSON
 COMMIT_SUFFIX = "-ledger"
 LEDGER_ANNOTATION = "kdesched.dev/disruption-ledger"  # 0.1: the whole ledger on the run Lease (read, then split)
 OLD_HISTORY_ANNOTATION = "kdesched.dev/eviction-history"  # before 0.1: cool-downs only; dropped
-MAX_DELETES_PER_WRITE = 100  # ended records removed by one write; the rest by the next (reads skip nothing)
+RECORD_WRITERS = 8  # record writes of one ledger write in flight at once
+MAX_DELETES_PER_WRITE = 100
+T = TypeVar("T")  # ended records removed by one write; the rest by the next (reads skip nothing)
 REFUSED = frozenset({400, 401, 403, 404, 422})  # the API server will not take the write: no retry
 
 
@@ -216,44 +219,51 @@ class LedgerStore:
         reading the commit record back."""
         records, cluster = ledger.split(read.owners, read.parsed)
         stats = WriteStats()
-        deletes = 0
+        ops: list[tuple[str, WorkloadRecord | None, str | None, Stored | None]] = []
         touched: list[str] = []
-        try:
-            for key in sorted(set(records) | set(read.records)):
-                rec = records.get(key)
-                rec = rec.fitted() if rec is not None else None
-                old = read.records.get(key)
-                text = None if rec is None or rec.empty else rec.to_text()
-                if text is None and (old is None or deletes >= MAX_DELETES_PER_WRITE):
-                    continue
-                if old is not None and old.text == text:
-                    continue
-                if text is None and old is not None:
-                    touched.append(old.name)
-                    self._delete(old)
-                    self._cached(key, None)
-                    deletes += 1
-                    stats.deletes += 1
-                elif rec is not None and text is not None:
-                    touched.append(old.name if old is not None else record_name(self.name, rec.key))
-                    self._cached(key, self._put(rec, text, old))
-                    stats.records += 1
-        except Conflict:
+        for key in sorted(set(records) | set(read.records)):
+            rec = records.get(key)
+            rec = rec.fitted() if rec is not None else None
+            old = read.records.get(key)
+            text = None if rec is None or rec.empty else rec.to_text()
+            if text is None and (old is None or stats.deletes >= MAX_DELETES_PER_WRITE):
+                continue
+            if old is not None and old.text == text:
+                continue
+            if text is None and old is not None:
+                stats.deletes += 1
+                touched.append(old.name)
+            elif rec is not None and text is not None:
+                stats.records += 1
+                touched.append(old.name if old is not None else record_name(self.name, rec.key))
+            else:
+                continue
+            ops.append((key, rec, text, old))
+        failure = _each_at_once(ops, self._apply)  # the records are independent: the commit orders them
+        if isinstance(failure, Conflict):
             m.LEDGER_WRITES.labels("conflict").inc()
             self.last_write = stats
             self._cache = None  # another run changed a record we hold: read them all again
             return False
-        except ApiError as exc:
-            if exc.status in REFUSED:
-                raise
+        if failure is not None:
+            if failure.status in REFUSED:
+                raise failure
             # a record write that may or may not have happened: this run re-plans; its own entries,
             # if they were written, are replaced then (Ledger.without_run)
-            log.info("ledger record write: %s; deciding again", exc)
+            log.info("ledger record write: %s; deciding again", failure)
             self.last_write = stats
             self._cache = None
             return False
         self.last_write = stats
         return self._commit(read, cluster, run, touched)
+
+    def _apply(self, op: tuple[str, WorkloadRecord | None, str | None, Stored | None]) -> None:
+        key, rec, text, old = op
+        if text is None and old is not None:
+            self._delete(old)
+            self._cached(key, None)
+        elif rec is not None and text is not None:
+            self._cached(key, self._put(rec, text, old))
 
     def _cached(self, key: str, obj: Mapping[str, Any] | None) -> None:
         """Keep this process's copy of a record it just wrote (None: deleted) in step."""
@@ -401,3 +411,26 @@ def _merge_legacy(ledger: Ledger, owners: Mapping[str, str], old: Ledger) -> tup
     nodes = {**old_cluster.nodes, **cluster.nodes}
     unhealthy = max((t for t in (cluster.unhealthy_at, old_cluster.unhealthy_at) if t is not None), default=None)
     return Ledger.join(records.values(), ClusterRecord(unhealthy, cluster.bucket, nodes))
+
+
+def _each_at_once(ops: Sequence[T], apply: Callable[[T], None]) -> ApiError | None:
+    """``apply`` every op, up to :data:`RECORD_WRITERS` at once (a maintenance's wave writes one
+    record per workload it moves: 50 round trips one after another were half of a run's wall
+    time). Every op is tried; the first :class:`Conflict` is returned before any other error (the
+    caller re-reads), else the first other :class:`ApiError`, else None. Anything else raises."""
+    if len(ops) <= 1:
+        try:
+            for op in ops:
+                apply(op)
+        except ApiError as first:
+            return first
+        return None
+    errors: list[ApiError] = []
+    with ThreadPoolExecutor(max_workers=min(RECORD_WRITERS, len(ops)), thread_name_prefix="kdesched-ledger") as pool:
+        for future in [pool.submit(apply, op) for op in ops]:
+            failed = future.exception()
+            if isinstance(failed, ApiError):
+                errors.append(failed)
+            elif failed is not None:
+                raise failed
+    return next((e for e in errors if isinstance(e, Conflict)), errors[0] if errors else None)

@@ -107,6 +107,11 @@ class _Chain:
     workloads: set[str] = field(default_factory=set)
     timer: threading.Timer | None = None
     due: float = 0.0
+    #: a wake that came while the chain's run was in flight (no timer to bring forward): the delay
+    #: it asked for, applied from the run's end by the scheduling that follows it (from the end,
+    #: not from the wake: the scopes a batched run reports back on one after another then fall
+    #: due together, and the first to fire takes the others along, one run again)
+    woken: float | None = None
 
 
 class Continuations:
@@ -207,7 +212,10 @@ class Continuations:
                 if scope == but or not (chain.workloads & wanted):
                     continue
                 chain.progress, chain.delay = now, self.first
-                if chain.timer is not None and chain.due - now > soon:
+                if chain.timer is None:  # its run is in flight and may have read before the change
+                    chain.woken = soon if chain.woken is None else min(chain.woken, soon)
+                    n += 1
+                elif chain.due - now > soon:
                     chain.timer.cancel()
                     self._schedule(scope, chain, soon)
                     n += 1
@@ -235,6 +243,8 @@ class Continuations:
 
     # -- internals (the caller holds _lock) ------------------------------------------------------------
     def _schedule(self, scope: str, chain: _Chain, delay: float) -> None:
+        if chain.woken is not None:  # woken while its run was in flight
+            delay, chain.woken = min(delay, chain.woken), None
         chain.due = self.clock() + delay
         chain.timer = threading.Timer(delay, self._fire, (scope, chain))
         chain.timer.daemon = True
