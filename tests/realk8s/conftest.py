@@ -29,6 +29,22 @@ scheduler, controller_manager = shared.scheduler, shared.controller_manager
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test that started ``kdesched serve`` shows the end of every serve's log in its
+    report: a failure in CI (where nothing is kept) says what serve did and did not do."""
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    if rep.when != "call" or not rep.failed:
+        return
+    for s in getattr(item, "funcargs", {}).get("serves") or ():
+        try:
+            tail = "\n".join(s.log().splitlines()[-80:])
+        except OSError as exc:
+            tail = f"(no log: {exc})"
+        rep.sections.append((f"kdesched serve {s.identity}: the last 80 lines of its log", tail))
+
+
 @pytest.fixture
 def serves() -> Iterator[list[Serve]]:
     """``kdesched serve`` processes a test starts (appended by the test), stopped after it."""
