@@ -82,6 +82,24 @@ def test_held_pods_are_given_up_at_the_timeout_and_dropped_when_gone() -> None:
     assert gone.ledger.move(KEY) is None and not gone.timed_out
 
 
+def test_a_pod_held_again_by_the_same_scope_leaves_its_record_as_it_was() -> None:
+    """Every repeat of a move holds its waiting pods again. Rewriting each held entry (a new time
+    and run) changed every held workload's record on every run: 50 record writes a run in a pool
+    maintenance, most of the client's request budget. Held again by the same scope on the same
+    node, the entry stays, with its first time and run."""
+    a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
+    first = admitted(Ledger(), a).admit([Admission(b, TAINTS, True, "node:n1:" + TAINTS, "", 2, 2)], T0, "run-1")
+    again = first.admit([Admission(b, TAINTS, True, "node:n1:" + TAINTS, "", 2, 2)], T0 + 5, "run-2")
+    assert again.move(KEY) == first.move(KEY)
+    held = again.move(KEY).held  # type: ignore[union-attr]
+    assert [(h.uid, h.since, h.run) for h in held] == [(b.uid, T0, "run-1")]
+    assert again.without_run("run-2").move(KEY) == first.move(KEY)  # a lost run-2 commit keeps it held
+    # held by another scope now: the entry follows it (the move goes on from there)
+    moved = first.admit([Admission(b, TAINTS, True, "node:n9:" + TAINTS, "", 2, 2)], T0 + 5, "run-2")
+    assert [(h.scope, h.since, h.run) for h in moved.move(KEY).held] == [  # type: ignore[union-attr]
+        ("node:n9:" + TAINTS, T0 + 5, "run-2")]
+
+
 def test_evicting_a_held_pod_moves_it_to_in_flight() -> None:
     a, b = wpod("web-a", "n1"), wpod("web-b", "n2")
     ledger = admitted(admitted(Ledger(), a), b, held=True)
