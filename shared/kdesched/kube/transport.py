@@ -14,8 +14,9 @@ Reads are retried here by the one rule of :func:`kdesched.kube.errors.is_transie
 (:class:`ReadRetry`, the module docstring of :mod:`kdesched.kube.client`).
 
 Lanes. Events and the coordination Leases each draw from a bucket of their own, with the same
-``qps`` and ``burst`` as the main one, as kube-scheduler and kube-controller-manager give their
-event recorder and their leader election a client of their own. A maintenance posts an Event per
+``qps`` and ``burst`` as the main one, as kube-scheduler gives its event recorder and its leader
+election a client of their own (``createClients`` in cmd/kube-scheduler: three clientsets, each
+with its own rate limiter). A maintenance posts an Event per
 eviction and per paced pod: in the main bucket they made the ledger writes and the evictions of the
 next wave wait (measured: a third of a batched run's wall time spent waiting for a token), and a
 Lease renew could queue behind them. The API server still sees at most ``qps`` requests a second
