@@ -79,7 +79,6 @@ from kdesched.reactor.run.settings import ReactorSettings
 from kdesched.reactor.run.surge import Surges
 
 log = logging.getLogger("kdesched.reactor")
-MAX_CHECKED_LISTED = 20  # checked moves listed one by one in a report (the counts cover them all)
 
 CONTINUATION_SOURCE = "/kdesched/continuation"
 PACED_SUFFIX = "/paced"  # trigger id suffix of a repeat

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -365,18 +365,20 @@ def _plugin_names() -> tuple[str, ...]:
     return tuple(sorted(n for n in PLUGINS if n != "DefaultEvictor"))
 
 
-def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
-    """``kdesched.disruptionWindows``: a list of {name?, schedule, duration, action, timeZone?,
-    strategies?, triggers?} (kdesched.admission.windows)."""
+def _named_items(raw: Any, field: str, known: tuple[str, ...],
+                 errors: list[str]) -> Iterator[tuple[str, Mapping[str, Any], Any, int]]:
+    """The items of the list ``field`` (windows, budgets): each a mapping of ``known`` keys with an
+    optional ``name``. Yields (its path, the item, its name, the error count before its fields were
+    checked: an item is kept only if its fields, the name included, add no error); what is not a
+    list, not a mapping, an unknown key or a name that is not a string is an error naming the path
+    (None: an empty list)."""
     if raw is None:
-        return ()
+        return
     if not isinstance(raw, list):
-        errors.append(f"kdesched.disruptionWindows: must be a list, got {_show(raw)}")
-        return ()
-    out: list[Window] = []
+        errors.append(f"{field}: must be a list, got {_show(raw)}")
+        return
     for i, item in enumerate(raw):
-        where = f"kdesched.disruptionWindows[{i}]"
-        known = ("name", "schedule", "duration", "action", "timeZone", "strategies", "triggers")
+        where = f"{field}[{i}]"
         if not isinstance(item, Mapping):
             errors.append(f"{where}: must be a mapping with {', '.join(known)}, got {_show(item)}")
             continue
@@ -385,6 +387,15 @@ def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
         name = item.get("name", "")
         if not isinstance(name, str):
             errors.append(f"{where}.name: must be a string, got {_show(name)}")
+        yield where, item, name, n
+
+
+def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
+    """``kdesched.disruptionWindows``: a list of {name?, schedule, duration, action, timeZone?,
+    strategies?, triggers?} (kdesched.admission.windows)."""
+    out: list[Window] = []
+    known = ("name", "schedule", "duration", "action", "timeZone", "strategies", "triggers")
+    for where, item, name, n in _named_items(raw, "kdesched.disruptionWindows", known, errors):
         cron: Cron | None = None
         duration = 0.0
         zone: Any = None
@@ -419,23 +430,9 @@ def parse_windows(raw: Any, errors: list[str]) -> tuple[Window, ...]:
 def parse_budgets(raw: Any, errors: list[str]) -> tuple[Budget, ...]:
     """``kdesched.disruptionBudgets``: a list of {name?, maxUnavailable, namespaceSelector? |
     strategies?} (kdesched.admission.budgets)."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        errors.append(f"kdesched.disruptionBudgets: must be a list, got {_show(raw)}")
-        return ()
     out: list[Budget] = []
-    for i, item in enumerate(raw):
-        where = f"kdesched.disruptionBudgets[{i}]"
-        known = ("name", "maxUnavailable", "namespaceSelector", "strategies")
-        if not isinstance(item, Mapping):
-            errors.append(f"{where}: must be a mapping with {', '.join(known)}, got {_show(item)}")
-            continue
-        _Reader(errors).mapping(item, where, known)
-        n = len(errors)
-        name = item.get("name", "")
-        if not isinstance(name, str):
-            errors.append(f"{where}.name: must be a string, got {_show(name)}")
+    known = ("name", "maxUnavailable", "namespaceSelector", "strategies")
+    for where, item, name, n in _named_items(raw, "kdesched.disruptionBudgets", known, errors):
         count: int | None = None
         percent: float | None = None
         value = item.get("maxUnavailable")
