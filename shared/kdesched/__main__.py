@@ -1,5 +1,5 @@
-"""``python -m kdesched`` = the ``kdesched`` command."""
+"""``python -m kdesched`` = the ``kdesched`` command (kdesched.cli.startup: start-up without the cyclic GC)."""
 
-from kdesched.cli.main import main
+from kdesched.cli.startup import main
 
 raise SystemExit(main())

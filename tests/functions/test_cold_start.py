@@ -27,11 +27,13 @@ from tests.functions.helpers import ce_request
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Runs `kdesched function NAME` in-process with the HTTP server (kdesched.httpserver.WSGIServer)
-# replaced by a stand-in whose serve_forever posts the event given on argv to the app and prints
-# what sys.modules held.
+# Runs `kdesched function NAME` through the console script's entry point (kdesched.cli.startup) with
+# the HTTP server (kdesched.httpserver.WSGIServer) replaced by a stand-in whose serve_forever posts
+# the event given on argv to the app and prints what sys.modules held, and the collector's state.
 PROBE = r"""
-import json, sys
+import gc, json, sys
+import kdesched.cli.startup
+kdesched.cli.startup.pause()  # as its main() does before the first import
 import kdesched.httpserver
 
 name, headers, body = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].encode("latin-1")
@@ -44,15 +46,17 @@ class Server:
 
     def serve_forever(self):
         started = sorted(sys.modules)
+        gc_state = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
         resp = self.app.test_client().post("/", data=body, headers=headers)
-        print(json.dumps({"started": started, "after_event": sorted(sys.modules), "status": resp.status_code}))
+        print(json.dumps({"started": started, "after_event": sorted(sys.modules), "status": resp.status_code,
+                          "gc": gc_state}))
 
     def shutdown(self):
         pass
 
 kdesched.httpserver.WSGIServer = Server
-from kdesched.cli.main import main
-sys.exit(main(["function", name, "--port", "0"]))
+sys.argv = ["kdesched", "function", name, "--port", "0"]
+sys.exit(kdesched.cli.startup.main())
 """
 
 
@@ -85,6 +89,8 @@ def test_deadletter_imports_neither_the_client_nor_the_reactor_nor_the_policy() 
     # what it does use: the HTTP part, werkzeug and the SDK
     assert {"kdesched_functions.common", "kdesched_functions.deadletter", "werkzeug", "cloudevents"} <= set(
         out["started"])
+    # start-up ran without the cyclic collector, which is back on, past what start-up built, when it serves
+    assert out["gc"]["enabled"] and out["gc"]["frozen"] > 10_000
 
 
 @pytest.fixture
@@ -108,13 +114,16 @@ def test_taints_imports_only_what_a_taint_run_uses(kubeconfig: str, fake_api: Fa
     # it needs the client, the reactor and the policy...
     assert {"kubernetes", "kdesched.reactor.run.runner", "kdesched_functions.runtime",
             "kdesched.strategies.node_taints"} <= set(after)
-    # ...but not the other functions, the standalone server or the one-shot commands' output. (The
-    # strategy registry imports every built-in strategy at the first plan, kdesched.strategies.
-    # registry: a few milliseconds, below the functions layer.)
+    # ...but not the other functions, the standalone server, the one-shot commands' output or the
+    # strategies it does not run (kdesched.strategies.registry imports a strategy on first lookup)
     unused = loaded(after, "kdesched_functions.classifier", "kdesched_functions.deadletter",
                     "kdesched_functions.manual", "kdesched.reactor.serve", "kdesched.reactor.io.watch",
-                    "kdesched.cli.output", "kdesched.policy.dump", "flask", "jinja2", "click")
+                    "kdesched.cli.output", "kdesched.policy.dump", "flask", "jinja2", "click",
+                    "kdesched.kube.cache",  # the watch cache: no $KDESCHED_CACHE here
+                    "kdesched.strategies.low_node_utilization", "kdesched.strategies.remove_duplicates",
+                    "kdesched.strategies.topology_spread", "kdesched.strategies.node_affinity")
     assert unused == []
+    assert out["gc"]["enabled"] and out["gc"]["frozen"] > 10_000
 
 
 def test_classifier_imports_neither_the_engine_run_nor_the_policy_loader(kubeconfig: str) -> None:

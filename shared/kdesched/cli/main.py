@@ -40,6 +40,7 @@ from kdesched.cli.common import (
 )
 from kdesched.cli.logs import setup_logging
 from kdesched.cli.policy_commands import cmd_policy_convert, cmd_policy_validate
+from kdesched.cli.startup import started
 
 log = logging.getLogger("kdesched.cli")
 
@@ -547,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     parser = _function_parser() if words[:1] == ["function"] else build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "ends_startup", False):
+        started()  # the collector paused by the entry point runs again (kdesched.cli.startup)
     setup_logging(-1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0), getattr(args, "log_format", None))
     try:
         args.exit_when_done = argv is None  # the command line, not an in-process call: see exit_now

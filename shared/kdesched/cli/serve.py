@@ -23,6 +23,7 @@ from kdesched_functions import FUNCTIONS
 
 from kdesched.cli.common import InputError, add_client_limit_flags, client_limits, exit_now, load_policy_arg
 from kdesched.cli.flags import NumberFlag, address
+from kdesched.cli.startup import started
 
 log = logging.getLogger("kdesched.cli.serve")
 
@@ -122,7 +123,7 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                         "--no-cache, until the objects are counted under 80%% of it again (every 15 minutes)")
     _add_concurrency_flag(p)
     add_client_limit_flags(p)
-    p.set_defaults(func=cmd_serve)
+    p.set_defaults(func=cmd_serve, ends_startup=True)  # kdesched.cli.startup.started once built
     return p
 
 
@@ -142,7 +143,7 @@ def configure_function_parser(subparsers: Any, common: argparse.ArgumentParser |
                    "(default 0.0.0.0)")
     p.add_argument("--port", type=_port, default=_default_port(), help="HTTP port (default $PORT or 8080)")
     _add_concurrency_flag(p)
-    p.set_defaults(func=cmd_function)
+    p.set_defaults(func=cmd_function, ends_startup=True)  # kdesched.cli.startup.started once built
     return p
 
 
@@ -253,6 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            drain_seconds=DEFAULT_DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds,
                            http_concurrency=args.concurrency)
     _on_signals(server.shutdown)
+    started()  # the start-up's objects are built: freeze them, collect from here on (kdesched.cli.startup)
     log.info("kdesched serve: balanceDelay=%gs settle=%gs sweep=%gs Leases %s/%s and %s/%s-leader "
              "(namespace from %s); %s", settings.balance_delay_seconds, settings.settle_seconds,
              server.sweep_interval, namespace, settings.lease_name, namespace, settings.lease_name, origin,
@@ -281,14 +283,18 @@ def build_function_app(name: str, policy_path: str | None = None) -> Any:
 
 def cmd_function(args: argparse.Namespace) -> int:
     from kdesched.httpserver import WSGIServer, container_cpus, describe_cpus, threads_for
-    from kdesched.kube.errors import ConfigError
 
     if not args.name:
         raise InputError(f"function: NAME is required (or set $KDESCHED_FUNCTION): {', '.join(FUNCTIONS)}")
     try:
         app = build_function_app(args.name, args.policy)
-    except ConfigError as exc:
-        raise InputError(str(exc)) from None
+    except Exception as exc:
+        # imported only on failure: deadletter never loads the kube layer's errors (and tenacity)
+        from kdesched.kube.errors import ConfigError
+
+        if isinstance(exc, ConfigError):
+            raise InputError(str(exc)) from None
+        raise
     app.limit_events(args.concurrency)
     threads = threads_for(args.concurrency)
     server = WSGIServer(args.host, args.port, app, threads=threads, graceful_seconds=FUNCTION_GRACE_SECONDS)
@@ -300,6 +306,7 @@ def cmd_function(args: argparse.Namespace) -> int:
             threading.Thread(target=server.shutdown, name="kdesched-http-stop", daemon=True).start()
 
     _on_signals(stop)
+    started()  # the app is built: freeze the start-up's objects, collect from here on (kdesched.cli.startup)
     log.info("function %s listening on %s:%d (gunicorn gthread, one worker in this process: %d event(s) at once, "
              "%d threads; %s)", args.name, args.host, server.server_port, args.concurrency, threads,
              describe_cpus(container_cpus()))

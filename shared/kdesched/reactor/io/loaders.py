@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from kdesched.engine import plan_run
-from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.records import Node
@@ -23,6 +23,9 @@ from kdesched.model.selectors import parse_selector
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.types import Policy
 from kdesched.reactor.events.routing import kinds_needed, needs_all_pods
+
+if TYPE_CHECKING:  # the watch cache is imported only by who builds one (serve, $KDESCHED_CACHE=1): cold start
+    from kdesched.kube.cache import ClusterCache
 
 SnapshotLoader = Callable[[KubeClient, "Collection[str] | None", Sequence[str]], Snapshot]
 
