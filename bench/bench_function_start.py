@@ -21,12 +21,13 @@ the policy is the shipped one (knative/common/policy.yaml via ``$KDESCHED_POLICY
 JSON (``LOG_FORMAT=json``), as in the cluster. Functions are interleaved round by round so that
 load from other work spreads over all of them; the median, min and max of ``--repeat`` runs are
 reported with the machine's conditions (bench/machine.py). ``--baseline DIR`` also runs another
-checkout's ``shared/`` and ``functions/`` (PYTHONPATH), interleaved start by start with this one,
+checkout's ``shared/`` and ``functions/`` (PYTHONPATH) with its own shipped policy
+(``DIR/knative/common/policy.yaml`` when there is one), interleaved start by start with this one,
 for before/after figures taken under the same load:
 
     python bench/bench_function_start.py                               # all six, 7 runs each
     python bench/bench_function_start.py --functions deadletter,taints --repeat 11
-    mkdir /tmp/old && git archive OLD shared functions | tar -x -C /tmp/old
+    mkdir /tmp/old && git archive OLD shared functions knative | tar -x -C /tmp/old
     python bench/bench_function_start.py --baseline /tmp/old
 
 Not a test: the figures depend on the machine (docs/benchmarks.md has them with their command).
@@ -82,8 +83,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command() -> list[str]:
-    """The container's command: the ``kdesched`` script of this interpreter's environment."""
+def command(env: dict[str, str]) -> list[str]:
+    """The container's command: the ``kdesched`` script of this interpreter's environment. With
+    ``$PYTHONPATH`` set (``--baseline``: another checkout's sources), ``python -m kdesched``, so that
+    each checkout starts through its own entry point (the script is this checkout's)."""
+    if env.get("PYTHONPATH"):
+        return [sys.executable, "-m", "kdesched"]
     script = Path(sys.executable).with_name("kdesched")
     if script.exists():
         return [str(script)]
@@ -127,7 +132,7 @@ def one_start(name: str, target: str, env: dict[str, str], node: dict[str, Any])
                    "ce-type": etype, "content-type": "application/json"}
         body = json.dumps(data).encode()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*command(), "function", name, "--host", "127.0.0.1", "--port", str(port)], env=env,
+    proc = subprocess.Popen([*command(env), "function", name, "--host", "127.0.0.1", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         if target == "event":
@@ -187,7 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # as pip does when the image is built: every module compiled once
                 subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], check=True,
                                stdout=subprocess.DEVNULL)
-                envs[label] = {**common_env, **({"PYTHONPATH": os.pathsep.join(sources)} if root != REPO else {})}
+                # with --baseline every checkout runs from its sources, this one too: the same command for all
+                envs[label] = {**common_env, **({"PYTHONPATH": os.pathsep.join(sources)} if args.baseline else {})}
+                own = root / "knative" / "common" / "policy.yaml"
+                if own.is_file():  # each checkout with its own shipped policy (an older one refuses newer fields)
+                    envs[label]["KDESCHED_POLICY"] = str(own)
             runs = {c: {n: {t: [] for t in targets} for n in names} for c in checkouts}
             cpu = {c: {n: {t: [] for t in targets} for n in names} for c in checkouts}
             for label in checkouts:  # one warm-up each: the page cache
