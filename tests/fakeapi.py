@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -209,6 +210,16 @@ class FakeApiServer:
         assert self._httpd is not None, "server not started"
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def kubeconfig(self, path: str | Path, namespace: str | None = None) -> str:
+        """Write a kubeconfig for this server (a token user; ``namespace``: the context's) to ``path``."""
+        context: dict[str, str] = {"cluster": "fake", "user": "u", **({"namespace": namespace} if namespace else {})}
+        Path(path).write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "contexts": [{"name": "fake", "context": context}],
+            "users": [{"name": "u", "user": {"token": "t"}}]}))
+        return str(path)
 
     # -- test helpers ----------------------------------------------------------------------------
     def add(self, *objs: dict[str, Any]) -> None:

@@ -59,13 +59,8 @@ def test_a_one_shot_command_runs_with_the_collector_on_and_start_up_frozen() -> 
 
 
 def test_serve_runs_with_the_collector_on_and_start_up_frozen(fake_api: FakeApiServer, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": fake_api.url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        "users": [{"name": "t", "user": {"token": "t"}}]}))
-    state = run_probe("serve", "serve", "--policy", str(POLICY), "--kubeconfig", str(kubeconfig), "--port", "0",
+    kubeconfig = fake_api.kubeconfig(tmp_path / "kubeconfig")
+    state = run_probe("serve", "serve", "--policy", str(POLICY), "--kubeconfig", kubeconfig, "--port", "0",
                       "--lease-namespace", "kdesched")
     assert state["enabled"] and state["frozen"] > 10_000
 

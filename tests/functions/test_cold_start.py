@@ -97,13 +97,7 @@ def test_deadletter_imports_neither_the_client_nor_the_reactor_nor_the_policy() 
 def kubeconfig(fake_api: FakeApiServer, tmp_path: Path) -> str:
     fake_api.add(node_obj("n1", taints=[{"key": "maintenance", "value": "true", "effect": "NoSchedule"}]),
                  node_obj("n2"), pod_obj("intolerant", "n1", owner_name="web"))
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": fake_api.url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        "users": [{"name": "t", "user": {"token": "t"}}]}))
-    return str(path)
+    return fake_api.kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_taints_imports_only_what_a_taint_run_uses(kubeconfig: str, fake_api: FakeApiServer) -> None:

@@ -145,13 +145,7 @@ def test_200_clients_at_once_against_deadletter_lose_nothing() -> None:
 @pytest.fixture
 def kubeconfig(fake_api: FakeApiServer, tmp_path: Path) -> str:
     fake_api.add(node_obj("n1"), node_obj("n2"))
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": fake_api.url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t", "namespace": "kdesched"}}],
-        "users": [{"name": "t", "user": {"token": "t"}}]}))
-    return str(path)
+    return fake_api.kubeconfig(tmp_path / "kubeconfig", namespace="kdesched")
 
 
 def test_200_clients_at_once_against_an_evicting_function_lose_nothing(kubeconfig: str) -> None:

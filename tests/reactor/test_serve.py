@@ -167,12 +167,7 @@ def test_a_stopped_node_watch_ends_quietly(fake_api: FakeApiServer, kube: KubeCl
 
 def test_sigterm_stops_serve_cleanly(fake_api: FakeApiServer, tmp_path: Path) -> None:
     fake_api.add(node_obj("n1"), node_obj("n2"))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": fake_api.url}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kubeconfig = fake_api.kubeconfig(tmp_path / "kubeconfig")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KDESCHED_LEASE_NAMESPACE": "kdesched"}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     proc = subprocess.Popen([sys.executable, "-m", "kdesched", "serve", "--kubeconfig", str(kubeconfig), "--port", "0",
