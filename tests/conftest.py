@@ -6,12 +6,28 @@ real ``kubernetes`` client, so paths, query strings and error bodies are exercis
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
 from kdesched.kube.client import KubeClient
 
 from tests.fakeapi import FakeApiServer
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what an in-process command's ``setup_logging`` did to the root logger: its handler
+    writes to the ``sys.stderr`` pytest captured for that test, which is closed afterwards, and a
+    thread that outlives the test (a watch, a server) then logged "--- Logging error ---" into a
+    later test's output. pytest's own handlers are subclasses and are left alone."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
