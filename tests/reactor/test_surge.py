@@ -4,19 +4,27 @@ tests/realk8s/test_surge.py's; the pure decisions tests/evictor/test_surge.py's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from kdesched.admission.owner_change import MESSAGE as OWNER_CHANGED
 from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import Surge
-from kdesched.kube.client import ListResult
+from kdesched.kube.client import KubeClient, ListResult
 from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
+from kdesched.reactor.events import routing as ev
+from kdesched.reactor.events.requests import Trigger, parse_node_event
+from kdesched.reactor.run.runner import Reactor
+from kdesched.reactor.run.settings import parse_settings
 from kdesched.reactor.run.surge import Ended, Surges
 
-from tests.builders import NOW, pod
+from tests.builders import NOW, node_obj, pod, pod_obj
+from tests.fakeapi import FakeApiServer
+from tests.reactor.policies import default_like_policy
 
 T0 = NOW.timestamp()
 KEY = "Deployment/default/web"
@@ -184,3 +192,44 @@ def test_a_lost_ledger_write_does_not_make_the_next_attempt_take_its_own_scale_b
     out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5.2, ended)
     assert not ended and not out.surges_changed  # waits for the pod to go, as after its own eviction
     assert [c[0] for c in client.calls if c[0] != "event"] == ["evict"]  # not evicted twice
+
+
+def test_a_workload_whose_owner_changed_during_the_move_waits_for_the_next_run(fake_api: FakeApiServer,
+                                                                               kube: KubeClient) -> None:
+    """The run that finds a surge-first move overridden (an HPA set the replicas meanwhile) decides on a
+    snapshot taken before the change, while the ReplicaSet controller may still be deleting pods: it
+    must not evict the workload's pod (found by tests/realk8s/test_surge.py's HPA storm: a plain
+    eviction 30 ms after the override, and a PDB of minAvailable 2 at 1 Ready pod). The next run,
+    with the owner no longer changing, evicts it."""
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake_api.add(node_obj("node-a", taints=[taint]), node_obj("spare-1"), node_obj("spare-2"),
+                 pod_obj("web-1", "node-a", owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
+                         conditions=READY),
+                 pod_obj("web-2", "spare-1", owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
+                         conditions=READY))
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
+    policy = default_like_policy(kdesched=block)
+    reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+    try:
+        hpa = StubClient(5, generation=8)  # the Deployment as an HPA left it: 5 replicas, a new generation
+        reactor.execution.surges = surges(hpa)
+        store = reactor.execution.store
+        old = Pod.from_api(fake_api.get("Pod", "web-1", "default"))  # type: ignore[arg-type]
+        now = time.time()
+        f = InFlight(old.uid, old.key, old.node_name, now - 5, scope="node:node-a:RemovePodsViolatingNodeTaints")
+        s = Surge(old.uid, old.key, old.node_name, "web", "web-abc", 1, 2, now - 5, now + 115,
+                  "RemovePodsViolatingNodeTaints", 6)
+        read = store.read()
+        assert store.write(read, Ledger(moves={KEY: Move("RemovePodsViolatingNodeTaints", now - 5, now - 5, 1, 1, (f,))},
+                                        surges={KEY: s}))
+        trigger = Trigger(ev.TAINTS_CHANGED, "e-1")
+        out = reactor.node_event(trigger, parse_node_event({"node": "node-a"}))
+        assert out["evictions"] == [] and not [c for c in hpa.calls if c[0] == "evict"]
+        assert [b["reason"] for b in out["blocked"]] == [OWNER_CHANGED.format(key=KEY)]
+        assert any("repeated" in n for n in out["notes"])  # it looks again within a second or two
+        assert KEY not in store.read().ledger.surges  # the move ended: the owner's replicas stay
+        out = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "e-2"), parse_node_event({"node": "node-a"}))
+        assert [e["pod"] for e in out["evictions"]] == ["web-1"]  # the owner no longer changing: it goes
+    finally:
+        reactor.stop.set()
+        reactor.continuations.cancel_all()

@@ -47,6 +47,7 @@ class RunContext:
     stop_when_spent: bool = False  # balance runs stop planning once the bucket is empty
     namespace_labels: Callable[[str], Mapping[str, str] | None] = _no_labels  # for namespace budgets
     alerts: AlertsReading | None = None  # Prometheus' alerts, read for the alert brake
+    owners_changed: frozenset[str] = frozenset()  # workloads whose owner changed during a surge-first move
 
 
 class Check:

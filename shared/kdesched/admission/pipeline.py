@@ -11,12 +11,14 @@ order  control                moment      answer
 1      health brake           run         defer every eviction (too many nodes down, settling)
 2      alert brake            run         defer every eviction (named Prometheus alerts firing)
 3      in flight elsewhere    pod         refuse (another run's eviction)
-4      wasted-move back-off   pod         refuse until the back-off ends
-5      cool-downs             pod         refuse until the workload's / node's cool-down ends
-6      ledger capacity        pod         refuse (the workload's record is full)
-7      cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
-8      disruption windows     plan        defer until the window opens
-9      disruption budgets     plan        refuse while the budget is spent
+4      owner changed          pod         refuse until the next run (its Deployment changed
+                                          during a surge-first move this run ended)
+5      wasted-move back-off   pod         refuse until the back-off ends
+6      cool-downs             pod         refuse until the workload's / node's cool-down ends
+7      ledger capacity        pod         refuse (the workload's record is full)
+8      cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
+9      disruption windows     plan        defer until the window opens
+10     disruption budgets     plan        refuse while the budget is spent
 =====  =====================  ==========  =====================================================
 
 The cheap, run-wide answers come first; the pod checks run while the planner plans (its ``gate``:
@@ -39,6 +41,7 @@ from kdesched.admission.control import Check, Control, RunContext
 from kdesched.admission.cooldown import Cooldowns
 from kdesched.admission.health import BrakeState, HealthBrake, HealthBrakeSettings, HealthCheck
 from kdesched.admission.inflight import InFlight
+from kdesched.admission.owner_change import OwnerChanged
 from kdesched.admission.windows import Window, WindowControl
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.planner import PlannedEviction
@@ -73,6 +76,7 @@ class Pipeline:
             HealthBrake(s.health),
             AlertBrake(s.alerts),
             InFlight(),
+            OwnerChanged(),
             WastedMoveBackoff(s.backoff_base_seconds, s.backoff_max_seconds),
             Cooldowns(s.cooldown_workload_seconds, s.cooldown_node_seconds),
             RecordCapacity(),

@@ -73,7 +73,7 @@ EVICTION_CAUSES = Counter(
 EVICTIONS_REFUSED = Counter(
     "kdesched_evictions_refused_total",
     "Evictions a strategy wanted that kdesched did not attempt, counted each time a run decides so, by reason "
-    "(disruption-budget, cooldown, rate-limit, in-flight-elsewhere, nowhere-to-go, no-uid, other), "
+    "(disruption-budget, cooldown, rate-limit, in-flight-elsewhere, owner-changed, nowhere-to-go, no-uid, other), "
     "strategy and namespace.",
     ["reason", "strategy", "namespace"],
     registry=REGISTRY,

@@ -24,6 +24,7 @@ class Reason(enum.StrEnum):
     HEALTH_BRAKE = "health-brake"
     ALERT_BRAKE = "alert-brake"
     IN_FLIGHT = "in-flight-elsewhere"
+    OWNER_CHANGED = "owner-changed"  # its owner changed during a surge-first move this run settled
     BACKOFF = "wasted-move-backoff"
     COOLDOWN_WORKLOAD = "cooldown-workload"
     COOLDOWN_NODE = "cooldown-node"
@@ -49,7 +50,7 @@ class Reason(enum.StrEnum):
     def transient(self) -> bool:
         """Does it last only while something else settles (a replacement getting Ready, another
         run's eviction)? A node's run refused for it is repeated like a paced one."""
-        return self in (Reason.PDB, Reason.NOWHERE_TO_GO, Reason.IN_FLIGHT)
+        return self in (Reason.PDB, Reason.NOWHERE_TO_GO, Reason.IN_FLIGHT, Reason.OWNER_CHANGED)
 
     @property
     def defers(self) -> bool:

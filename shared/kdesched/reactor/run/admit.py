@@ -37,6 +37,7 @@ from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Verdict
+from kdesched.evictor.surge import OVERRIDDEN
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
 from kdesched.model.derived import pod_ready
@@ -238,8 +239,11 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                 settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
+            # a workload whose owner changed during a move this settle ended waits for a snapshot
+            # taken after the change (kdesched.admission.owner_change)
+            changed = frozenset(e.workload for e in ended if e.outcome == OVERRIDDEN)
             admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
-                                                  namespace_labels or (lambda _ns: None), alerts))
+                                                  namespace_labels or (lambda _ns: None), alerts, changed))
             if brake_status is not None:
                 brake_status.remember(admission.health, now)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
