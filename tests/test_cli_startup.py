@@ -1,4 +1,4 @@
-"""The entry point's start-up without the cyclic GC (kdesched.cli.startup): every command turns the
+"""The entry point's start-up without the cyclic GC (kdesched.cli.entry, kdesched.cli.startup): every command turns the
 collector back on before it does its work, past the objects start-up built.
 
 Each case runs the real entry point in a fresh interpreter: the pause and ``gc.freeze`` are
@@ -31,11 +31,12 @@ def report(*_args, **_kwargs):
 
 target = sys.argv[1]
 if target == "serve":
-    startup.pause()  # as main() does first; the patch below imports part of the package
+    startup.pause()  # as kdesched.cli.entry.main() does first; the patch below imports part of the package
     from kdesched.reactor.serve.server import ReactorServer
     ReactorServer.run = report
 sys.argv = ["kdesched", *sys.argv[2:]]
-code = startup.main()
+import kdesched.cli.entry
+code = kdesched.cli.entry.main()
 if target == "after":  # a one-shot command: its work is done, report the state it ran in
     report()
 sys.exit(code)

@@ -1,5 +1,5 @@
-"""``python -m kdesched`` = the ``kdesched`` command (kdesched.cli.startup: start-up without the cyclic GC)."""
+"""``python -m kdesched`` = the ``kdesched`` command (kdesched.cli.entry: start-up without the cyclic GC)."""
 
-from kdesched.cli.startup import main
+from kdesched.cli.entry import main
 
 raise SystemExit(main())

@@ -27,13 +27,13 @@ from tests.functions.helpers import ce_request
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Runs `kdesched function NAME` through the console script's entry point (kdesched.cli.startup) with
+# Runs `kdesched function NAME` through the console script's entry point (kdesched.cli.entry) with
 # the HTTP server (kdesched.httpserver.WSGIServer) replaced by a stand-in whose serve_forever posts
 # the event given on argv to the app and prints what sys.modules held, and the collector's state.
 PROBE = r"""
 import gc, json, sys
 import kdesched.cli.startup
-kdesched.cli.startup.pause()  # as its main() does before the first import
+kdesched.cli.startup.pause()  # as kdesched.cli.entry.main() does before the first import
 import kdesched.httpserver
 
 name, headers, body = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].encode("latin-1")
@@ -56,7 +56,8 @@ class Server:
 
 kdesched.httpserver.WSGIServer = Server
 sys.argv = ["kdesched", "function", name, "--port", "0"]
-sys.exit(kdesched.cli.startup.main())
+import kdesched.cli.entry
+sys.exit(kdesched.cli.entry.main())
 """
 
 

@@ -1,12 +1,13 @@
-"""The ``kdesched`` command's entry point: start-up runs with Python's cyclic garbage collector paused.
+"""Start-up runs with Python's cyclic garbage collector paused (the ``kdesched`` command's entry point,
+:mod:`kdesched.cli.entry`, pauses it first).
 
 Why: with scale-to-zero a Knative function pays its whole start-up on the first event after an idle
 period, and that start-up is mostly imports. They build the objects that live as long as the
 process (modules, classes, functions, the policy), and CPython's collector, triggered by their
 allocation, keeps searching them for cycles and finds none: 150 collections, about 8% of an
 evicting function's start-up (measured with ``gc.callbacks``; docs/benchmarks.md, "Function cold
-start"). So the entry point pauses the collector before the first import, and :func:`started`
-ends the pause once the command is ready to work:
+start"). So the entry point pauses the collector before the first import (:func:`pause`), and
+:func:`started` ends the pause once the command is ready to work:
 
 - ``gc.freeze()`` first moves everything made so far out of the collector's reach for good, as
   CPython documents for long-lived start-up state (so a long-running ``serve`` or function never
@@ -43,11 +44,3 @@ def started() -> None:
         _paused = False
         gc.freeze()
         gc.enable()
-
-
-def main() -> int:
-    """The ``kdesched`` console script."""
-    pause()
-    from kdesched.cli.main import main as run
-
-    return run()
