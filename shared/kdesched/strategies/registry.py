@@ -7,7 +7,7 @@ build a fresh :class:`Registry` when they need a custom one.
 A strategy's module is imported the first time the strategy is looked up, not when the registry is
 built: a ``taints`` function's run needs RemovePodsViolatingNodeTaints only, and importing all ten
 cost about 25 ms of its first event after a cold start (docs/benchmarks.md, "Function cold
-start"). Iterating the registry imports them all.
+start"). Listing the names imports nothing; reading every entry (values, items) imports them all.
 """
 
 from __future__ import annotations
