@@ -44,6 +44,8 @@ from urllib.parse import quote, urlencode
 import urllib3
 import yaml
 
+from tests.realk8s import faketime
+
 BIN_ENV = "KDESCHED_K8S_BIN"
 REQUIRE_ENV = "KDESCHED_REQUIRE_REAL_K8S"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -113,9 +115,8 @@ def _openssl(*args: str, backdate: bool = False) -> None:
     """``backdate``: as if run an hour ago, where Debian's faketime is installed (``openssl req`` of
     OpenSSL 3.0 has no -not_before), so that a process whose clock is behind (the clock-skew tests
     run one 3 minutes behind under faketime) does not find the serving certificate not yet valid."""
-    prefix = ["faketime", "-f", "-1h"] if backdate and shutil.which("faketime") else []
-    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"} if prefix else None
-    subprocess.run([*prefix, "openssl", *args], check=True, capture_output=True, timeout=60, env=env)
+    env = {**os.environ, **faketime.env("-1h", multithreaded=False)} if backdate and faketime.available() else None
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60, env=env)
 
 
 def now_rfc3339() -> str:

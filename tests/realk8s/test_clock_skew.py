@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.realk8s import faketime
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet
 from tests.realk8s.serve_stories import (
@@ -64,21 +64,21 @@ POOL = 6
 SKEW = "3m"
 DONE_BOUND = 90.0  # seconds: the bound without a same-session baseline (the issue measured 24.5 s)
 REQUIRE_ENV = "KDESCHED_REQUIRE_FAKETIME"
-FAKETIME = shutil.which("faketime")
+FAKETIME = faketime.available()
 RESULTS: dict[str, float] = {}  # case -> seconds to done, this session (the skewed cases compare with "none")
 
-pytestmark = pytest.mark.skipif(FAKETIME is None and os.environ.get(REQUIRE_ENV) != "1",
+pytestmark = pytest.mark.skipif(not FAKETIME and os.environ.get(REQUIRE_ENV) != "1",
                                 reason="Debian's faketime is not installed (apt-get install faketime)")
 
 
 def faked_monotonic_works() -> str:
     """"" when Python's timed waits work under faketime with a faked CLOCK_MONOTONIC, else why not."""
-    if FAKETIME is None:
+    if not FAKETIME:
         return "faketime is not installed"
     probe = "import threading; lock = threading.Lock(); lock.acquire(); lock.acquire(timeout=0.2)"
     try:
-        subprocess.run([FAKETIME, "-m", "-f", f"+{SKEW}", sys.executable, "-c", probe], timeout=15, check=True,
-                       capture_output=True, env={**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "0"})
+        subprocess.run([sys.executable, "-c", probe], timeout=15, check=True, capture_output=True,
+                       env={**os.environ, **faketime.env(f"+{SKEW}", fake_monotonic=True)})
     except subprocess.TimeoutExpired:
         return ("this libfaketime fakes CLOCK_MONOTONIC but does not intercept sem_clockwait, which Python's timed "
                 "lock and Event waits use: under it a 0.2 s wait never returns, so no Python program with threads "
@@ -121,17 +121,14 @@ class Taints:
             env["KDESCHED_TEST_MONOTONIC_SHIFT"] = repr(time.time() + seconds - time.monotonic())
         if paths:
             env["PYTHONPATH"] = os.pathsep.join(paths)
-        prefix: list[str] = []
-        if skew:
-            assert FAKETIME is not None
-            prefix = [FAKETIME, "-m", "-f", skew]
-            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "0" if fake_monotonic and not python_monotonic else "1"
+        if skew:  # libfaketime preloaded, not through Debian's wrapper (tests/realk8s/faketime.py says why)
+            env.update(faketime.env(skew, fake_monotonic=fake_monotonic and not python_monotonic))
         # the clocks the process will read (time.time, time.monotonic), asked of the same interpreter
-        said = subprocess.run([*prefix, sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
+        said = subprocess.run([sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
                               env=env, capture_output=True, timeout=30, check=True).stdout.split()
         clocks = (float(said[0]) - time.time(), float(said[1]))
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*prefix, sys.executable, "-m", "kdesched", "function", "taints", "--host",
+            proc = subprocess.Popen([sys.executable, "-m", "kdesched", "function", "taints", "--host",
                                      "127.0.0.1", "--port", str(port)], env=env, cwd=str(REPO), stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         return cls(label, port, log_path, proc, clocks)
@@ -178,9 +175,9 @@ class Taints:
         return status
 
     def stop(self) -> None:
-        """Stop the whole process group: faketime forks the function as its child, so terminating
-        faketime alone left the function running (four leaked per CI run, found by their
-        PYTEST_CURRENT_TEST an hour later)."""
+        """Stop the whole process group: while Debian's faketime wrapper started the function as its
+        child, terminating the leader alone left the function running (four leaked per CI run, found
+        by their PYTEST_CURRENT_TEST an hour later); the group is stopped still, whatever started it."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
