@@ -46,7 +46,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,7 @@ def run_seed(cp: ControlPlane, real: Cluster, result: SeedResult, began: float, 
     since = time.time()
     model = Model()
     last = since
+    left: list[str] = []
     try:
         for ev in events:
             time.sleep(ev.gap)
@@ -190,7 +191,26 @@ def run_seed(cp: ControlPlane, real: Cluster, result: SeedResult, began: float, 
         f"wall time of this seed: {time.monotonic() - began:.0f}s"]
     if checker.errors:
         result.notes.append(f"{checker.errors} sample(s) failed and were skipped")
-    return report(result, workdir)
+    return report(result, workdir) + told_about(left, texts)
+
+
+def told_about(left: Sequence[str], texts: Mapping[str, str], per_pod: int = 12, per_node: int = 20) -> str:
+    """What the processes' logs say about the pods a liveness failure left on tainted nodes (their
+    names, then their nodes: the runs, refusals and repeats), at the END of the failure's text,
+    where CI shows it: a failure the next run may not repeat must explain itself."""
+    out: list[str] = []
+    for entry in left[:3]:
+        pod, _, rest = entry.partition(" on ")
+        node = rest.split(" ", 1)[0]
+        for label, text in texts.items():
+            lines = text.splitlines()
+            about_pod = [ln for ln in lines if pod in ln][-per_pod:]
+            about_node = [ln for ln in lines if node and node in ln and pod not in ln][-per_node:]
+            out.append(f"--- {label}'s log about {pod}: {len(about_pod)} line(s) shown")
+            out += [ln[:400] for ln in about_pod]
+            out.append(f"--- {label}'s log about {node}, the last {len(about_node)} line(s)")
+            out += [ln[:400] for ln in about_node]
+    return ("\n" + "\n".join(out)) if out else ""
 
 
 @pytest.mark.parametrize("seed", SEEDS["serve"])
