@@ -1,12 +1,14 @@
 """Run a process with its wall clock shifted: Debian's libfaketime, preloaded directly.
 
-Debian's ``faketime`` wrapper names a POSIX semaphore and a shared-memory object after its own PID
-(/dev/shm/sem.faketime_sem_<pid>, /dev/shm/faketime_shm_<pid>) and leaves both behind, whether its
-child exits or is stopped (two left by the two ``openssl`` calls of one control plane's start). A
-later wrapper that is given the same PID refuses to start: "faketime: sem_open: File exists" (the
-fresh-clone CI at e4e0d41, a skewed ``kdesched function taints`` that never started). Those objects
-only share an absolute start time with the wrapper's children; a relative offset such as ``-3m``
-needs neither, so the tests set what the wrapper would set and leave the wrapper out.
+libfaketime names a POSIX semaphore and a shared-memory object after the process's PID
+(/dev/shm/sem.faketime_sem_<pid>, /dev/shm/faketime_shm_<pid>) and removes them when the process
+exits, not when it is killed, which is how the tests stop their processes. Debian's ``faketime``
+wrapper refuses to start under a PID whose pair was left behind: "faketime: sem_open: File exists"
+(the fresh-clone CI at e4e0d41, a skewed ``kdesched function taints`` that never started). The
+preloaded library carries on without its shared state, which only serves an absolute start time
+shared with children; a relative offset such as ``-3m`` needs none. So the tests set what the
+wrapper would set and leave the wrapper out (tests/realk8s/test_faketime.py shows both under a
+reused PID).
 """
 
 from __future__ import annotations
