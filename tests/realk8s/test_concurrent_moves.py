@@ -167,3 +167,32 @@ def test_a_taint_made_while_serve_restarts_is_acted_on_at_start(control_plane: C
     assert "start-up reconcile: 1 node change(s)" in b.log(), b.log()[-3000:]
     assert took < 30, f"acted on {took:.1f}s after serve was ready"
     print(f"a taint made while serve was down: replacement Ready {took:.2f}s after the new leader was ready")
+
+
+def test_a_move_that_timed_out_goes_on_when_its_replacement_turns_ready(control_plane: ControlPlane, real: Cluster,
+                                                                       kubelet: Kubelet, serves: list[Serve],
+                                                                       tmp_path: Path) -> None:
+    """A replacement slower than ``replacementTimeoutSeconds``: the move's repeats end ("no progress"),
+    the ledger gives the held pods up, and the sweep is off. When the replacement turns Ready at last,
+    serve's watch cache sees it and the move goes on: the other two replicas leave the tainted node.
+    Before, nothing looked at the node again until another event for it or the sweep (900 s by
+    default): the suspected cause of the pool storm's one pod left on a tainted node in CI."""
+    real.node("node-1", unschedulable=True)
+    real.node("gpu-1")
+    real.deployment("shop", 3, cpu="200m")
+    wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 3})
+    set_unschedulable(real, "node-1", False)
+    before = uids(real, "shop")
+    kubelet.ready_delay = 14.0  # longer than the repeats' bound: max(timeout 4 s, longest back-off 10 s)
+    policy = write_file(tmp_path, "policy.yaml", policy_text(safety={"replacementTimeoutSeconds": 4}))
+    s = Serve(control_plane.admin_kubeconfig, policy, "a", workdir=tmp_path).start()
+    serves.append(s)
+    wait_leading(control_plane, real, s)
+    set_taints(real, "gpu-1", [GPU])
+    control_plane.wait_for(lambda: "nothing moved for" in s.log(), 40, what="the first wave's repeats to time out")
+    assert len(before - uids(real, "shop")) == 1, s.log()[-3000:]
+    wait_placement(control_plane, real, "shop", lambda p: p == {"node-1": 3}, timeout=120,
+                   what="the move to go on once each replacement is Ready (sweep off)")
+    assert not before & uids(real, "shop") and len(uids(real, "shop")) == 3  # each evicted once
+    assert evictions(real, "shop") == 3
+    assert "goes on: progress on Deployment/default/shop" in s.log(), s.log()[-3000:]

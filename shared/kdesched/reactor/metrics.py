@@ -52,8 +52,9 @@ LEDGER_RECORDS = Gauge("kdesched_ledger_records", "Workload records of the disru
                        "progress and cool-downs still running), as this process last read them.", registry=REGISTRY)
 CONTINUATIONS = Counter("kdesched_reactor_continuations_total",
                         "Repeats of runs that held paced evictions (or were held by a cool-down), by outcome: "
-                        "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out, batched "
-                        "(a node scope's repeat decided in one run with another's).",
+                        "scheduled, resumed (from the ledger at start), ended (nothing held any more), timed-out, revived "
+                        "(a timed-out move woken by progress on a workload it held), batched (a node scope's repeat "
+                        "decided in one run with another's).",
                         ["outcome"], registry=REGISTRY)
 RECONCILED = Counter("kdesched_reactor_reconciled_total", "Semantic events the start-up reconcile sent: node changes "
                      "made while kdesched was starting or down (compared with the node record).", registry=REGISTRY)

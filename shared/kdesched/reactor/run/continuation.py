@@ -18,7 +18,14 @@ over: :func:`node_scope` / :func:`balance_scope`), one timer that repeats the ru
   repeat interval later; the 0.2 s gathers the Ready pods of one wave into one batched run);
 * until a run of the scope holds nothing, or nothing moved for the replacement timeout: then the
   move ends ``paced`` (the ledger gives its held pods up with a note and an Event), and the next
-  event or the sweep re-decides.
+  event or the sweep re-decides;
+* a move that ended on the timeout stays *dormant* (its scope and the workloads it held, up to
+  ``DORMANT_SECONDS``, at most ``MAX_DORMANT`` of them): progress on one of those workloads later
+  (:meth:`Continuations.wake`: a replacement slower than the timeout turns Ready at last, or another
+  run evicts one of its pods) starts its repeats again. Without this, a replacement that took longer
+  than ``replacementTimeoutSeconds`` left the rest of a tainted node's pods where they were until
+  another event for the node or the sweep (900 s by default; off in the pool-storm test, where one
+  pod was left on a tainted node in CI).
 
 Repeats of node-scoped runs that fall due together are decided as **one run** (``run_batch``):
 when one fires, every other node scope of the same strategies due within ``batch_window`` (the
@@ -51,6 +58,8 @@ LONGEST_SECONDS = 10.0
 BACKOFF = 1.5
 PATIENT_REPEATS = 4  # repeats at the first interval after progress, before backing off
 READY_WAKE_SECONDS = 0.2  # a pod of a held workload turned Ready: its scopes repeat this soon
+DORMANT_SECONDS = 3600.0  # how long a timed-out move may be woken again (the sweep re-decides after)
+MAX_DORMANT = 10_000  # timed-out moves remembered at most (the oldest forgotten first)
 
 
 def node_scope(node: str, strategies: Iterable[str]) -> str:
@@ -137,6 +146,8 @@ class Continuations:
         self.clock = clock
         self._lock = threading.Lock()
         self._chains: dict[str, _Chain] = {}
+        # moves that ended on the timeout: scope -> (the workloads they held, when they ended), oldest first
+        self._dormant: dict[str, tuple[frozenset[str], float]] = {}
 
     @property
     def batch_window(self) -> float:
@@ -147,6 +158,13 @@ class Continuations:
         now = self.clock()
         with self._lock:
             return {k: max(0.0, c.due - now) for k, c in self._chains.items() if c.timer is not None}
+
+    def dormant(self) -> dict[str, frozenset[str]]:
+        """Moves that ended on the timeout and may still be woken: scope -> the workloads they held."""
+        now = self.clock()
+        with self._lock:
+            self._expire(now)
+            return {k: w for k, (w, _) in self._dormant.items()}
 
     def delay(self, scope: str) -> float | None:
         """The delay the next repeat of ``scope`` waits (its back-off), None when none is due."""
@@ -165,6 +183,7 @@ class Continuations:
         now = self.clock()
         bound = max(self.timeout_seconds, self.longest)
         with self._lock:
+            self._dormant.pop(scope, None)  # a run of the scope decides afresh: its own chain, or none
             chain = self._chains.get(scope)
             if not held:
                 if chain is not None:
@@ -188,10 +207,9 @@ class Continuations:
             elif chain.timer is None and not fresh and now - chain.progress >= PATIENT_REPEATS * self.first:
                 chain.delay = min(self.longest, chain.delay * BACKOFF)  # a repeat that moved nothing: back off
             if now - chain.progress >= bound:
-                self._drop(scope, chain)
-                m.CONTINUATIONS.labels("timed-out").inc()
-                return (f"paced evictions: no progress for {bound:g}s (replacementTimeoutSeconds); left to the next "
-                        "event or sweep")
+                self._time_out(scope, chain, now, bound)
+                return (f"paced evictions: no progress for {bound:g}s (replacementTimeoutSeconds); they go on when a "
+                        "pod of their workloads turns Ready or is evicted, or at the next event or sweep")
             if chain.timer is None:
                 self._schedule(scope, chain, chain.delay)
                 m.CONTINUATIONS.labels("scheduled").inc()
@@ -219,6 +237,7 @@ class Continuations:
                     chain.timer.cancel()
                     self._schedule(scope, chain, soon)
                     n += 1
+            n += self._revive(wanted, but, soon, now)
         return n
 
     def resume(self, scopes: Iterable[str]) -> int:
@@ -229,6 +248,7 @@ class Continuations:
             for scope in scopes:
                 if scope in self._chains or self.stop.is_set():
                     continue
+                self._dormant.pop(scope, None)
                 chain = self._chains[scope] = _Chain(self.first, now)
                 self._schedule(scope, chain, self.first)
                 n += 1
@@ -240,6 +260,7 @@ class Continuations:
         with self._lock:
             for scope, chain in list(self._chains.items()):
                 self._drop(scope, chain)
+            self._dormant.clear()
 
     # -- internals (the caller holds _lock) ------------------------------------------------------------
     def _schedule(self, scope: str, chain: _Chain, delay: float) -> None:
@@ -257,6 +278,42 @@ class Continuations:
             chain.timer = None
         if self._chains.get(scope) is chain:
             del self._chains[scope]
+
+    def _time_out(self, scope: str, chain: _Chain, now: float, bound: float) -> None:
+        """End ``scope``'s repeats (nothing moved for ``bound`` seconds) and keep it dormant."""
+        self._drop(scope, chain)
+        m.CONTINUATIONS.labels("timed-out").inc()
+        if chain.workloads:
+            self._dormant[scope] = (frozenset(chain.workloads), now)
+            while len(self._dormant) > MAX_DORMANT:
+                del self._dormant[next(iter(self._dormant))]
+        log.info("paced move %s: nothing moved for %gs (replacementTimeoutSeconds), its repeats end; it goes on "
+                 "when a pod of %s turns Ready or is evicted, or at the next event or sweep", scope, bound,
+                 ", ".join(sorted(chain.workloads)[:5]) + (" ..." if len(chain.workloads) > 5 else ""))
+
+    def _revive(self, wanted: set[str], but: str, soon: float, now: float) -> int:
+        """Start again the dormant moves that held one of ``wanted`` (progress on it)."""
+        self._expire(now)
+        if self.stop.is_set():
+            return 0
+        n = 0
+        for scope, (workloads, _) in list(self._dormant.items()):
+            if scope == but or scope in self._chains or not (workloads & wanted):
+                continue
+            del self._dormant[scope]
+            chain = self._chains[scope] = _Chain(self.first, now, set(workloads))
+            self._schedule(scope, chain, soon)
+            n += 1
+            m.CONTINUATIONS.labels("revived").inc()
+            log.info("paced move %s goes on: progress on %s", scope, ", ".join(sorted(workloads & wanted)[:5]))
+        return n
+
+    def _expire(self, now: float) -> None:
+        while self._dormant:
+            scope, (_, since) = next(iter(self._dormant.items()))
+            if now - since < DORMANT_SECONDS:
+                break
+            del self._dormant[scope]
 
     def _due_with(self, scope: str, now: float) -> list[tuple[str, _Chain]]:
         """The other chains whose repeat may run in one batch with ``scope``'s now (their timers
@@ -303,8 +360,9 @@ class Continuations:
                 return
             if backoff:
                 chain.delay = min(self.longest, chain.delay * BACKOFF)
-            if self.clock() - chain.progress >= max(self.timeout_seconds, self.longest):
-                self._drop(scope, chain)
-                m.CONTINUATIONS.labels("timed-out").inc()
+            now = self.clock()
+            bound = max(self.timeout_seconds, self.longest)
+            if now - chain.progress >= bound:
+                self._time_out(scope, chain, now, bound)
             else:
                 self._schedule(scope, chain, chain.delay)
