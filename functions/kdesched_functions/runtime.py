@@ -76,7 +76,9 @@ class Runtime:
                 from kdesched.reactor.io.loaders import CachedLoader
 
                 # LIST + WATCH the kinds this policy reads; runs LIST until each is listed
-                self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy)).start()
+                self.cache = ClusterCache(self.client, kinds=kinds_needed(self.reactor.policy))
+                self.cache.on_pod_ready(self.reactor.pod_turned_ready)  # as serve: a Ready replacement wakes its moves
+                self.cache.start()
                 self.reactor.loader = CachedLoader(self.cache)
         return self.reactor
 

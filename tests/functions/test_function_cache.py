@@ -8,15 +8,19 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kdesched.evictor.ledger import workload_key
 from kdesched.kube.cache import ClusterCache
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ConfigError
+from kdesched.model.records import Pod
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.io.loaders import CACHE_NOTE
+from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import parse_settings
 from kdesched_functions import FUNCTIONS
 from kdesched_functions.runtime import CACHE_ENV, cache_enabled
 
+from tests.builders import pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import ce_request, post, reply_event
 from tests.functions.test_functions import TAINT, cluster
@@ -88,3 +92,38 @@ def test_a_bad_value_names_the_variable() -> None:
     assert cache_enabled({CACHE_ENV: "True"}) and not cache_enabled({}) and not cache_enabled({CACHE_ENV: "0"})
     with pytest.raises(ConfigError, match=r"\$KDESCHED_CACHE: must be 1/true or 0/false, got 'sometimes'"):
         cache_enabled({CACHE_ENV: "sometimes"})
+
+
+def test_with_the_switch_a_replacement_turning_ready_wakes_the_functions_paced_moves(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch,
+        caches: list[ClusterCache]) -> None:
+    """As in serve: the function's cache reports a pod turning Ready to its reactor, which starts
+    again a paced move of that workload whose repeats had timed out (kdesched.reactor.run.continuation)."""
+    cluster(fake_api)
+    fake_api.add(pod_obj("web-new", "n2", owner_name="web", phase="Pending"))
+    monkeypatch.setenv(CACHE_ENV, "1")
+    c = taints_app(kube)
+    deadline = time.monotonic() + 15
+    while "watch cache synced" not in (reason := c.get("/readyz").get_json()["reason"]):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, reason
+        time.sleep(0.02)
+    (cache,) = caches
+    new = fake_api.get("Pod", "web-new", "default")
+    assert new is not None
+    key = workload_key(Pod.from_api(new))
+    (hook,) = cache.ready_hooks.hooks
+    reactor = hook.__self__  # type: ignore[attr-defined]
+    assert isinstance(reactor, Reactor)
+    continuations = reactor.continuations
+    scope = "node:n1:RemovePodsViolatingNodeTaints"
+    with continuations._lock:  # a move of the workload whose repeats timed out (its replacement was slow)
+        continuations._dormant[scope] = (frozenset({key}), continuations.clock())
+    continuations.run = lambda s: None  # the revived repeat itself is not what is shown here
+    new["status"].update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    fake_api.update(new)
+    deadline = time.monotonic() + 10
+    while scope not in continuations.scheduled():
+        assert time.monotonic() < deadline, continuations.dormant()
+        time.sleep(0.02)
+    assert continuations.dormant() == {}
+    continuations.cancel_all()

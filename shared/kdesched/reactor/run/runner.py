@@ -37,6 +37,7 @@ from typing import Any
 
 from kdesched.admission.pipeline import Pipeline
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
+from kdesched.evictor.ledger import workload_key
 from kdesched.kube.client import KubeClient
 from kdesched.policy.control_plane import exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
@@ -69,7 +70,7 @@ from kdesched.reactor.run.admit import (
     RunScope,
 )
 from kdesched.reactor.run.coalescing import Coalescer, KeyedCoalescers
-from kdesched.reactor.run.continuation import Continuations, balance_scope, parse_scope
+from kdesched.reactor.run.continuation import READY_WAKE_SECONDS, Continuations, balance_scope, parse_scope
 from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels
 from kdesched.reactor.run.execution import Execution
 from kdesched.reactor.run.noderuns import NodeReq, NodeRuns
@@ -215,6 +216,11 @@ class Reactor:
     def resume(self) -> int:
         """Continue the moves the ledger holds pods for (a restarted process, a new leader)."""
         return self.execution.resume()
+
+    def pod_turned_ready(self, pod: Any) -> None:
+        """A watch cache saw ``pod`` turn Ready (a replacement): the paced moves of its workload go on
+        now, not at their timer, and one that timed out waiting for it starts again."""
+        self.continuations.wake({workload_key(pod)}, within=READY_WAKE_SECONDS)
 
     # -- batches ------------------------------------------------------------------------------------
     def _balance_locked(self, label: str, run: Callable[[], RunResult]) -> RunResult:

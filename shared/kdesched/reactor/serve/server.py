@@ -42,7 +42,6 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
 from kdesched.kube.client import KubeClient
@@ -57,7 +56,6 @@ from kdesched.reactor.io.lease import default_identity
 from kdesched.reactor.io.loaders import CachedLoader
 from kdesched.reactor.io.reconcile import NodeRecorder, NodeRecordStore
 from kdesched.reactor.io.watch import ClassifierFeed, NodeWatcher
-from kdesched.reactor.run.continuation import READY_WAKE_SECONDS
 from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import ReactorSettings
 from kdesched.reactor.serve.dispatch import Dispatcher
@@ -162,8 +160,7 @@ class ReactorServer:
             self.feed = ClassifierFeed(self.classifier, self.dispatch, listed=self.watcher.listed)
             self.cache.listen("Node", self.feed)  # one Node watch for the classifier and the cache
             # a replacement turned Ready: the paced moves of its workload go on now, not at their timer
-            self.cache.on_pod_ready(lambda pod: self.reactor.continuations.wake(
-                {workload_key(pod)}, within=READY_WAKE_SECONDS))
+            self.cache.on_pod_ready(self.reactor.pod_turned_ready)
             self.loader = CachedLoader(self.cache)
             self.reactor.loader = self.loader  # plan from the cache once it is synced (LIST until then)
             CACHE_METRICS.cache = self.cache
