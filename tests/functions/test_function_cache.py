@@ -34,6 +34,16 @@ def taints_app(kube: KubeClient) -> object:
                                           client=kube).test_client()
 
 
+def synced_taints_app(kube: KubeClient) -> object:
+    """The taints function with ``KDESCHED_CACHE=1``, once /readyz says its watch cache is synced."""
+    c = taints_app(kube)
+    deadline = time.monotonic() + 15
+    while "watch cache synced" not in (reason := c.get("/readyz").get_json()["reason"]):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, reason
+        time.sleep(0.02)
+    return c
+
+
 def taint_event(c: object) -> dict[str, object]:
     resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1", "before": {"taints": []},
                                                    "after": {"taints": [TAINT]}}))
@@ -63,11 +73,7 @@ def test_with_the_switch_the_function_plans_from_its_cache(fake_api: FakeApiServ
                                                           caches: list[ClusterCache]) -> None:
     cluster(fake_api)
     monkeypatch.setenv(CACHE_ENV, "1")
-    c = taints_app(kube)
-    deadline = time.monotonic() + 15
-    while "watch cache synced" not in (reason := c.get("/readyz").get_json()["reason"]):  # type: ignore[attr-defined]
-        assert time.monotonic() < deadline, reason
-        time.sleep(0.02)
+    c = synced_taints_app(kube)
     fake_api.clear_journal()
     data = taint_event(c)
     assert [e["pod"] for e in data["evictions"]] == ["intolerant"]  # type: ignore[index, union-attr]
@@ -102,11 +108,7 @@ def test_with_the_switch_a_replacement_turning_ready_wakes_the_functions_paced_m
     cluster(fake_api)
     fake_api.add(pod_obj("web-new", "n2", owner_name="web", phase="Pending"))
     monkeypatch.setenv(CACHE_ENV, "1")
-    c = taints_app(kube)
-    deadline = time.monotonic() + 15
-    while "watch cache synced" not in (reason := c.get("/readyz").get_json()["reason"]):  # type: ignore[attr-defined]
-        assert time.monotonic() < deadline, reason
-        time.sleep(0.02)
+    synced_taints_app(kube)  # its reactor lives on in the cache's Ready hook
     (cache,) = caches
     new = fake_api.get("Pod", "web-new", "default")
     assert new is not None

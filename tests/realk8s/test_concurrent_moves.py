@@ -71,6 +71,16 @@ def on_spares(spares: list[str], replicas: int) -> object:
     return lambda p: sum(p.values()) == replicas and set(p) <= set(spares)
 
 
+def three_on_gpu(cp: ControlPlane, cluster: Cluster) -> set[str]:
+    """Deployment ``shop``'s 3 replicas on ``gpu-1``, ``node-1`` empty and schedulable: their uids."""
+    cluster.node("node-1", unschedulable=True)
+    cluster.node("gpu-1")
+    cluster.deployment("shop", 3, cpu="200m")
+    wait_placement(cp, cluster, "shop", lambda p: p == {"gpu-1": 3})
+    set_unschedulable(cluster, "node-1", False)
+    return uids(cluster, "shop")
+
+
 def test_maintenance_taint_of_six_nodes_moves_all_six_one_at_a_time(control_plane: ControlPlane, real: Cluster,
                                                                     kubelet: Kubelet, serves: list[Serve],
                                                                     tmp_path: Path) -> None:
@@ -120,12 +130,7 @@ def test_a_node_joining_three_piled_replicas_gets_both_moves(control_plane: Cont
 def test_a_new_leader_continues_a_paced_move_from_the_ledger(control_plane: ControlPlane, real: Cluster,
                                                            kubelet: Kubelet, serves: list[Serve],
                                                            tmp_path: Path) -> None:
-    real.node("node-1", unschedulable=True)
-    real.node("gpu-1")
-    real.deployment("shop", 3, cpu="200m")
-    wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 3})
-    set_unschedulable(real, "node-1", False)
-    before = uids(real, "shop")
+    before = three_on_gpu(control_plane, real)
     kubelet.ready_delay = 4.0
     a = start(serves, tmp_path, control_plane, "a")
     wait_leading(control_plane, real, a)
@@ -177,12 +182,7 @@ def test_a_move_that_timed_out_goes_on_when_its_replacement_turns_ready(control_
     serve's watch cache sees it and the move goes on: the other two replicas leave the tainted node.
     Before, nothing looked at the node again until another event for it or the sweep (900 s by
     default): the suspected cause of the pool storm's one pod left on a tainted node in CI."""
-    real.node("node-1", unschedulable=True)
-    real.node("gpu-1")
-    real.deployment("shop", 3, cpu="200m")
-    wait_placement(control_plane, real, "shop", lambda p: p == {"gpu-1": 3})
-    set_unschedulable(real, "node-1", False)
-    before = uids(real, "shop")
+    before = three_on_gpu(control_plane, real)
     kubelet.ready_delay = 14.0  # longer than the repeats' bound: max(timeout 4 s, longest back-off 10 s)
     policy = write_file(tmp_path, "policy.yaml", policy_text(safety={"replacementTimeoutSeconds": 4}))
     s = Serve(control_plane.admin_kubeconfig, policy, "a", workdir=tmp_path).start()
