@@ -118,9 +118,14 @@ def test_with_the_switch_a_replacement_turning_ready_wakes_the_functions_paced_m
     assert isinstance(reactor, Reactor)
     continuations = reactor.continuations
     scope = "node:n1:RemovePodsViolatingNodeTaints"
-    with continuations._lock:  # a move of the workload whose repeats timed out (its replacement was slow)
-        continuations._dormant[scope] = (frozenset({key}), continuations.clock())
     continuations.run = lambda s: None  # the revived repeat itself is not what is shown here
+    now = [0.0]
+    continuations.clock = lambda: now[0]
+    # a move of the workload whose repeats timed out (its replacement was slow)
+    continuations.after_run(scope, held={key}, evicted={key})
+    now[0] = max(continuations.timeout_seconds, continuations.longest) + 1  # nothing moved since
+    assert "no progress" in continuations.after_run(scope, held={key}, evicted=set())
+    assert continuations.dormant() == {scope: frozenset({key})}
     new["status"].update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
     fake_api.update(new)
     deadline = time.monotonic() + 10

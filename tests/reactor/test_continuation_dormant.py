@@ -42,6 +42,16 @@ def timed_out(clock: Clock, *, scope: str = "node:n1:T", workloads: set[str] | N
     return c
 
 
+def index_consistent(c: Continuations) -> bool:
+    """The workload index mirrors the dormant moves exactly (nothing leaked by a revive, a run of the
+    scope, an expiry or the count bound)."""
+    want: dict[str, set[str]] = {}
+    for scope, (workloads, _) in c._dormant.items():
+        for w in workloads:
+            want.setdefault(w, set()).add(scope)
+    return c._dormant_by_workload == want
+
+
 def revived() -> float:
     return m.CONTINUATIONS.labels("revived")._value.get()
 
@@ -56,7 +66,7 @@ def test_a_timed_out_move_is_dormant_and_progress_on_its_workload_starts_it_agai
     assert c.dormant()
     assert c.wake({KEY}, within=0.2) == 1
     assert c.scheduled() == {"node:n1:T": pytest.approx(0.2)}
-    assert c.dormant() == {} and revived() == before + 1
+    assert c.dormant() == {} and revived() == before + 1 and index_consistent(c)
     # the revived chain counts its progress from the wake: its repeats run for another timeout
     clock.now = 229
     assert "repeated" in c.after_run("node:n1:T", held={KEY}, evicted=set())
@@ -79,7 +89,7 @@ def test_a_run_of_the_scope_forgets_its_dormant_move() -> None:
     clock = Clock()
     c = timed_out(clock)
     assert c.after_run("node:n1:T", held=set(), evicted=set()) == ""
-    assert c.dormant() == {}
+    assert c.dormant() == {} and index_consistent(c)
     assert c.wake({KEY}) == 0 and c.scheduled() == {}
 
 
@@ -96,6 +106,7 @@ def test_dormant_moves_expire_and_are_bounded(monkeypatch: pytest.MonkeyPatch) -
         clock.now = 31
         c.after_run(f"node:n{i}:T", held={f"Deployment/default/w{i}"}, evicted=set())
     assert sorted(c.dormant()) == ["node:n2:T", "node:n3:T", "node:n4:T"]  # the oldest forgotten first
+    assert index_consistent(c) and len(c._dormant_by_workload) == 3
     c.cancel_all()
     assert c.dormant() == {}
 
@@ -135,3 +146,22 @@ def test_a_move_that_held_nothing_named_is_not_kept() -> None:
     clock.now = 40
     c._again("node:n1:T", chain, backoff=False)
     assert c.dormant() == {}
+
+
+def test_a_wake_revives_only_the_moves_of_its_workloads_among_many() -> None:
+    """Many dormant moves (a pool maintenance whose replacements were all slow): a Ready pod of one
+    workload starts exactly the moves that held it, and the index stays exact."""
+    clock = Clock()
+    c = Continuations(lambda s: None, stop=threading.Event(), timeout_seconds=30, first=1, longest=10, clock=clock)
+    for i in range(200):
+        held = {f"Deployment/default/w{i % 50}", f"Deployment/default/w{(i + 1) % 50}"}
+        clock.now = 0.0
+        c.after_run(f"node:n{i}:T", held=held, evicted=set())
+        clock.now = 31
+        c.after_run(f"node:n{i}:T", held=held, evicted=set())
+    assert len(c.dormant()) == 200 and index_consistent(c)
+    assert c.wake({"Deployment/default/w7"}, within=0.2) == 8  # i % 50 in (6, 7): 4 + 4 scopes
+    assert sorted(c.scheduled()) == sorted(f"node:n{i}:T" for i in range(200) if i % 50 in (6, 7))
+    assert len(c.dormant()) == 192 and index_consistent(c)
+    c.cancel_all()
+    assert c._dormant_by_workload == {}

@@ -146,8 +146,10 @@ class Continuations:
         self.clock = clock
         self._lock = threading.Lock()
         self._chains: dict[str, _Chain] = {}
-        # moves that ended on the timeout: scope -> (the workloads they held, when they ended), oldest first
+        # moves that ended on the timeout: scope -> (the workloads they held, when they ended), oldest first;
+        # and workload -> those scopes (a wake, on every Ready pod in serve, looks up its own only)
         self._dormant: dict[str, tuple[frozenset[str], float]] = {}
+        self._dormant_by_workload: dict[str, set[str]] = {}
 
     @property
     def batch_window(self) -> float:
@@ -183,7 +185,7 @@ class Continuations:
         now = self.clock()
         bound = max(self.timeout_seconds, self.longest)
         with self._lock:
-            self._dormant.pop(scope, None)  # a run of the scope decides afresh: its own chain, or none
+            self._forget(scope)  # a run of the scope decides afresh: its own chain, or none
             chain = self._chains.get(scope)
             if not held:
                 if chain is not None:
@@ -248,7 +250,7 @@ class Continuations:
             for scope in scopes:
                 if scope in self._chains or self.stop.is_set():
                     continue
-                self._dormant.pop(scope, None)
+                self._forget(scope)
                 chain = self._chains[scope] = _Chain(self.first, now)
                 self._schedule(scope, chain, self.first)
                 n += 1
@@ -261,6 +263,7 @@ class Continuations:
             for scope, chain in list(self._chains.items()):
                 self._drop(scope, chain)
             self._dormant.clear()
+            self._dormant_by_workload.clear()
 
     # -- internals (the caller holds _lock) ------------------------------------------------------------
     def _schedule(self, scope: str, chain: _Chain, delay: float) -> None:
@@ -283,10 +286,13 @@ class Continuations:
         """End ``scope``'s repeats (nothing moved for ``bound`` seconds) and keep it dormant."""
         self._drop(scope, chain)
         m.CONTINUATIONS.labels("timed-out").inc()
+        self._forget(scope)
         if chain.workloads:
             self._dormant[scope] = (frozenset(chain.workloads), now)
+            for w in chain.workloads:
+                self._dormant_by_workload.setdefault(w, set()).add(scope)
             while len(self._dormant) > MAX_DORMANT:
-                del self._dormant[next(iter(self._dormant))]
+                self._forget(next(iter(self._dormant)))
         log.info("paced move %s: nothing moved for %gs (replacementTimeoutSeconds), its repeats end; it goes on "
                  "when a pod of %s turns Ready or is evicted, or at the next event or sweep", scope, bound,
                  ", ".join(sorted(chain.workloads)[:5]) + (" ..." if len(chain.workloads) > 5 else ""))
@@ -297,10 +303,11 @@ class Continuations:
         if self.stop.is_set():
             return 0
         n = 0
-        for scope, (workloads, _) in list(self._dormant.items()):
-            if scope == but or scope in self._chains or not (workloads & wanted):
+        for scope in sorted(set().union(*(self._dormant_by_workload.get(w, ()) for w in wanted))):
+            if scope == but or scope in self._chains:
                 continue
-            del self._dormant[scope]
+            workloads = self._dormant[scope][0]
+            self._forget(scope)
             chain = self._chains[scope] = _Chain(self.first, now, set(workloads))
             self._schedule(scope, chain, soon)
             n += 1
@@ -313,7 +320,17 @@ class Continuations:
             scope, (_, since) = next(iter(self._dormant.items()))
             if now - since < DORMANT_SECONDS:
                 break
-            del self._dormant[scope]
+            self._forget(scope)
+
+    def _forget(self, scope: str) -> None:
+        """``scope`` is no longer a dormant move (if it was one)."""
+        entry = self._dormant.pop(scope, None)
+        for w in entry[0] if entry is not None else ():
+            scopes = self._dormant_by_workload.get(w)
+            if scopes is not None:
+                scopes.discard(scope)
+                if not scopes:
+                    del self._dormant_by_workload[w]
 
     def _due_with(self, scope: str, now: float) -> list[tuple[str, _Chain]]:
         """The other chains whose repeat may run in one batch with ``scope``'s now (their timers
