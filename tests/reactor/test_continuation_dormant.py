@@ -46,10 +46,10 @@ def index_consistent(c: Continuations) -> bool:
     """The workload index mirrors the dormant moves exactly (nothing leaked by a revive, a run of the
     scope, an expiry or the count bound)."""
     want: dict[str, set[str]] = {}
-    for scope, (workloads, _) in c._dormant.items():
+    for scope, (workloads, _) in c._dormant._moves.items():
         for w in workloads:
             want.setdefault(w, set()).add(scope)
-    return c._dormant_by_workload == want
+    return c._dormant._by_workload == want
 
 
 def revived() -> float:
@@ -106,7 +106,7 @@ def test_dormant_moves_expire_and_are_bounded(monkeypatch: pytest.MonkeyPatch) -
         clock.now = 31
         c.after_run(f"node:n{i}:T", held={f"Deployment/default/w{i}"}, evicted=set())
     assert sorted(c.dormant()) == ["node:n2:T", "node:n3:T", "node:n4:T"]  # the oldest forgotten first
-    assert index_consistent(c) and len(c._dormant_by_workload) == 3
+    assert index_consistent(c) and len(c._dormant._by_workload) == 3
     c.cancel_all()
     assert c.dormant() == {}
 
@@ -164,4 +164,4 @@ def test_a_wake_revives_only_the_moves_of_its_workloads_among_many() -> None:
     assert sorted(c.scheduled()) == sorted(f"node:n{i}:T" for i in range(200) if i % 50 in (6, 7))
     assert len(c.dormant()) == 192 and index_consistent(c)
     c.cancel_all()
-    assert c._dormant_by_workload == {}
+    assert c._dormant._by_workload == {}

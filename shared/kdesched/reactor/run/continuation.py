@@ -123,6 +123,62 @@ class _Chain:
     woken: float | None = None
 
 
+class DormantMoves:
+    """Moves whose repeats timed out, that progress on a workload they held may start again (the
+    module docstring). Not thread-safe: :class:`Continuations` calls it under its lock."""
+
+    def __init__(self) -> None:
+        # scope -> (the workloads it held, when it ended), oldest first; and workload -> those scopes
+        # (a wake, on every Ready pod in serve, looks up its own workloads only)
+        self._moves: dict[str, tuple[frozenset[str], float]] = {}
+        self._by_workload: dict[str, set[str]] = {}
+
+    def keep(self, scope: str, workloads: Collection[str], now: float) -> None:
+        self.forget(scope)
+        if not workloads:
+            return
+        self._moves[scope] = (frozenset(workloads), now)
+        for w in workloads:
+            self._by_workload.setdefault(w, set()).add(scope)
+        while len(self._moves) > MAX_DORMANT:
+            self.forget(next(iter(self._moves)))
+
+    def take(self, wanted: Collection[str], now: float, *, but: str = "") -> list[tuple[str, frozenset[str]]]:
+        """Remove and return the moves that held one of ``wanted`` (but ``but``): scope, workloads."""
+        self.expire(now)
+        out = []
+        for scope in sorted(set().union(*(self._by_workload.get(w, ()) for w in wanted))):
+            if scope != but:
+                out.append((scope, self._moves[scope][0]))
+                self.forget(scope)
+        return out
+
+    def expire(self, now: float) -> None:
+        while self._moves:
+            scope, (_, since) = next(iter(self._moves.items()))
+            if now - since < DORMANT_SECONDS:
+                break
+            self.forget(scope)
+
+    def forget(self, scope: str) -> None:
+        """``scope`` is no longer a dormant move (if it was one)."""
+        entry = self._moves.pop(scope, None)
+        for w in entry[0] if entry is not None else ():
+            scopes = self._by_workload.get(w)
+            if scopes is not None:
+                scopes.discard(scope)
+                if not scopes:
+                    del self._by_workload[w]
+
+    def clear(self) -> None:
+        self._moves.clear()
+        self._by_workload.clear()
+
+    def moves(self, now: float) -> dict[str, frozenset[str]]:
+        self.expire(now)
+        return {k: w for k, (w, _) in self._moves.items()}
+
+
 class Continuations:
     """Timers that repeat runs holding paced evictions (see the module docstring). ``run`` repeats
     one scope (the reactor's); it is called in a timer thread and may raise (logged, retried)."""
@@ -146,10 +202,7 @@ class Continuations:
         self.clock = clock
         self._lock = threading.Lock()
         self._chains: dict[str, _Chain] = {}
-        # moves that ended on the timeout: scope -> (the workloads they held, when they ended), oldest first;
-        # and workload -> those scopes (a wake, on every Ready pod in serve, looks up its own only)
-        self._dormant: dict[str, tuple[frozenset[str], float]] = {}
-        self._dormant_by_workload: dict[str, set[str]] = {}
+        self._dormant = DormantMoves()  # moves that ended on the timeout
 
     @property
     def batch_window(self) -> float:
@@ -165,8 +218,7 @@ class Continuations:
         """Moves that ended on the timeout and may still be woken: scope -> the workloads they held."""
         now = self.clock()
         with self._lock:
-            self._expire(now)
-            return {k: w for k, (w, _) in self._dormant.items()}
+            return self._dormant.moves(now)
 
     def delay(self, scope: str) -> float | None:
         """The delay the next repeat of ``scope`` waits (its back-off), None when none is due."""
@@ -185,7 +237,7 @@ class Continuations:
         now = self.clock()
         bound = max(self.timeout_seconds, self.longest)
         with self._lock:
-            self._forget(scope)  # a run of the scope decides afresh: its own chain, or none
+            self._dormant.forget(scope)  # a run of the scope decides afresh: its own chain, or none
             chain = self._chains.get(scope)
             if not held:
                 if chain is not None:
@@ -250,7 +302,7 @@ class Continuations:
             for scope in scopes:
                 if scope in self._chains or self.stop.is_set():
                     continue
-                self._forget(scope)
+                self._dormant.forget(scope)
                 chain = self._chains[scope] = _Chain(self.first, now)
                 self._schedule(scope, chain, self.first)
                 n += 1
@@ -263,7 +315,6 @@ class Continuations:
             for scope, chain in list(self._chains.items()):
                 self._drop(scope, chain)
             self._dormant.clear()
-            self._dormant_by_workload.clear()
 
     # -- internals (the caller holds _lock) ------------------------------------------------------------
     def _schedule(self, scope: str, chain: _Chain, delay: float) -> None:
@@ -286,51 +337,25 @@ class Continuations:
         """End ``scope``'s repeats (nothing moved for ``bound`` seconds) and keep it dormant."""
         self._drop(scope, chain)
         m.CONTINUATIONS.labels("timed-out").inc()
-        self._forget(scope)
-        if chain.workloads:
-            self._dormant[scope] = (frozenset(chain.workloads), now)
-            for w in chain.workloads:
-                self._dormant_by_workload.setdefault(w, set()).add(scope)
-            while len(self._dormant) > MAX_DORMANT:
-                self._forget(next(iter(self._dormant)))
+        self._dormant.keep(scope, chain.workloads, now)
         log.info("paced move %s: nothing moved for %gs (replacementTimeoutSeconds), its repeats end; it goes on "
                  "when a pod of %s turns Ready or is evicted, or at the next event or sweep", scope, bound,
                  ", ".join(sorted(chain.workloads)[:5]) + (" ..." if len(chain.workloads) > 5 else ""))
 
     def _revive(self, wanted: set[str], but: str, soon: float, now: float) -> int:
         """Start again the dormant moves that held one of ``wanted`` (progress on it)."""
-        self._expire(now)
         if self.stop.is_set():
             return 0
         n = 0
-        for scope in sorted(set().union(*(self._dormant_by_workload.get(w, ()) for w in wanted))):
-            if scope == but or scope in self._chains:
+        for scope, workloads in self._dormant.take(wanted, now, but=but):
+            if scope in self._chains:  # never: every new chain forgets its dormant move first
                 continue
-            workloads = self._dormant[scope][0]
-            self._forget(scope)
             chain = self._chains[scope] = _Chain(self.first, now, set(workloads))
             self._schedule(scope, chain, soon)
             n += 1
             m.CONTINUATIONS.labels("revived").inc()
             log.info("paced move %s goes on: progress on %s", scope, ", ".join(sorted(workloads & wanted)[:5]))
         return n
-
-    def _expire(self, now: float) -> None:
-        while self._dormant:
-            scope, (_, since) = next(iter(self._dormant.items()))
-            if now - since < DORMANT_SECONDS:
-                break
-            self._forget(scope)
-
-    def _forget(self, scope: str) -> None:
-        """``scope`` is no longer a dormant move (if it was one)."""
-        entry = self._dormant.pop(scope, None)
-        for w in entry[0] if entry is not None else ():
-            scopes = self._dormant_by_workload.get(w)
-            if scopes is not None:
-                scopes.discard(scope)
-                if not scopes:
-                    del self._dormant_by_workload[w]
 
     def _due_with(self, scope: str, now: float) -> list[tuple[str, _Chain]]:
         """The other chains whose repeat may run in one batch with ``scope``'s now (their timers
