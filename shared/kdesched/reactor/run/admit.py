@@ -26,13 +26,14 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kdesched.admission.control import RunContext
 from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmission
 from kdesched.engine import RunPlan, plan_run
+from kdesched.evictor.admissions import admissions_of, pods_by_workload
 from kdesched.evictor.execute import EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
@@ -40,8 +41,6 @@ from kdesched.evictor.reasons import Verdict
 from kdesched.evictor.surge import OVERRIDDEN
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
-from kdesched.model.derived import pod_ready
-from kdesched.model.derived import workload_key as workload_key_tuple
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
@@ -140,64 +139,6 @@ class Decided:
         return frozenset(a.pod.uid for a in self.admissions if not a.held)
 
 
-def pods_by_workload(snapshot: Snapshot, keys: Collection[str]) -> dict[str, list[Pod]]:
-    """Every pod of the workloads ``keys`` (ledger keys), from the snapshot (its index when it has one)."""
-    out: dict[str, list[Pod]] = {k: [] for k in keys}
-    if not keys:
-        return out
-    index = snapshot.workload_pods
-    if index is not None:
-        for (kind, ns, name), pods in index.items():
-            key = f"{kind}/{ns}/{name}"
-            if key in out:
-                out[key].extend(pods)
-        return out
-    for p in snapshot.pods:
-        if p.owner_refs:
-            k = workload_key_tuple(p)
-            if k is not None:
-                key = f"{k[0]}/{k[1]}/{k[2]}"
-                if key in out:
-                    out[key].append(p)
-    return out
-
-
-def admissions_of(plan: RunPlan, scope: str | Callable[[Pod], str],
-                  snapshot: Snapshot | None = None) -> tuple[Admission, ...]:
-    """The plan's evictions as the ledger records them: wave 0 in flight, later waves held. Each
-    carries its workload's expected and Ready counts (the count its move settles back to), also
-    when the plan is not paced (``kdesched.safety.enabled: false``): a budget then still counts the
-    pod until its replacement is Ready, not until the next settle. ``scope``: the run scope key, or
-    the key of each pod (:meth:`RunScope.key_for`)."""
-    scope_of = scope if callable(scope) else (lambda _pod, key=scope: key)
-    pacing = plan.pacing
-    out: list[Admission] = []
-    counts: dict[str, tuple[int, int]] = {}
-    for i, e in enumerate(plan.evictions):
-        if pacing is None:
-            expected, ready = _counts(e.pod, snapshot, counts)
-            out.append(Admission(e.pod, e.strategy, False, scope_of(e.pod), "", expected, ready))
-            continue
-        step = pacing.steps[i]
-        known = pacing.workloads.get(step.workload) if step.workload is not None else None
-        status = known.status if known is not None else None
-        expected, ready = (status.expected, status.ready) if status else _counts(e.pod, snapshot, counts)
-        out.append(Admission(e.pod, e.strategy, step.wave > 0, scope_of(e.pod), step.destination, expected, ready))
-    return tuple(out)
-
-
-def _counts(pod: Pod, snapshot: Snapshot | None, memo: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """(pods, Ready pods) of ``pod``'s workload in the snapshot: what its move waits to get back to."""
-    if snapshot is None:
-        return 0, 0
-    key = workload_key(pod)
-    if key not in memo:
-        pods = pods_by_workload(snapshot, [key]).get(key, []) if not key.startswith("Pod/") else [pod]
-        live = [p for p in pods if not p.terminating and not p.terminal]
-        memo[key] = (len(live), sum(1 for p in live if pod_ready(p)))
-    return memo[key]
-
-
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
            dry_run: bool, now: float, pipeline: Pipeline, retention: Retention, stop_when_spent: bool,
            checkpoint: Callable[[], None] = lambda: None, trigger: str = "",
@@ -254,7 +195,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                       if surges is not None and not dry_run else None)
             if chosen is not None:
                 plan = chosen.plan
-            admissions = admissions_of(plan, scope.key_for, snapshot) + (chosen.admissions if chosen is not None else ())
+            admissions = admissions_of(plan.evictions, plan.pacing, scope.key_for, snapshot) + (chosen.admissions if chosen is not None else ())
             notes = ([read.problem] if read.problem else []) + _settle_notes(settled) + list(controlled.notes)
             own = read.ledger.written_by(run)  # an earlier attempt's records to replace
             if dry_run or (not admissions and not settled.changed and not admission.writes and not own):
