@@ -25,7 +25,7 @@ from kdesched.reactor.run.settings import parse_settings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
-from tests.reactor.policies import default_like_policy
+from tests.reactor.policies import DEFAULT_PLUGINS, LNU, make_policy
 
 UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
 NOT_READY_NS = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -76,12 +76,13 @@ class Story:
     fake: FakeApiServer
     kube: KubeClient
     block: dict[str, Any] = field(default_factory=dict)
+    plugins: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PLUGINS))  # the policy's strategies
     clock: Clock = field(default_factory=Clock)
     log: list[Delivery] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         block = {"balanceDelaySeconds": 0.02, "settleSeconds": 10, "leaseWaitSeconds": 1, **self.block}
-        policy = default_like_policy(kdesched=block)
+        policy = make_policy(self.plugins, kdesched=block)
         settings = parse_settings(block, policy=policy, env={})
         self.reactor = Reactor(policy, settings, self.kube, identity="story", wall_clock=self.clock.wall,
                                mono_clock=self.clock.mono)
@@ -245,13 +246,23 @@ def test_not_ready_taints_on_a_node_with_pods_evict_nothing(fake_api: FakeApiSer
     assert story.pods_on("n2") == ["mid2"]
 
 
-def test_cordon_is_not_a_drain_and_uncordon_rebalances_once(fake_api: FakeApiServer, kube: KubeClient) -> None:
+# the policy's own RemovePodsViolatingNodeTaints, and none: the event map then runs it on default args,
+# which must get the event path's control-plane taint rule too (they once did not: a cordon drained)
+ONLY_BALANCE = {"LowNodeUtilization": LNU, "RemoveDuplicates": None}
+
+
+@pytest.mark.parametrize("plugins", [DEFAULT_PLUGINS, ONLY_BALANCE], ids=["configured", "default-args"])
+def test_cordon_is_not_a_drain_and_uncordon_rebalances_once(fake_api: FakeApiServer, kube: KubeClient,
+                                                            plugins: dict[str, Any]) -> None:
     cluster(fake_api)
-    story = Story(fake_api, kube)
+    story = Story(fake_api, kube, plugins=dict(plugins))
     # kubectl cordon, then the node controller's taint
     assert story.write("n3", unschedulable=True) == []
     (cordon,) = story.write("n3", after=0.1, taints=[UNSCHEDULABLE])
-    assert cordon.type == ev.TAINTS_CHANGED and cordon.evicted == [] and story.pods_on("n3") == ["mid3"]
+    assert cordon.type == ev.TAINTS_CHANGED and cordon.ran and cordon.report["strategies"] == [
+        "RemovePodsViolatingNodeTaints"]
+    assert cordon.evicted == [] and story.pods_on("n3") == ["mid3"]
+    assert any("control-plane taints" in n for n in cordon.report["notes"])  # says why nothing moved
     # kubectl uncordon, then the taint goes: usable again on the last of the two writes
     assert story.write("n3", after=600, unschedulable=False) == []
     uncordon = story.write("n3", after=0.1, taints=[])
@@ -261,10 +272,12 @@ def test_cordon_is_not_a_drain_and_uncordon_rebalances_once(fake_api: FakeApiSer
     assert sum(len(d.evicted) for d in story.log) == 0
 
 
-def test_cordon_drains_when_the_policy_opts_in(fake_api: FakeApiServer, kube: KubeClient) -> None:
+@pytest.mark.parametrize("plugins", [DEFAULT_PLUGINS, ONLY_BALANCE], ids=["configured", "default-args"])
+def test_cordon_drains_when_the_policy_opts_in(fake_api: FakeApiServer, kube: KubeClient,
+                                               plugins: dict[str, Any]) -> None:
     """``kdesched.safety.controlPlaneTaints: true``: upstream semantics, the cordon taint evicts."""
     cluster(fake_api)
-    story = Story(fake_api, kube, block={"safety": {"controlPlaneTaints": True}})
+    story = Story(fake_api, kube, block={"safety": {"controlPlaneTaints": True}}, plugins=dict(plugins))
     story.write("n3", unschedulable=True)
     (cordon,) = story.write("n3", after=0.1, taints=[UNSCHEDULABLE])
     assert cordon.evicted == ["mid3"]
@@ -433,11 +446,16 @@ def test_simulate_event_taints_changed_ignores_a_cordon_unless_opted_in(tmp_path
     plain.write_text(base)
     opted = tmp_path / "opted.yaml"
     opted.write_text(base + "kdesched:\n  safety:\n    controlPlaneTaints: true\n")
+    # no RemovePodsViolatingNodeTaints at all: the event map runs it on default args, under the same rule
+    balance = tmp_path / "balance.yaml"
+    balance.write_text("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: p\n  plugins:\n"
+                       "    balance:\n      enabled: [RemoveDuplicates]\n")
     results = {}
-    for name, policy in (("plain", plain), ("opted", opted)):
+    for name, policy in (("plain", plain), ("opted", opted), ("balance", balance)):
         for args in (["--event", f"{ev.TAINTS_CHANGED}:n3"], []):
             assert main(["simulate", str(snap), "--policy", str(policy), "-o", "json", *args]) == 0
             results[(name, bool(args))] = [e["pod"] for e in json.loads(capsys.readouterr().out)["evictions"]]
     # the event path: safe by default; a plain upstream policy in simulate keeps upstream semantics
     assert results == {("plain", True): [], ("plain", False): ["mid3"],
-                       ("opted", True): ["mid3"], ("opted", False): ["mid3"]}
+                       ("opted", True): ["mid3"], ("opted", False): ["mid3"],
+                       ("balance", True): [], ("balance", False): []}

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 from kdesched.policy.errors import PolicyError
+from kdesched.policy.safety import CONTROL_PLANE_TAINTS, SafetySettings
+from kdesched.policy.safety import Path as SafetyPath
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.run.settings import BucketSettings, ReactorSettings, parse_settings
 
@@ -119,6 +121,19 @@ def test_event_policy_adds_unenabled_strategy_with_defaults() -> None:
     assert ev.event_policy(policy, ["LowNodeUtilization"]) is policy
     with pytest.raises(ev.EventScopeError):
         ev.event_policy(policy, ["HighNodeUtilization"])
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configured", "default-args"])
+def test_event_policy_keeps_control_plane_taints_out_of_every_taint_run(configured: bool) -> None:
+    """The event path's rule (kdesched.policy.control_plane) covers the policy's own
+    RemovePodsViolatingNodeTaints and one the event map adds on default args alike."""
+    plugins: dict[str, Any] = {"LowNodeUtilization": LNU, **({"RemovePodsViolatingNodeTaints": None} if configured else {})}
+    policy = make_policy(plugins)
+    eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints"], SafetySettings().resolve(SafetyPath.EVENT))
+    assert eff.profiles[0].plugin_args["RemovePodsViolatingNodeTaints"].excluded_taints == CONTROL_PLANE_TAINTS
+    opted_in = SafetySettings(control_plane_taints=True).resolve(SafetyPath.EVENT)
+    eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints"], opted_in)
+    assert eff.profiles[0].plugin_args["RemovePodsViolatingNodeTaints"].excluded_taints == ()
 
 
 SCOPES = [

@@ -139,8 +139,18 @@ def event_policy(policy: Policy, strategies: Iterable[str], safety: Safety | Non
     ``kdesched-events`` if there is none), and the safety defaults of the event path applied
     (``safety``: default = the policy's ``kdesched.safety`` resolved for the event path): no taint
     evictions for control-plane taints (:mod:`kdesched.policy.control_plane`).
-    Raises EventScopeError if a strategy needs args the policy does not give."""
-    policy, _ = exclude_control_plane_taints(policy, safety or policy_safety(policy, SafetyPath.EVENT))
+    Raises EventScopeError if a strategy needs args the policy does not give.
+
+    The control-plane taint rule is applied last, so it covers a RemovePodsViolatingNodeTaints this
+    adds on default args as well as the policy's own (applied first, a policy without the strategy
+    had its cordons drained by taint events)."""
+    enabled = enable_strategies(policy, strategies)
+    return exclude_control_plane_taints(enabled, safety or policy_safety(policy, SafetyPath.EVENT))[0]
+
+
+def enable_strategies(policy: Policy, strategies: Iterable[str]) -> Policy:
+    """``policy`` with every strategy of ``strategies`` enabled somewhere (:func:`event_policy`), and
+    nothing else changed. Raises EventScopeError if a strategy needs args the policy does not give."""
     profiles = list(policy.profiles)
     changed = False
     for name in dict.fromkeys(strategies):

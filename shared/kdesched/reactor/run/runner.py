@@ -39,7 +39,7 @@ from kdesched.admission.pipeline import Pipeline
 from kdesched.evictor.execute import Executor, LiveExecutor, RecordingExecutor
 from kdesched.evictor.ledger import workload_key
 from kdesched.kube.client import KubeClient
-from kdesched.policy.control_plane import exclude_control_plane_taints
+from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_taints
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -52,6 +52,7 @@ from kdesched.reactor.events.routing import (
     RUN_REQUESTED,
     TAINTS_CHANGED,
     EventScopeError,
+    enable_strategies,
     event_policy,
     kinds_needed,
 )
@@ -98,7 +99,10 @@ class Reactor:
         :mod:`kdesched.kube.clock`), never this process's own, which may be minutes off the others'."""
         # the event path's safety defaults (kdesched.policy.safety), resolved once for this process
         self.safety = settings.safety.resolve(SafetyPath.EVENT)
-        self.policy, self.safety_note = exclude_control_plane_taints(policy, self.safety)
+        self.policy = exclude_control_plane_taints(policy, self.safety)[0]
+        # what a taint run reports about the rule: for the policy's own RemovePodsViolatingNodeTaints,
+        # or the one the event map runs on default args when the policy has none (event_policy)
+        self.safety_note = exclude_control_plane_taints(enable_strategies(policy, [TAINTS_PLUGIN]), self.safety)[1]
         self.settings = settings
         self.client = client
         self.loader = loader
