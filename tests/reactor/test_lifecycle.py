@@ -459,3 +459,65 @@ def test_simulate_event_taints_changed_ignores_a_cordon_unless_opted_in(tmp_path
     assert results == {("plain", True): [], ("plain", False): ["mid3"],
                        ("opted", True): ["mid3"], ("opted", False): ["mid3"],
                        ("balance", True): [], ("balance", False): []}
+
+
+def test_an_event_strategy_on_default_args_never_borrows_another_profiles_opt_outs(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str], fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A cleanup profile listed first opts out of the system-critical and local-storage protections
+    for its own RemoveFailedPods. A taint event runs RemovePodsViolatingNodeTaints, which no profile
+    configures, on default args: it must not evict the system-critical pod or the emptyDir pod (it
+    did, in serve, the functions and simulate --event, while the same policy with its profiles in
+    the other order did not)."""
+    import json
+
+    from kdesched.cli.main import main
+
+    gpu = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    items = [node_obj("n1", taints=[gpu]), node_obj("n2"), node_obj("n3"),
+             pod_obj("critical-0", "n1", owner_name="critical-rs", priority=2000001000),
+             pod_obj("cache-0", "n1", owner_name="cache-rs", volumes=[{"name": "scratch", "emptyDir": {}}]),
+             pod_obj("web-0", "n1", owner_name="web-rs", labels={"app": "web"}),
+             pod_obj("web-1", "n2", owner_name="web-rs", labels={"app": "web"})]
+    snap = tmp_path / "cluster.json"
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("""apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+profiles:
+- name: cleanup
+  pluginConfig:
+  - name: DefaultEvictor
+    args: {evictSystemCriticalPods: true, evictLocalStoragePods: true}
+  - name: RemoveFailedPods
+    args: {}
+  plugins:
+    deschedule:
+      enabled: [RemoveFailedPods]
+- name: balance
+  pluginConfig:
+  - name: LowNodeUtilization
+    args:
+      thresholds: {cpu: 20, memory: 20, pods: 20}
+      targetThresholds: {cpu: 50, memory: 50, pods: 50}
+  plugins:
+    balance:
+      enabled: [LowNodeUtilization]
+""")
+    assert main(["simulate", str(snap), "--policy", str(policy), "-o", "json", "--event", f"{ev.TAINTS_CHANGED}:n1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["pod"], e["profile"]) for e in report["evictions"]] == [("web-0", "kdesched-events")]
+    # the same through the reactor (serve, the functions), evicting for real
+    from kdesched.policy.load import load_policy
+
+    loaded = load_policy(str(policy))
+    fake_api.add(*items)
+    settings = parse_settings({}, policy=loaded, env={})
+    reactor = Reactor(loaded, settings, kube, identity="profiles")
+    try:
+        out = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "t-1"), parse_node_event({"node": "n1"}))
+        assert [e["pod"] for e in out["evictions"]] == ["web-0"]
+        assert sorted(p["metadata"]["name"] for p in fake_api.list("Pod")
+                      if p["spec"].get("nodeName") == "n1") == ["cache-0", "critical-0"]
+    finally:
+        reactor.stop.set()
+        reactor.continuations.cancel_all()

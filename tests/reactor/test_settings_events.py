@@ -8,6 +8,7 @@ import pytest
 from kdesched.policy.errors import PolicyError
 from kdesched.policy.safety import CONTROL_PLANE_TAINTS, SafetySettings
 from kdesched.policy.safety import Path as SafetyPath
+from kdesched.policy.types import DEFAULT_PROTECTIONS, DefaultEvictorArgs, Policy
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.run.settings import BucketSettings, ReactorSettings, parse_settings
 
@@ -115,9 +116,11 @@ def test_default_map_drops_what_cannot_run_instead_of_failing() -> None:
 
 def test_event_policy_adds_unenabled_strategy_with_defaults() -> None:
     policy = make_policy({"LowNodeUtilization": LNU})
-    eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints", "LowNodeUtilization"])
-    assert eff.profiles[0].deschedule == ("RemovePodsViolatingNodeTaints",)
-    assert eff.profiles[0].balance == ("LowNodeUtilization",)
+    eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints", "LowNodeUtilization", "RemoveDuplicates"])
+    assert eff.profiles[0] == policy.profiles[0]  # the user's profile is left as written
+    (events,) = eff.profiles[1:]  # every default-args strategy in kdesched's own profile
+    assert events.name == ev.EVENTS_PROFILE
+    assert events.deschedule == ("RemovePodsViolatingNodeTaints",) and events.balance == ("RemoveDuplicates",)
     assert ev.event_policy(policy, ["LowNodeUtilization"]) is policy
     with pytest.raises(ev.EventScopeError):
         ev.event_policy(policy, ["HighNodeUtilization"])
@@ -130,10 +133,33 @@ def test_event_policy_keeps_control_plane_taints_out_of_every_taint_run(configur
     plugins: dict[str, Any] = {"LowNodeUtilization": LNU, **({"RemovePodsViolatingNodeTaints": None} if configured else {})}
     policy = make_policy(plugins)
     eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints"], SafetySettings().resolve(SafetyPath.EVENT))
-    assert eff.profiles[0].plugin_args["RemovePodsViolatingNodeTaints"].excluded_taints == CONTROL_PLANE_TAINTS
+    (args,) = [p.plugin_args["RemovePodsViolatingNodeTaints"] for p in eff.profiles
+               if "RemovePodsViolatingNodeTaints" in p.deschedule]
+    assert args.excluded_taints == CONTROL_PLANE_TAINTS
     opted_in = SafetySettings(control_plane_taints=True).resolve(SafetyPath.EVENT)
     eff = ev.event_policy(policy, ["RemovePodsViolatingNodeTaints"], opted_in)
-    assert eff.profiles[0].plugin_args["RemovePodsViolatingNodeTaints"].excluded_taints == ()
+    (args,) = [p.plugin_args["RemovePodsViolatingNodeTaints"] for p in eff.profiles
+               if "RemovePodsViolatingNodeTaints" in p.deschedule]
+    assert args.excluded_taints == ()
+
+
+def test_a_default_args_strategy_keeps_the_default_protections_and_the_first_profiles_restrictions() -> None:
+    """The first profile's opt-outs (written for its own strategies) do not carry over to a strategy
+    the event path runs on default args; its restrictions do."""
+    cleanup = make_policy({"RemoveFailedPods": {}}, evictor={
+        "evictSystemCriticalPods": True, "evictLocalStoragePods": True, "evictDaemonSetPods": True,
+        "evictFailedBarePods": True, "ignorePvcPods": True, "minReplicas": 2, "nodeFit": True,
+        "labelSelector": {"matchLabels": {"descheduling": "ok"}}, "priorityThreshold": {"value": 1000}})
+    mine = cleanup.profiles[0].evictor_args
+    assert not DEFAULT_PROTECTIONS <= mine.protections  # the profile opted out of them
+    eff = ev.event_policy(cleanup, ["RemovePodsViolatingNodeTaints"])
+    assert eff.profiles[0] == cleanup.profiles[0]
+    evictor = eff.profiles[1].evictor_args
+    assert evictor.protections == DEFAULT_PROTECTIONS | {"PodsWithPVC"}
+    assert (evictor.min_replicas, evictor.node_fit, evictor.label_selector, evictor.priority_threshold) == (
+        mine.min_replicas, mine.node_fit, mine.label_selector, mine.priority_threshold)
+    # no profile at all: the DefaultEvictor's defaults
+    assert ev.event_policy(Policy(profiles=()), ["RemoveDuplicates"]).profiles[0].evictor_args == DefaultEvictorArgs()
 
 
 SCOPES = [

@@ -28,7 +28,7 @@ from kdesched.policy.control_plane import exclude_control_plane_taints, policy_s
 from kdesched.policy.plugins import PLUGINS, parse_plugin_args
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.safety import Safety
-from kdesched.policy.types import Policy, Profile
+from kdesched.policy.types import DEFAULT_PROTECTIONS, DefaultEvictorArgs, Policy, Profile
 from kdesched.reactor.events.lifecycle import unusable_reason
 from kdesched.reactor.events.types import (  # noqa: F401 - re-exported: the names live in that leaf module
     APISERVER_ADD,
@@ -132,14 +132,16 @@ def validate_event_map(raw: Any, policy: Policy | None, errors: list[str]) -> tu
     return result, frozenset(overridden)
 
 
+# the profile that runs the strategies an event names and no profile configures (on default args)
+EVENTS_PROFILE = "kdesched-events"
+
+
 def event_policy(policy: Policy, strategies: Iterable[str], safety: Safety | None = None) -> Policy:
-    """``policy`` as the event path runs it: every strategy of ``strategies`` enabled somewhere, so
-    that an event can run a strategy the profiles do not enable (in the first profile holding a
-    pluginConfig for it, else in the first profile with default args, a new profile
-    ``kdesched-events`` if there is none), and the safety defaults of the event path applied
-    (``safety``: default = the policy's ``kdesched.safety`` resolved for the event path): no taint
-    evictions for control-plane taints (:mod:`kdesched.policy.control_plane`).
-    Raises EventScopeError if a strategy needs args the policy does not give.
+    """``policy`` as the event path runs it: every strategy of ``strategies`` enabled somewhere
+    (:func:`enable_strategies`), and the safety defaults of the event path applied (``safety``:
+    default = the policy's ``kdesched.safety`` resolved for the event path): no taint evictions for
+    control-plane taints (:mod:`kdesched.policy.control_plane`). Raises EventScopeError if a
+    strategy needs args the policy does not give.
 
     The control-plane taint rule is applied last, so it covers a RemovePodsViolatingNodeTaints this
     adds on default args as well as the policy's own (applied first, a policy without the strategy
@@ -149,33 +151,47 @@ def event_policy(policy: Policy, strategies: Iterable[str], safety: Safety | Non
 
 
 def enable_strategies(policy: Policy, strategies: Iterable[str]) -> Policy:
-    """``policy`` with every strategy of ``strategies`` enabled somewhere (:func:`event_policy`), and
-    nothing else changed. Raises EventScopeError if a strategy needs args the policy does not give."""
+    """``policy`` with every strategy of ``strategies`` enabled somewhere, so that an event can run a
+    strategy the profiles do not enable: in the first profile holding a pluginConfig for it (the
+    user configured it there), else on default args in the profile :data:`EVENTS_PROFILE` (added
+    at the end, :func:`events_evictor`). Nothing else changes. Raises EventScopeError if a strategy
+    needs args the policy does not give."""
     profiles = list(policy.profiles)
     changed = False
     for name in dict.fromkeys(strategies):
         if any(name in p.deschedule or name in p.balance for p in profiles):
             continue
-        point = extension_point(name)
         idx = next((i for i, p in enumerate(profiles) if name in p.plugin_args), None)
         if idx is None:
             args, errs = parse_plugin_args(name, None, f"kdesched.events / plugin {name}")
             if errs or args is None:
                 raise EventScopeError(f"strategy {name} is not configured in the policy and cannot run on default "
                                       f"args: {'; '.join(errs)}", "strategies")
-            if not profiles:
-                profiles.append(Profile(name="kdesched-events", plugin_args={}))
-            idx = 0
+            idx = next((i for i, p in enumerate(profiles) if p.name == EVENTS_PROFILE), None)
+            if idx is None:
+                base = profiles[0].evictor_args if profiles else DefaultEvictorArgs()
+                profiles.append(Profile(name=EVENTS_PROFILE, plugin_args={"DefaultEvictor": events_evictor(base)}))
+                idx = len(profiles) - 1
             plugin_args = {**profiles[idx].plugin_args, name: args}
         else:
             plugin_args = dict(profiles[idx].plugin_args)
         p = profiles[idx]
-        if point == "deschedule":
+        if extension_point(name) == "deschedule":
             profiles[idx] = replace(p, plugin_args=plugin_args, deschedule=(*p.deschedule, name))
         else:
             profiles[idx] = replace(p, plugin_args=plugin_args, balance=(*p.balance, name))
         changed = True
     return replace(policy, profiles=tuple(profiles)) if changed else policy
+
+
+def events_evictor(base: DefaultEvictorArgs) -> DefaultEvictorArgs:
+    """The DefaultEvictor of strategies the event path runs on default args: ``base`` (the first
+    profile's) with every default protection kept. Its restrictions (selectors, the priority
+    threshold, minReplicas, minPodAge, nodeFit, extra protections) hold; its opt-outs
+    (``evictSystemCriticalPods``, ``evictLocalStoragePods``, ``evictDaemonSetPods``,
+    ``evictFailedBarePods``, ``defaultDisabled``) were written for that profile's own strategies
+    and do not carry over (docs/reactor.md, "The event → strategies map")."""
+    return replace(base, protections=base.protections | DEFAULT_PROTECTIONS, default_disabled=(), legacy={})
 
 
 def enabled_strategies(policy: Policy) -> tuple[str, ...]:
