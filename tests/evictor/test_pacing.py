@@ -228,6 +228,83 @@ def test_required_anti_affinity_against_pods_there_and_pods_this_run_moves_there
     assert "anti-affinity" in refusal.reason and "n2" in refusal.reason and "n3" in refusal.reason
 
 
+ZONE = "topology.kubernetes.io/zone"
+
+
+def anti_to(app: str, key: str, namespaces: list[str] | None = None) -> dict[str, Any]:
+    term: dict[str, Any] = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+    if namespaces is not None:
+        term["namespaces"] = namespaces
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_required_anti_affinity_on_a_zone_counts_every_node_of_the_zone() -> None:
+    """NodeFit looks at the candidate node only; the scheduler at the whole zone. web-0 must not share a
+    zone with app=db, and db runs on n3, in zone b with n2: n2 is no destination."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n2", labels={ZONE: "b"}),
+            node_obj("n3", labels={ZONE: "b"}), pod_obj("db-0", "n3", owner_name="db-5c4d3", labels={"app": "db"}),
+            web("web-7d9f8-0", "n1", affinity=anti_to("db", ZONE))]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.evictions == ()
+    (refusal,) = plan.refusals
+    assert "nowhere to go" in refusal.reason and "db-0 on node n3, in the same topology.kubernetes.io/zone as node n2" \
+        in refusal.reason
+    # a node in a zone of its own takes it
+    objs.append(node_obj("n4", labels={ZONE: "c"}))
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert [e.pod.name for e in plan.evictions] == ["web-7d9f8-0"]
+    assert plan.pacing is not None and plan.pacing.steps[0].destination == "n4"
+    # another namespace's db does not count (the term names none: the pod's own)
+    objs[3] = pod_obj("db-0", "n3", namespace="other", owner_name="db-5c4d3", labels={"app": "db"})
+    objs.pop()
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert [e.pod.name for e in plan.evictions] == ["web-7d9f8-0"]
+
+
+def test_the_anti_affinity_of_the_pods_already_there_keeps_a_pod_out() -> None:
+    """The scheduler checks the existing pods' required terms against the incoming pod too: db pods on
+    n2 and n3 keep every app=web pod off their node."""
+    objs = [node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"),
+            pod_obj("db-0", "n2", owner_name="db-5c4d3", labels={"app": "db"},
+                    affinity=anti_to("web", "kubernetes.io/hostname")),
+            pod_obj("db-1", "n3", owner_name="db-5c4d3", labels={"app": "db"},
+                    affinity=anti_to("web", "kubernetes.io/hostname")),
+            web("web-7d9f8-0", "n1")]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    (refusal,) = plan.refusals
+    assert plan.evictions == () and "db-0 on node n2 has required anti-affinity" in refusal.reason
+    assert "db-1 on node n3" in refusal.reason
+    # a term naming other namespaces only does not keep it out
+    for i, node in ((3, "n2"), (4, "n3")):
+        objs[i] = pod_obj(f"db-{i - 3}", node, owner_name="db-5c4d3", labels={"app": "db"},
+                          affinity=anti_to("web", "kubernetes.io/hostname", ["elsewhere"]))
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert [e.pod.name for e in plan.evictions] == ["web-7d9f8-0"]
+
+
+def test_a_pod_this_run_evicts_no_longer_keeps_others_out() -> None:
+    """Plan-aware: db-0 is on the tainted node too and goes first (it tolerates nothing either), so
+    its anti-affinity no longer keeps web-0 out of n2... and web-0's own term no longer sees it."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n2", labels={ZONE: "a"}),
+            node_obj("n3", labels={ZONE: "b"}),
+            pod_obj("db-0", "n1", owner_name="db-5c4d3", labels={"app": "db"}, affinity=anti_to("web", ZONE)),
+            web("web-7d9f8-0", "n1")]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.pacing is not None
+    assert {e.pod.name: s.destination for e, s in zip(plan.evictions, plan.pacing.steps, strict=True)} == {
+        "db-0": "n3", "web-7d9f8-0": "n2"}
+
+
+def test_parity_without_the_safety_defaults_keeps_upstreams_node_fit() -> None:
+    """The zone and reverse checks are the safety path's: a plain run (safety off) plans exactly as
+    upstream, whose NodeFit does not have them."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n2", labels={ZONE: "b"}),
+            node_obj("n3", labels={ZONE: "b"}), pod_obj("db-0", "n3", owner_name="db-5c4d3", labels={"app": "db"}),
+            web("web-7d9f8-0", "n1", affinity=anti_to("db", ZONE))]
+    plan = plan_run(taints_policy(nodeFit=True), snapshot(objs), now=NOW, safety=SafetySettings().resolve(Path.PARITY))
+    assert [e.pod.name for e in plan.evictions] == ["web-7d9f8-0"]
+
+
 # -- PodDisruptionBudgets ------------------------------------------------------------------------
 
 def test_a_pdb_stricter_than_the_allowance_still_wins() -> None:

@@ -5,7 +5,9 @@ change evicts every replica on the node in the same second. With the safety defa
 (:mod:`kdesched.policy.safety`), every planned eviction passes two more checks here:
 
 * **somewhere to go**: at least one other Ready, schedulable node fits the pod (NodeFit's checks:
-  node selector/affinity, taints, required anti-affinity, requests against what is there), counting
+  node selector/affinity, taints, required anti-affinity, requests against what is there; and
+  required anti-affinity as the scheduler applies it, over the whole topology domain and both ways:
+  :mod:`kdesched.evictor.interpod`), counting
   the pods this run already plans to move there (each planned pod reserves its requests on the
   node it would most likely land on). Otherwise the pod stays and the refusal says why.
 * **the allowance**: at most ``maxUnavailable`` pods of one workload (a Deployment through its
@@ -24,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kdesched.evictor.interpod import AntiAffinity
 from kdesched.evictor.workloads import Workload, _new_workload, workload_of
 from kdesched.model.derived import WorkloadKey, pod_ready, workload_key
 from kdesched.model.records import Node, Pod
@@ -136,6 +139,7 @@ class Pacer:
         self._reserved_pods: dict[str, list[Pod]] = {}
         self._reserved_anti: dict[str, list[Pod]] = {}  # the reserved pods with required anti-affinity
         self._reserved_cpu: dict[str, int] = {}  # node -> _reserved[node]["cpu"], for the sort
+        self._anti = AntiAffinity(state)  # required anti-affinity domain-wide and both ways (NodeFit: one node, one way)
         self._nodes: list[Node] | None = None
         self._sort_rows: list[tuple[Node, str, int, Mapping[str, int]]] | None = None
         self._since_sort = RESORT_EVERY
@@ -290,7 +294,8 @@ class Pacer:
         for node in candidates:
             if node.name == pod.node_name:
                 continue
-            why = dynamic_fit_failure(pod, node, self.state) or self._reservation_failure(pod, node)
+            why = (dynamic_fit_failure(pod, node, self.state) or self._anti.failure(pod, node)
+                   or self._reservation_failure(pod, node))
             if why is None:
                 return node, ""
             reasons.append(why)

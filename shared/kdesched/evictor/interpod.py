@@ -1,0 +1,113 @@
+"""Required pod anti-affinity as the scheduler applies it, for the "somewhere to go" check.
+
+Why: with the safety defaults on, a pod is evicted only if another node will take it
+(docs/safety.md, "Somewhere to go"). Upstream's NodeFit, which the DefaultEvictor's ``nodeFit``
+keeps for parity (:mod:`kdesched.strategies.nodefit`), checks required anti-affinity one way and on
+the candidate node only. The scheduler checks it over the whole topology domain (every node with
+the same value of ``topologyKey``: a zone, a rack) and both ways (the existing pods' terms against
+the incoming pod too). A pod whose anti-affinity names a zone, or that other pods' anti-affinity
+keeps out, was evicted with a destination the scheduler then refused, and went Pending.
+
+:class:`AntiAffinity` adds the two missing halves for the Pacer (:mod:`kdesched.evictor.pacing`):
+
+* the pod's own terms against the pods on the *other* nodes of the candidate's domain (the
+  candidate's own pods are NodeFit's);
+* every existing pod's required terms against the incoming pod, where that pod runs in the
+  candidate's domain.
+
+Same term semantics as NodeFit (``namespaces``, else the pod's own namespace). Plan-aware: pods this
+run plans to evict no longer count. Pods this run moves onto other nodes of a domain are not counted
+(the Pacer checks the moved pods against each other on one node only).
+"""
+
+from __future__ import annotations
+
+from kdesched.model.records import Node, Pod, PodAffinityTerm
+from kdesched.strategies.framework import ClusterState
+
+
+class AntiAffinity:
+    """The domain-wide and reverse anti-affinity checks for one run (indexes built on first use)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._domains: dict[str, dict[str, list[str]]] = {}  # topology key -> value -> node names
+        self._terms: dict[str, dict[str, list[tuple[Pod, PodAffinityTerm]]]] | None = None
+        # (selector, namespaces, key, value) -> the pods of that domain the selector matches; the
+        # plan only ever removes pods, so a list may hold planned ones (skipped), never miss one
+        self._matches: dict[tuple[object, tuple[str, ...], str, str], list[Pod]] = {}
+
+    def failure(self, pod: Pod, node: Node) -> str | None:
+        """Why the scheduler would refuse ``pod`` on ``node`` for required anti-affinity that NodeFit
+        does not check, or None."""
+        if pod.affinity is not None:
+            for term in pod.affinity.pod_anti_affinity_required:
+                found = self._own_term_match(pod, term, node)
+                if found is not None:
+                    return (f"pod's required anti-affinity ({term.topology_key}) matches pod {found.key} on node "
+                            f"{found.node_name}, in the same {term.topology_key} as node {node.name}")
+        for key, by_value in self._existing_terms().items():
+            value = node.labels.get(key)
+            if value is None:
+                continue
+            for other, term in by_value.get(value, ()):
+                if other is pod or other.uid == pod.uid or self.state.is_planned(other):
+                    continue
+                if pod.namespace in (term.namespaces or (other.namespace,)) and term.label_selector is not None \
+                        and term.label_selector.matches(pod.labels):
+                    return (f"pod {other.key} on node {other.node_name} has required anti-affinity ({key}) against "
+                            f"the pod, in the same {key} as node {node.name}")
+        return None
+
+    def _own_term_match(self, pod: Pod, term: PodAffinityTerm, node: Node) -> Pod | None:
+        """A pod on another node of ``node``'s domain that ``pod``'s ``term`` keeps it away from."""
+        key = term.topology_key
+        value = node.labels.get(key)
+        if term.label_selector is None or value is None:
+            return None
+        names = self._domain(key).get(value, ())
+        if all(name == node.name for name in names):
+            return None  # a domain of one node (kubernetes.io/hostname): NodeFit's check
+        namespaces = term.namespaces or (pod.namespace,)
+        memo = (term.label_selector, namespaces, key, value)
+        matches = self._matches.get(memo)
+        if matches is None:
+            matches = [other for name in names for other in self.state.pods_on_node(name)
+                       if other.namespace in namespaces and term.label_selector.matches(other.labels)]
+            self._matches[memo] = matches
+        for other in matches:
+            # the candidate's own pods are NodeFit's (strategies/nodefit.py)
+            if other is not pod and other.node_name != node.name and not self.state.is_planned(other):
+                return other
+        return None
+
+    def _domain(self, key: str) -> dict[str, list[str]]:
+        """Node names by their value of ``key``, over every node of the snapshot (the scheduler counts
+        pods on every node, Ready or not)."""
+        known = self._domains.get(key)
+        if known is None:
+            known = {}
+            for n in self.state.snapshot.nodes.values():
+                value = n.labels.get(key)
+                if value is not None:
+                    known.setdefault(value, []).append(n.name)
+            self._domains[key] = known
+        return known
+
+    def _existing_terms(self) -> dict[str, dict[str, list[tuple[Pod, PodAffinityTerm]]]]:
+        """Every running pod's required anti-affinity terms, by topology key and the value of that key
+        on the pod's node (built once: the pods with such terms are few)."""
+        if self._terms is None:
+            self._terms = {}
+            nodes = self.state.snapshot.nodes
+            for p in self.state.snapshot.pods:
+                if p.affinity is None or not p.affinity.pod_anti_affinity_required or p.terminal or not p.node_name:
+                    continue
+                n = nodes.get(p.node_name)
+                if n is None:
+                    continue
+                for term in p.affinity.pod_anti_affinity_required:
+                    value = n.labels.get(term.topology_key)
+                    if value is not None and term.label_selector is not None:
+                        self._terms.setdefault(term.topology_key, {}).setdefault(value, []).append((p, term))
+        return self._terms
