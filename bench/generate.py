@@ -157,18 +157,28 @@ class _Ids:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self._pod_ip = 0
+        # every suffix handed out: names built from them must be unique (kdesched refuses a snapshot
+        # holding one object twice), and 5 random characters collide by the birthday bound long
+        # before 5,000 DaemonSet pods of one DaemonSet (150,000 pods: several collisions per cluster)
+        self._issued: set[str] = set()
 
     def uid(self) -> str:
         h = f"{self.rng.getrandbits(128):032x}"
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
 
     def suffix(self, length: int) -> str:
-        bits = self.rng.getrandbits(5 * length)
-        out = []
-        for _ in range(length):
-            out.append(_ALPHABET[(bits & 31) % 27])
-            bits >>= 5
-        return "".join(out)
+        """A random suffix of ``length`` characters never handed out before (drawn again on a
+        collision: still deterministic for a seed)."""
+        while True:
+            bits = self.rng.getrandbits(5 * length)
+            out = []
+            for _ in range(length):
+                out.append(_ALPHABET[(bits & 31) % 27])
+                bits >>= 5
+            drawn = "".join(out)
+            if drawn not in self._issued:
+                self._issued.add(drawn)
+                return drawn
 
     def pod_ip(self) -> str:
         self._pod_ip += 1
