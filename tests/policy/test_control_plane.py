@@ -34,13 +34,22 @@ def test_unchanged_when_safety_is_off_or_opted_in(settings: SafetySettings, path
     assert exclude_control_plane_taints(policy, settings.resolve(path)) == (policy, "")
 
 
-@pytest.mark.parametrize("args", [
-    {"excludedTaints": ["node.kubernetes.io/unschedulable"]},
-    {"includedTaints": ["node.kubernetes.io/disk-pressure=true"]},
+@pytest.mark.parametrize(("args", "named"), [
+    ({"excludedTaints": ["node.kubernetes.io/unschedulable"]}, "node.kubernetes.io/unschedulable"),
+    ({"includedTaints": ["node.kubernetes.io/disk-pressure=true"]}, "node.kubernetes.io/disk-pressure"),
 ])
-def test_a_policy_that_names_them_runs_as_written(args: dict[str, Any]) -> None:
+def test_the_keys_a_policy_names_stand_as_written_and_the_others_are_excluded(args: dict[str, Any],
+                                                                              named: str) -> None:
+    """Naming one control-plane taint (upstream's #1114 workaround names the cordon's) is a decision
+    about that one, not about disk-pressure or not-ready."""
     policy = make_policy({TAINTS_PLUGIN: args})
-    assert exclude_control_plane_taints(policy, SafetySettings().resolve(Path.EVENT)) == (policy, "")
+    out, note = exclude_control_plane_taints(policy, SafetySettings().resolve(Path.EVENT))
+    written = tuple(args.get("excludedTaints", ()))
+    assert excluded(out) == (*written, *(k for k in CONTROL_PLANE_TAINTS if k != named))
+    assert out.profiles[0].plugin_args[TAINTS_PLUGIN].included_taints == policy.profiles[0].plugin_args[
+        TAINTS_PLUGIN].included_taints
+    assert "node.kubernetes.io/not-ready" in note and named not in note
+    assert exclude_control_plane_taints(out, SafetySettings().resolve(Path.EVENT)) == (out, "")  # idempotent
 
 
 def test_shipped_policy_switch_applies_in_simulate_run() -> None:

@@ -303,6 +303,19 @@ def test_disk_pressure_on_and_off(fake_api: FakeApiServer, kube: KubeClient) -> 
     assert story.balance_runs == 1
 
 
+def test_excluding_the_cordon_taint_by_hand_keeps_the_rest_of_the_rule(fake_api: FakeApiServer,
+                                                                       kube: KubeClient) -> None:
+    """Upstream's #1114 workaround, excludedTaints: [node.kubernetes.io/unschedulable], names one
+    control-plane taint: the others stay excluded (the whole rule was once off for such a config,
+    and a disk-pressure taint drained the node)."""
+    cluster(fake_api)
+    plugins = {**DEFAULT_PLUGINS, "RemovePodsViolatingNodeTaints": {"excludedTaints": [UNSCHEDULABLE["key"]]}}
+    story = Story(fake_api, kube, plugins=plugins)
+    (pressure,) = story.write("n3", taints=[DISK_PRESSURE])
+    assert pressure.ran and pressure.evicted == [] and story.pods_on("n3") == ["mid3"]
+    assert any("node.kubernetes.io/disk-pressure" in n for n in pressure.report["notes"])
+
+
 def test_a_user_taint_still_evicts_what_does_not_tolerate_it(fake_api: FakeApiServer, kube: KubeClient) -> None:
     cluster(fake_api)
     story = Story(fake_api, kube)

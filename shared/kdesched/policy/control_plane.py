@@ -13,8 +13,11 @@ value resolved per command:
 * safety on (the event path, or ``kdesched.safety.enabled: true`` as in the shipped policies) and
   ``controlPlaneTaints`` not true: every RemovePodsViolatingNodeTaints configuration gets the keys
   of :data:`~kdesched.policy.safety.CONTROL_PLANE_TAINTS` appended to its ``excludedTaints``;
-* except a configuration that already names one of them (by key or ``key=value``) in
-  ``excludedTaints`` or ``includedTaints``: the user decided, it runs as written (as upstream);
+* except the keys a configuration already names (by key or ``key=value``) in ``excludedTaints`` or
+  ``includedTaints``: for those the user decided, and they stand as written (as upstream). Naming
+  one is not a decision about the others: the usual upstream workaround for #1114,
+  ``excludedTaints: [node.kubernetes.io/unschedulable]``, once switched the whole rule off for its
+  configuration, and a ``disk-pressure`` taint then drained the node in the event path;
 * safety off (a plain upstream policy in ``simulate`` / ``run``) or ``controlPlaneTaints: true``:
   unchanged, upstream semantics.
 
@@ -39,10 +42,11 @@ def policy_safety(policy: Policy, path: Path) -> Safety:
     return parse_safety(block.get("safety"), []).resolve(path)
 
 
-def names_control_plane_taint(args: RemovePodsViolatingNodeTaintsArgs) -> bool:
-    """Whether the configuration names a control-plane taint in ``excludedTaints``/``includedTaints``."""
-    entries = (*args.excluded_taints, *(args.included_taints or ()))
-    return any(entry.split("=", 1)[0] in CONTROL_PLANE_TAINTS for entry in entries)
+def unnamed_control_plane_taints(args: RemovePodsViolatingNodeTaintsArgs) -> tuple[str, ...]:
+    """The control-plane taint keys the configuration does not name (by key or ``key=value``) in
+    ``excludedTaints`` or ``includedTaints``: the ones the rule excludes."""
+    named = {entry.split("=", 1)[0] for entry in (*args.excluded_taints, *(args.included_taints or ()))}
+    return tuple(k for k in CONTROL_PLANE_TAINTS if k not in named)
 
 
 def exclude_control_plane_taints(policy: Policy, safety: Safety) -> tuple[Policy, str]:
@@ -51,17 +55,21 @@ def exclude_control_plane_taints(policy: Policy, safety: Safety) -> tuple[Policy
     if not safety.enabled or safety.control_plane_taints:
         return policy, ""
     profiles = list(policy.profiles)
-    changed: list[str] = []
+    added: dict[str, None] = {}
     for i, profile in enumerate(profiles):
         args = profile.plugin_args.get(TAINTS_PLUGIN)
-        if not isinstance(args, RemovePodsViolatingNodeTaintsArgs) or names_control_plane_taint(args):
+        if not isinstance(args, RemovePodsViolatingNodeTaintsArgs):
             continue
-        excluded = (*args.excluded_taints, *(k for k in CONTROL_PLANE_TAINTS if k not in args.excluded_taints))
-        plugin_args = {**profile.plugin_args, TAINTS_PLUGIN: replace(args, excluded_taints=excluded)}
+        missing = unnamed_control_plane_taints(args)
+        if not missing:
+            continue
+        plugin_args = {**profile.plugin_args, TAINTS_PLUGIN: replace(args, excluded_taints=(*args.excluded_taints,
+                                                                                           *missing))}
         profiles[i] = replace(profile, plugin_args=plugin_args)
-        changed.append(profile.name)
-    if not changed:
+        added.update(dict.fromkeys(missing))
+    if not added:
         return policy, ""
-    note = (f"control-plane taints ({', '.join(CONTROL_PLANE_TAINTS)}) do not trigger {TAINTS_PLUGIN} "
+    keys = [k for k in CONTROL_PLANE_TAINTS if k in added]
+    note = (f"control-plane taints ({', '.join(keys)}) do not trigger {TAINTS_PLUGIN} "
             f"(safety: {safety.why}; opt in with kdesched.safety.controlPlaneTaints: true)")
     return replace(policy, profiles=tuple(profiles)), note
