@@ -295,6 +295,29 @@ def test_a_pod_this_run_evicts_no_longer_keeps_others_out() -> None:
         "db-0": "n3", "web-7d9f8-0": "n2"}
 
 
+def test_two_pods_this_run_moves_never_land_in_one_zone_against_their_anti_affinity() -> None:
+    """db-0 and web-0 leave two tainted nodes in one run; web-0 must not share a zone with app=db. Zone
+    b has the most free CPU and two nodes: whichever pod is planned first takes it, and the other
+    must then go to zone c, not to zone b's other node, though that one has more room."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n5", taints=[TAINT], labels={ZONE: "d"}),
+            node_obj("n2", cpu="16", labels={ZONE: "b"}), node_obj("n3", cpu="16", labels={ZONE: "b"}),
+            node_obj("n4", cpu="8", labels={ZONE: "c"}),
+            pod_obj("db-0", "n5", owner_name="db-5c4d3", labels={"app": "db"}),
+            web("web-7d9f8-0", "n1", affinity=anti_to("db", ZONE))]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.pacing is not None
+    landed = {e.pod.name: s.destination for e, s in zip(plan.evictions, plan.pacing.steps, strict=True)}
+    zone = {"n2": "b", "n3": "b", "n4": "c"}
+    assert len(landed) == 2 and zone[landed["db-0"]] != zone[landed["web-7d9f8-0"]], landed
+    # the same the other way round: db-0's own term against app=web
+    objs[5] = pod_obj("db-0", "n5", owner_name="db-5c4d3", labels={"app": "db"}, affinity=anti_to("web", ZONE))
+    objs[6] = web("web-7d9f8-0", "n1")
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.pacing is not None
+    landed = {e.pod.name: s.destination for e, s in zip(plan.evictions, plan.pacing.steps, strict=True)}
+    assert len(landed) == 2 and zone[landed["db-0"]] != zone[landed["web-7d9f8-0"]], landed
+
+
 def test_parity_without_the_safety_defaults_keeps_upstreams_node_fit() -> None:
     """The zone and reverse checks are the safety path's: a plain run (safety off) plans exactly as
     upstream, whose NodeFit does not have them."""

@@ -16,8 +16,8 @@ keeps out, was evicted with a destination the scheduler then refused, and went P
   candidate's domain.
 
 Same term semantics as NodeFit (``namespaces``, else the pod's own namespace). Plan-aware: pods this
-run plans to evict no longer count. Pods this run moves onto other nodes of a domain are not counted
-(the Pacer checks the moved pods against each other on one node only).
+run plans to evict no longer count, and pods it moves count where they most likely land
+(:meth:`AntiAffinity.moved`; on the same node the Pacer's reservation check does it).
 """
 
 from __future__ import annotations
@@ -36,6 +36,20 @@ class AntiAffinity:
         # (selector, namespaces, key, value) -> the pods of that domain the selector matches; the
         # plan only ever removes pods, so a list may hold planned ones (skipped), never miss one
         self._matches: dict[tuple[object, tuple[str, ...], str, str], list[Pod]] = {}
+        # the pods this run moves, by the node they most likely land on, and those with required terms
+        self._moved_on: dict[str, list[Pod]] = {}
+        # their required terms by topology key and its value on the destination: (pod, term, destination)
+        self._moved_terms: dict[str, dict[str, list[tuple[Pod, PodAffinityTerm, str]]]] = {}
+
+    def moved(self, pod: Pod, destination: Node) -> None:
+        """``pod`` is planned to land on ``destination`` (the Pacer's reservation): the pods planned
+        after it are checked against it there, across its domains (the same node is the Pacer's)."""
+        self._moved_on.setdefault(destination.name, []).append(pod)
+        for term in pod.affinity.pod_anti_affinity_required if pod.affinity is not None else ():
+            value = destination.labels.get(term.topology_key)
+            if value is not None and term.label_selector is not None:
+                self._moved_terms.setdefault(term.topology_key, {}).setdefault(value, []).append(
+                    (pod, term, destination.name))
 
     def failure(self, pod: Pod, node: Node) -> str | None:
         """Why the scheduler would refuse ``pod`` on ``node`` for required anti-affinity that NodeFit
@@ -57,6 +71,34 @@ class AntiAffinity:
                         and term.label_selector.matches(pod.labels):
                     return (f"pod {other.key} on node {other.node_name} has required anti-affinity ({key}) against "
                             f"the pod, in the same {key} as node {node.name}")
+        return self._moved_failure(pod, node)
+
+    def _moved_failure(self, pod: Pod, node: Node) -> str | None:
+        """Anti-affinity between ``pod`` and a pod this run moves onto another node of one of
+        ``node``'s domains, either way."""
+        if pod.affinity is not None:
+            for term in pod.affinity.pod_anti_affinity_required:
+                value = node.labels.get(term.topology_key)
+                if term.label_selector is None or value is None:
+                    continue
+                namespaces = term.namespaces or (pod.namespace,)
+                for name in self._domain(term.topology_key).get(value, ()):
+                    if name == node.name:
+                        continue  # the same node: the Pacer's reservation check
+                    for other in self._moved_on.get(name, ()):
+                        if other is not pod and other.namespace in namespaces and term.label_selector.matches(
+                                other.labels):
+                            return (f"required anti-affinity ({term.topology_key}) between {pod.key} and {other.key}, "
+                                    f"which this run also moves to node {name}")
+        for key, by_value in self._moved_terms.items():
+            value = node.labels.get(key)
+            for other, term, destination in by_value.get(value, ()) if value is not None else ():
+                if other is pod or destination == node.name:
+                    continue
+                if pod.namespace in (term.namespaces or (other.namespace,)) and term.label_selector is not None \
+                        and term.label_selector.matches(pod.labels):
+                    return (f"required anti-affinity ({key}) between {other.key}, which this run also moves to node "
+                            f"{destination}, and {pod.key}")
         return None
 
     def _own_term_match(self, pod: Pod, term: PodAffinityTerm, node: Node) -> Pod | None:

@@ -333,6 +333,7 @@ class Pacer:
             self._reserved_pods.setdefault(destination.name, []).append(pod)
             if pod.affinity is not None and pod.affinity.pod_anti_affinity_required:
                 self._reserved_anti.setdefault(destination.name, []).append(pod)
+            self._anti.moved(pod, destination)
         dest = destination.name if destination is not None else ""
         workload = workload_of(pod)
         if workload is None or pod.terminal:  # a terminal pod is unavailable already: nothing to pace
