@@ -247,11 +247,26 @@ def test_manual_dry_run_and_ping(fake_api: FakeApiServer, kube: KubeClient, mode
     ({"dryRun": "true"}, "data.dryRun", "true or false"),
     ({"nodes": ["UPPER"]}, "data.nodes", "UPPER"),
     ({"strategies": ["HighNodeUtilization"]}, "data.strategies", "HighNodeUtilization"),
+    # nodes scope Deschedule strategies; a Balance one would weigh and evict across every node
+    ({"nodes": ["n2"]}, "data.nodes", "LowNodeUtilization"),
+    ({"nodes": ["n2"], "strategies": ["RemoveDuplicates"]}, "data.nodes", "RemoveDuplicates is a Balance strategy"),
 ])
 def test_manual_bad_requests(fake_api: FakeApiServer, kube: KubeClient, data: Any, field: str, needle: str) -> None:
     c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
     resp = post(c, *ce_request(ev.RUN_REQUESTED, data))
     assert resp.status_code == 400 and resp.get_json()["field"] == field and needle in resp.get_json()["error"]
+    assert evictions(fake_api) == []
+
+
+def test_manual_nodes_scope_deschedule_strategies(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """data.nodes with Deschedule strategies only: those nodes' pods, nobody else's."""
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake_api.add(node_obj("n1", taints=[taint]), node_obj("n2", taints=[taint]), node_obj("n3"), node_obj("n4"),
+                 pod_obj("on-n1", "n1", owner_name="a"), pod_obj("on-n2", "n2", owner_name="b"))
+    c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
+    resp = post(c, *ce_request(ev.RUN_REQUESTED, {"nodes": ["n2"], "strategies": ["RemovePodsViolatingNodeTaints"]}))
+    assert resp.status_code == 200
+    assert [e["pod"] for e in reply_event(resp).get_data()["evictions"]] == ["on-n2"]
 
 
 # --- deadletter ------------------------------------------------------------------------------------

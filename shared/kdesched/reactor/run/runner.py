@@ -53,7 +53,9 @@ from kdesched.reactor.events.routing import (
     TAINTS_CHANGED,
     EventScopeError,
     enable_strategies,
+    enabled_strategies,
     event_policy,
+    extension_point,
     kinds_needed,
 )
 from kdesched.reactor.io.lease import LeaseGuard, LockBusy, default_identity
@@ -211,6 +213,15 @@ class Reactor:
             policy = event_policy(self.policy, strategies, self.safety) if strategies else self.policy
         except EventScopeError as exc:
             raise RequestError(str(exc), "data.strategies") from None
+        if nodes:
+            # nodes scope Deschedule strategies (kdesched.engine.plan_run); a Balance strategy always
+            # weighs, and evicts from, every node: refused rather than run wider than asked
+            balance = [s for s in (strategies or enabled_strategies(policy)) if extension_point(s) == "balance"]
+            if balance:
+                raise RequestError(f"data.nodes: restricts Deschedule strategies to those nodes, and "
+                                   f"{', '.join(balance)} {'is a Balance strategy' if len(balance) == 1 else 'are Balance strategies'}, "
+                                   "which always weigh and evict across every node: name only Deschedule strategies "
+                                   "in data.strategies, or leave out data.nodes", "data.nodes")
         dry_run = self.settings.dry_run or bool(dry)
         label = "sweep" if trigger.type == PING else "manual"
         result = self._balance_locked(label, lambda: self._leased_run(policy, strategies, nodes, dry_run, label,
