@@ -3,8 +3,8 @@ first and of the API server only when the event does not say.
 
 Why: a rebalance started before a node can take pods plans nothing (docs/reactor.md, "When a
 node is usable"). The rule itself is pure (:mod:`kdesched.reactor.events.lifecycle`); this is the
-one place a rebalance trigger may read the Node to apply it, for a ``node.added`` from a sender
-that does not carry the classifier's verdict.
+one place a rebalance trigger may read the Node to apply it, for a ``node.added`` or ``node.ready``
+from a sender that does not carry the classifier's verdict.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 from kdesched.kube.client import KubeClient
 from kdesched.reactor.events.classifier import digest_of
 from kdesched.reactor.events.lifecycle import taints_from_json, unusable_reason
-from kdesched.reactor.events.types import NODE_READY
 
 
 class NodeProbe:
@@ -28,8 +27,8 @@ class NodeProbe:
         """Why a rebalance trigger runs nothing ("" = it runs): the node is not usable for ordinary
         pods (:mod:`kdesched.reactor.events.lifecycle`). Decided on the event's own ``after`` when it says
         (the classifier's view at that write: so exactly one event of a node's way to usable runs,
-        however late it is delivered); else, for a ``node.added`` without those fields, on the node
-        as the API server has it now."""
+        however late it is delivered); else (a ``node.added`` or ``node.ready`` without those fields),
+        on the node as the API server has it now."""
         usable = after.get("usable")
         if isinstance(usable, bool):
             if usable:
@@ -40,8 +39,8 @@ class NodeProbe:
                 why = unusable_reason(bool(after.get("ready")), bool(after.get("unschedulable")), taints) \
                     or "not usable"
             return waiting_note(etype, node, why)
-        if etype == NODE_READY:
-            return ""  # a node.ready without the field: a sender that only sends it on the transition
+        # a node.ready without the field too (someone posting it by hand to force a rebalance): the
+        # rule is one for every entry point, and simulate --event applies it to the node as well
         raw = self.client.get_raw("Node", node)
         if raw is None:
             return f"node {node} no longer exists; nothing to do"
