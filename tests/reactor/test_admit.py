@@ -19,7 +19,14 @@ from kdesched.kube.client import KubeClient
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.events.requests import Trigger, parse_node_event
 from kdesched.reactor.io.ledger_store import LedgerRead, LedgerStore
-from kdesched.reactor.run.continuation import Continuations, balance_scope, node_scope, parse_scope
+from kdesched.reactor.run.continuation import (
+    SCOPE_KEY_MAX,
+    Continuations,
+    LongScopes,
+    balance_scope,
+    node_scope,
+    parse_scope,
+)
 from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import parse_settings
 from kdesched.strategies.framework import PlannedEviction
@@ -208,9 +215,35 @@ def test_scopes_round_trip() -> None:
     s = parse_scope(balance_scope(["LowNodeUtilization"], ["n1", "n2"]))
     assert (s.kind, s.strategies, s.nodes) == ("balance", ("LowNodeUtilization",), ("n1", "n2"))
     assert parse_scope(balance_scope(None)).strategies is None
-    for bad in ("", "node:", "node:n1", "balance:", "other:x"):
+    for bad in ("", "node:", "node:n1", "balance:", "other:x", "balance:*#nightly", "balance:~#sweep", "balance:#sweep"):
         with pytest.raises(ValueError):
             parse_scope(bad)
+
+
+def test_a_balance_scope_keeps_the_run_it_came_from_and_a_long_one_is_a_bounded_digest() -> None:
+    s = parse_scope(balance_scope(None, None, "sweep"))
+    assert (s.strategies, s.nodes, s.origin) == (None, None, "sweep")
+    assert parse_scope("balance:*").origin == ""  # a key written before origins were kept
+    nodes = [f"node-{i:05d}.pool-a.example.internal" for i in range(8000)]
+    key = balance_scope(["RemovePodsViolatingNodeTaints"], nodes, "manual")
+    # bounded whatever the request: every ledger entry of the run stores it (entry_bytes' scope_hint)
+    assert len(key) <= SCOPE_KEY_MAX + len("#manual")
+    assert key == balance_scope(["RemovePodsViolatingNodeTaints"], nodes, "manual")  # stable: one chain
+    assert key != balance_scope(["RemovePodsViolatingNodeTaints"], nodes[:-1], "manual")
+    parsed = parse_scope(key)
+    assert parsed.digest and parsed.nodes is None and parsed.origin == "manual"
+    scopes = LongScopes(limit=2)
+    assert scopes.resolve(key) is None  # another process's (or a restarted one's) long scope
+    scopes.remember(key, ["RemovePodsViolatingNodeTaints"], nodes)
+    full = scopes.resolve(key)
+    assert full is not None and full.nodes == tuple(nodes) and full.strategies == ("RemovePodsViolatingNodeTaints",)
+    assert full.origin == "manual"
+    short = balance_scope(["A"], ["n1"], "manual")
+    scopes.remember(short, ["A"], ["n1"])  # a short key needs no memory
+    assert scopes.resolve(short) == parse_scope(short)
+    for i in range(2):
+        scopes.remember(balance_scope(["A"], nodes[i:], "manual"), ["A"], nodes[i:])
+    assert scopes.resolve(key) is None  # bounded: the oldest is forgotten
 
 
 def test_a_held_run_is_repeated_backing_off_and_a_wake_brings_it_forward() -> None:

@@ -180,6 +180,58 @@ def test_a_window_for_other_strategies_or_triggers_does_not_apply(fake_api: Fake
     assert results(taint_event(r, "p0")) == [("web-7d9f8-0", "evicted")]
 
 
+def test_a_window_on_the_sweep_covers_the_paced_repeats_of_a_sweep_too(fake_api: FakeApiServer,
+                                                                       kube: KubeClient) -> None:
+    """docs/safety.md's "balance runs only 01:00-03:00": a sweep at 02:59 that paces its move must
+    not go on evicting at 03:00 because its repeats are labelled ``continuation``."""
+    from kdesched.reactor.events.requests import RunRequest
+
+    pool(fake_api, 2)  # one workload of 2 pods, both on tainted nodes: pacing evicts one per wave
+    clock = Clock(datetime(2026, 11, 26, 2, 59, tzinfo=UTC).timestamp())
+    r = reactor(kube, clock, disruptionWindows=[{"name": "nightly", "schedule": "0 1 * * *", "duration": "2h",
+                                                 "action": "allow", "triggers": ["rebalance", "sweep"]}])
+    out = r.run_requested(Trigger(ev.PING, "sweep-1"), RunRequest())
+    assert sorted(e["result"] for e in out["evictions"]) == ["evicted", "paced"]
+    (scope,) = r.continuations.scheduled()
+    assert scope.endswith("#sweep")  # the repeat knows which run it continues
+    r.continuations.cancel_all()  # the test fires the repeat itself
+    fake_api.add(web("web-7d9f8-new", "s0"))  # the replacement is Ready: the next wave may go
+    clock.t = datetime(2026, 11, 26, 3, 0, 30, tzinfo=UTC).timestamp()  # the window has closed
+    before = evicted(fake_api)
+    r._continue(scope)
+    assert evicted(fake_api) == before  # deferred by the window, not evicted as a "continuation"
+    assert any(abs(d - (22 * 3600 - 30)) < 60 for d in r.continuations.scheduled().values())  # re-decided at 01:00
+    clock.t = datetime(2026, 11, 27, 1, 0, 30, tzinfo=UTC).timestamp()
+    r.continuations.cancel_all()
+    r._continue(scope)
+    assert len(evicted(fake_api)) == len(before) + 1  # the window is open again: the move goes on
+
+
+def test_a_manual_run_over_thousands_of_nodes_keeps_its_ledger_entries_small(fake_api: FakeApiServer,
+                                                                             kube: KubeClient) -> None:
+    """Every ledger entry stores the scope its run repeats; a run.requested naming 8,000 nodes once
+    made each entry ~240 kB and every write a 422 (a 500 to the caller, nothing moved)."""
+    from kdesched.reactor.events.requests import RunRequest
+
+    pool(fake_api, 2)
+    names = ("p0", "p1", *[f"node-{i:05d}.pool-a.example.internal" for i in range(8000)])
+    r = reactor(kube, Clock(THU_10))
+    out = r.run_requested(Trigger(ev.RUN_REQUESTED, "by-hand"), RunRequest(strategies=(TAINTS,), nodes=names))
+    assert sorted(e["result"] for e in out["evictions"]) == ["evicted", "paced"]
+    record = max((len(o["metadata"].get("annotations", {}).get("kdesched.dev/ledger-record", ""))
+                  for o in fake_api.list("Lease")), default=0)
+    assert 0 < record < 2048
+    (scope,) = r.continuations.scheduled()
+    r.continuations.cancel_all()
+    fake_api.add(web("web-7d9f8-new", "s0"))
+    r._continue(scope)  # this process kept what the digest stands for: the move goes on, scoped as asked
+    assert evicted(fake_api) == ["web-7d9f8-0", "web-7d9f8-1"]
+    # a process that did not start the run (a restart) cannot resume it, and says so instead of guessing
+    other = reactor(KubeClient.for_host(fake_api.url), Clock(THU_10))
+    other._continue(scope)
+    assert other.continuations.scheduled() == {}
+
+
 # -- disruption budgets ------------------------------------------------------------------------------------
 def test_a_namespace_budget_caps_pods_in_flight_across_workloads(fake_api: FakeApiServer, kube: KubeClient) -> None:
     fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"tier": "web"}}})

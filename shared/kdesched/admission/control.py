@@ -48,6 +48,7 @@ class RunContext:
     namespace_labels: Callable[[str], Mapping[str, str] | None] = _no_labels  # for namespace budgets
     alerts: AlertsReading | None = None  # Prometheus' alerts, read for the alert brake
     owners_changed: frozenset[str] = frozenset()  # workloads whose owner changed during a surge-first move
+    origin: str = ""  # a continuation: the label of the run it repeats (sweep, manual...; windows filter on it too)
 
 
 class Check:

@@ -203,9 +203,11 @@ class Window:
     strategies: frozenset[str] | None = None
     triggers: frozenset[str] | None = None
 
-    def applies(self, strategy: str, trigger: str) -> bool:
+    def applies(self, strategy: str, trigger: str, origin: str = "") -> bool:
+        """Whether this window covers ``strategy`` in a run labelled ``trigger``; a continuation
+        (``trigger`` = ``continuation``) is also covered by its ``origin``, the run it repeats."""
         return (self.strategies is None or strategy in self.strategies) and (
-            self.triggers is None or trigger in self.triggers)
+            self.triggers is None or trigger in self.triggers or bool(origin) and origin in self.triggers)
 
     def _wall(self, now: float) -> datetime:
         return datetime.fromtimestamp(now, self.zone).replace(tzinfo=None, fold=0)  # a repeated hour: the first
@@ -277,9 +279,9 @@ class Windows:
     def __bool__(self) -> bool:
         return bool(self.windows)
 
-    def _closed_by(self, strategy: str, trigger: str, now: float) -> tuple[str, float | None]:
+    def _closed_by(self, strategy: str, trigger: str, now: float, origin: str = "") -> tuple[str, float | None]:
         """("", None) when open; else (why, the earliest time it could open)."""
-        applying = [w for w in self.windows if w.applies(strategy, trigger)]
+        applying = [w for w in self.windows if w.applies(strategy, trigger, origin)]
         forbids = [(w, w.active_until(now)) for w in applying if w.action == "forbid"]
         active = [(w, end) for w, end in forbids if end is not None]
         if active:
@@ -296,15 +298,15 @@ class Windows:
                 f"; the next opens {datetime.fromtimestamp(nxt, UTC).strftime('%Y-%m-%d %H:%M UTC')}")
         return f"outside every allowing {names}{when}", nxt
 
-    def state(self, strategy: str, trigger: str, now: float) -> WindowState:
-        why, candidate = self._closed_by(strategy, trigger, now)
+    def state(self, strategy: str, trigger: str, now: float, origin: str = "") -> WindowState:
+        why, candidate = self._closed_by(strategy, trigger, now, origin)
         if not why:
             return WindowState(True)
         t = candidate
         for _ in range(100):  # each step moves past the window that closed it
             if t is None or t > now + LOOKAHEAD_SECONDS:
                 return WindowState(False, why, None)
-            more, nxt = self._closed_by(strategy, trigger, t)
+            more, nxt = self._closed_by(strategy, trigger, t, origin)
             if not more:
                 return WindowState(False, why, t)
             t = nxt if nxt is not None and nxt > t else None
@@ -340,7 +342,8 @@ class _WindowCheck(Check):
             return None
         st = self.states.get(eviction.strategy)
         if st is None:
-            st = self.states[eviction.strategy] = self.windows.state(eviction.strategy, self.ctx.trigger, self.ctx.now)
+            st = self.states[eviction.strategy] = self.windows.state(eviction.strategy, self.ctx.trigger, self.ctx.now,
+                                                                     self.ctx.origin)
         if st.open:
             return None
         when = ("it re-decides then" if st.opens_at is not None else

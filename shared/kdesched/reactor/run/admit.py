@@ -141,7 +141,7 @@ class Decided:
 
 def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunScope, *, safety: Safety,
            dry_run: bool, now: float, pipeline: Pipeline, retention: Retention, stop_when_spent: bool,
-           checkpoint: Callable[[], None] = lambda: None, trigger: str = "",
+           checkpoint: Callable[[], None] = lambda: None, trigger: str = "", origin: str = "",
            clock: Callable[[], float] | None = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
            namespace_labels: Callable[[str], Mapping[str, str] | None] | None = None,
            alerts: AlertsReading | None = None, brake_status: BrakeStatus | None = None,
@@ -149,7 +149,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
     """Plan the run against the ledger and admit it (see the module docstring). The admission
     pipeline (:mod:`kdesched.admission.pipeline`) answers every control; this is the loop that
     writes the ledger conditionally and retries. ``trigger`` is the run's label (taints, affinity,
-    rebalance, sweep, manual, continuation) that disruption windows may filter on;
+    rebalance, sweep, manual, continuation) that disruption windows may filter on, ``origin`` the
+    label of the run a continuation repeats (windows filter on it too);
     ``deadline_seconds``: how long after its admission an eviction may still be sent (the executor
     enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading; ``surges``: the
     surge-first moves (kdesched.reactor.run.surge), advanced in the settle and chosen after the plan. Raises
@@ -176,7 +177,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                 # what the cluster shows now, by whichever process settles (a restart, another
                 # replica). Its eviction waits while the run's brakes or a closed window would defer one
                 held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
-                                                    namespace_labels or (lambda _ns: None), alerts))
+                                                    namespace_labels or (lambda _ns: None), alerts, origin=origin))
                 settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
@@ -184,7 +185,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             # taken after the change (kdesched.admission.owner_change)
             changed = frozenset(e.workload for e in ended if e.outcome == OVERRIDDEN)
             admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
-                                                  namespace_labels or (lambda _ns: None), alerts, changed))
+                                                  namespace_labels or (lambda _ns: None), alerts, changed,
+                                                  origin=origin))
             if brake_status is not None:
                 brake_status.remember(admission.health, now)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,

@@ -43,6 +43,7 @@ calls :meth:`Continuations.resume` with the scopes the ledger still holds pods f
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -77,10 +78,26 @@ def batch_group(key: str) -> str | None:
     return names if node and sep and names else None
 
 
-def balance_scope(strategies: Iterable[str] | None, nodes: Iterable[str] | None = None) -> str:
-    """The scope of a run under the Lease (rebalance, manual, sweep, topology): ``*`` = the whole policy."""
+#: the longest scope key kept as written; a longer one (a manual run over many nodes or strategies)
+#: is kept as a digest, because every ledger entry of the run stores its scope, and the entries'
+#: budget assumes this many bytes of it (kdesched.evictor.ledger_records.entry_bytes)
+SCOPE_KEY_MAX = 96
+#: the run labels a balance scope may carry as its origin (what a repeat of it is, for windows)
+ORIGINS = ("taints", "affinity", "rebalance", "sweep", "manual")
+
+
+def balance_scope(strategies: Iterable[str] | None, nodes: Iterable[str] | None = None, origin: str = "") -> str:
+    """The scope of a run under the Lease (rebalance, manual, sweep, topology): ``*`` = the whole policy.
+
+    ``origin`` is the label of the run (``sweep``, ``manual``...): its repeats keep it, so a
+    disruption window that filters on it still covers them. A key longer than ``SCOPE_KEY_MAX``
+    (its nodes and strategies) is replaced by ``balance:~<digest>``: :func:`parse_scope` then
+    cannot give them back, and the caller keeps them (:class:`LongScopes`)."""
     names = "+".join(strategies) if strategies is not None else "*"
-    return f"balance:{names}" + (f"@{','.join(nodes)}" if nodes else "")
+    body = names + (f"@{','.join(nodes)}" if nodes else "")
+    if len("balance:") + len(body) > SCOPE_KEY_MAX:
+        body = "~" + hashlib.sha256(body.encode()).hexdigest()[:20]
+    return f"balance:{body}" + (f"#{origin}" if origin else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +108,8 @@ class Scope:
     strategies: tuple[str, ...] | None  # None: the whole policy
     node: str = ""
     nodes: tuple[str, ...] | None = None
+    origin: str = ""  # the label of the run a balance scope repeats ("" in keys written before 0.2)
+    digest: str = ""  # a long balance scope: its strategies and nodes are not in the key (LongScopes)
 
 
 def parse_scope(key: str) -> Scope:
@@ -103,10 +122,49 @@ def parse_scope(key: str) -> Scope:
             raise ValueError(f"not a node scope: {key!r}")
         return Scope("node", tuple(names.split("+")), node=node)
     if kind == "balance" and rest:
+        rest, _, origin = rest.partition("#")
+        if origin and origin not in ORIGINS:
+            raise ValueError(f"not a run scope: {key!r} (origin {origin!r})")
+        if rest.startswith("~"):
+            if len(rest) < 2:
+                raise ValueError(f"not a run scope: {key!r}")
+            return Scope("balance", None, origin=origin, digest=rest[1:])
         names, _, nodes = rest.partition("@")
+        if not names:
+            raise ValueError(f"not a run scope: {key!r}")
         return Scope("balance", None if names == "*" else tuple(names.split("+")),
-                     nodes=tuple(nodes.split(",")) if nodes else None)
+                     nodes=tuple(nodes.split(",")) if nodes else None, origin=origin)
     raise ValueError(f"not a run scope: {key!r}")
+
+
+class LongScopes:
+    """What the digest of a long scope key stands for, in this process (the ledger stores the digest
+    only). A restarted process cannot resume such a scope: its held pods lapse at the replacement
+    timeout and the next request or sweep re-decides them (docs/reactor.md). Bounded: the oldest
+    are forgotten first, and a forgotten scope's repeats end the same way."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._scopes: dict[str, Scope] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, key: str, strategies: Iterable[str] | None, nodes: Iterable[str] | None) -> None:
+        if "~" not in key:
+            return
+        with self._lock:
+            self._scopes.pop(key, None)
+            self._scopes[key] = Scope("balance", tuple(strategies) if strategies is not None else None,
+                                      nodes=tuple(nodes) if nodes else None, origin=parse_scope(key).origin)
+            while len(self._scopes) > self.limit:
+                del self._scopes[next(iter(self._scopes))]
+
+    def resolve(self, key: str) -> Scope | None:
+        """The scope of ``key`` with its strategies and nodes; None for a digest this process does not know."""
+        scope = parse_scope(key)
+        if not scope.digest:
+            return scope
+        with self._lock:
+            return self._scopes.get(key)
 
 
 @dataclass
@@ -203,6 +261,7 @@ class Continuations:
         self._lock = threading.Lock()
         self._chains: dict[str, _Chain] = {}
         self._dormant = DormantMoves()  # moves that ended on the timeout
+        self.long_scopes = LongScopes()  # what the digests of long balance scopes stand for
 
     @property
     def batch_window(self) -> float:

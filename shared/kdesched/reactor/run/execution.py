@@ -36,7 +36,7 @@ from kdesched.reactor.run.admit import (
     record_outcomes,
     waiting_workloads,
 )
-from kdesched.reactor.run.continuation import Continuations, node_scope, parse_scope
+from kdesched.reactor.run.continuation import Continuations, node_scope
 from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels, with_deferred
 from kdesched.reactor.run.notices import RunNotices
 from kdesched.reactor.run.reports import RunResult, result_of
@@ -72,7 +72,7 @@ class Execution:
 
     def decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
                            triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,
-                           stop_when_spent: bool = False, cooldown_repeat: bool = False) -> RunResult:
+                           stop_when_spent: bool = False, cooldown_repeat: bool = False, origin: str = "") -> RunResult:
         """Plan against the ledger, admit, evict what was admitted, record, schedule the repeat."""
         with self._active_lock:
             self.active_runs += 1
@@ -91,7 +91,7 @@ class Execution:
 
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
                              pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
-                             checkpoint=checkpoint, trigger=label, clock=self.wall_clock,
+                             checkpoint=checkpoint, trigger=label, origin=origin, clock=self.wall_clock,
                              namespace_labels=self.namespace_labels, alerts=self.readings.alerts(),
                              brake_status=self.brake_status, surges=self.surges)
             for verdict in decided.admission.refused:
@@ -138,9 +138,13 @@ class Execution:
         scopes = []
         for key in held:
             try:
-                parse_scope(key)
+                known = self.continuations.long_scopes.resolve(key)
             except ValueError:
                 log.warning("ledger: ignoring held pods of an unknown run scope %r", key)
+                continue
+            if known is None:  # a long scope another process started (continuation.LongScopes)
+                log.warning("ledger: not resuming %s, a run over more nodes or strategies than its key keeps; its "
+                            "%d held pod(s) are given up at the replacement timeout", key, len(held[key]))
                 continue
             scopes.append(key)
         n = self.continuations.resume(scopes)

@@ -73,7 +73,13 @@ from kdesched.reactor.run.admit import (
     RunScope,
 )
 from kdesched.reactor.run.coalescing import Coalescer, KeyedCoalescers
-from kdesched.reactor.run.continuation import READY_WAKE_SECONDS, Continuations, balance_scope, parse_scope
+from kdesched.reactor.run.continuation import (
+    ORIGINS,
+    READY_WAKE_SECONDS,
+    Continuations,
+    balance_scope,
+    parse_scope,
+)
 from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels
 from kdesched.reactor.run.execution import Execution
 from kdesched.reactor.run.noderuns import NodeReq, NodeRuns
@@ -276,10 +282,20 @@ class Reactor:
             result = self.node_events.get(f"{kind}/{scope.node}").submit(
                 NodeReq(trigger, None, tuple(strategies))).result
         else:
+            full = self.continuations.long_scopes.resolve(scope_key)
+            if full is None:  # a long scope this process did not start: its held pods lapse (LongScopes)
+                log.warning("not continuing %s: its nodes and strategies were not kept by this process; its held "
+                            "pods are given up at the replacement timeout, and the next request or sweep "
+                            "re-decides them", scope_key)
+                self.continuations.after_run(scope_key, held=(), evicted=())
+                return
             trigger = Trigger(RUN_REQUESTED, trigger_id, CONTINUATION_SOURCE)
-            policy = event_policy(self.policy, scope.strategies, self.safety) if scope.strategies else self.policy
+            policy = event_policy(self.policy, full.strategies, self.safety) if full.strategies else self.policy
+            # labelled a continuation, and the run it repeats kept as its origin (disruption windows
+            # that filter on sweep or manual cover the repeats too)
             result = self._balance_locked("continuation", lambda: self._leased_run(
-                policy, scope.strategies, scope.nodes, self.settings.dry_run, "continuation", [trigger]))
+                policy, full.strategies, full.nodes, self.settings.dry_run, "continuation", [trigger],
+                origin=full.origin))
         results = [e.get("result") for e in result.evictions]
         log.info("continuing %s: %d eviction(s), %d still paced", scope_key, results.count("evicted"),
                  results.count("paced"))
@@ -304,9 +320,13 @@ class Reactor:
 
     # -- the run itself -------------------------------------------------------------------------------
     def _leased_run(self, policy: Policy, strategies: Sequence[str] | None, nodes: Sequence[str] | None,
-                    dry_run: bool, label: str, triggers: Sequence[Trigger]) -> RunResult:
-        """A run under the Lease (the caller holds the in-process balance lock)."""
-        scope = RunScope(balance_scope(strategies, nodes), tuple(strategies) if strategies else None,
+                    dry_run: bool, label: str, triggers: Sequence[Trigger], *, origin: str = "") -> RunResult:
+        """A run under the Lease (the caller holds the in-process balance lock). ``origin``: the
+        label of the run a continuation repeats (its scope key keeps it)."""
+        origin = origin or (label if label in ORIGINS else "")
+        key = balance_scope(strategies, nodes, origin)
+        self.continuations.long_scopes.remember(key, strategies, nodes)
+        scope = RunScope(key, tuple(strategies) if strategies else None,
                          tuple(nodes) if nodes else None, complete=True)
         try:
             guard = LeaseGuard(self.client, self.settings.lease_namespace, self.settings.lease_name, self.identity,
@@ -318,7 +338,7 @@ class Reactor:
                 snapshot = self.readings.with_usage(policy, snapshot)
                 # leased runs stop planning once the cluster-wide bucket is empty (kdesched.admission.bucket)
                 return self._decide_and_execute(policy, snapshot, scope, dry_run, label, triggers, guard=guard,
-                                                stop_when_spent=True)
+                                                stop_when_spent=True, origin=origin)
         except LockBusy:
             m.LOCK_BUSY.labels(label).inc()
             raise
