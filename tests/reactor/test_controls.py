@@ -232,6 +232,28 @@ def test_a_manual_run_over_thousands_of_nodes_keeps_its_ledger_entries_small(fak
     assert other.continuations.scheduled() == {}
 
 
+def test_a_taint_written_a_moment_ago_is_evicted_for_once_the_scheduler_has_seen_it(fake_api: FakeApiServer,
+                                                                                   kube: KubeClient) -> None:
+    """kdesched.admission.fresh_change through the reactor: the node's managedFields say the taint
+    was written 0.5 s ago, so the run defers and repeats itself at the 3 s mark, then evicts."""
+    pool(fake_api, 1)
+    clock = Clock(THU_10 + 0.5)
+    node = node_obj("p0", taints=[TAINT])
+    node["metadata"]["managedFields"] = [{"manager": "kubectl-taint", "operation": "Update", "apiVersion": "v1",
+                                          "time": "2026-11-26T10:00:00Z", "fieldsType": "FieldsV1",
+                                          "fieldsV1": {"f:spec": {"f:taints": {}}}}]
+    fake_api.update(node)
+    r = reactor(kube, clock)
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    assert out["evictions"][0]["cause"] == "fresh-node-change"
+    assert any("held by the fresh node change: this run is repeated in 3s" in n for n in out["notes"]), out["notes"]
+    assert r.continuations.scheduled()[node_scope("p0", (TAINTS,))] == pytest.approx(3.0, abs=0.5)
+    r.continuations.cancel_all()
+    clock.t = THU_10 + 3.1  # what the repeat sees
+    assert results(taint_event(r, "p0", 1)) == [("web-7d9f8-0", "evicted")]
+
+
 # -- disruption budgets ------------------------------------------------------------------------------------
 def test_a_namespace_budget_caps_pods_in_flight_across_workloads(fake_api: FakeApiServer, kube: KubeClient) -> None:
     fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"tier": "web"}}})

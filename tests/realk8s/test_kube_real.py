@@ -42,6 +42,26 @@ def test_count_objects_reads_the_real_servers_remaining_item_count(kube: KubeCli
     assert len(page) == 5  # one object per page: the count came from the first page alone
 
 
+# --- when a node's taints and labels were written (kdesched.admission.fresh_change) ------------------
+
+def test_the_real_servers_managed_fields_say_when_a_nodes_taints_and_labels_were_written(
+        kube: KubeClient, cluster: Cluster) -> None:
+    """kube-apiserver v1.24 records every writer of a node's spec.taints / metadata.labels in
+    managedFields, with its time: what the fresh-node-change control reads, in the server's clock."""
+    from kdesched.model.records import Node
+
+    cluster.node("n1")
+    created = Node.from_api(kube.get_raw("Node", "n1"))
+    assert created.labels_written_at is not None and created.taints_written_at is None  # no taint yet
+    time_before = kube.clock.now()
+    cluster.api.patch("/api/v1/nodes/n1", {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})
+    node = Node.from_api(kube.get_raw("Node", "n1"))
+    assert node.taints_written_at is not None
+    assert time_before - 2 <= node.taints_written_at <= kube.clock.now() + 1  # whole seconds, the server's clock
+    cluster.api.patch("/api/v1/nodes/n1/status", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert Node.from_api(kube.get_raw("Node", "n1")).taints_written_at == node.taints_written_at  # status is not spec
+
+
 # --- watch ----------------------------------------------------------------------------------------
 
 def test_watch_backlog_live_changes_and_server_timeout(kube: KubeClient, cluster: Cluster) -> None:

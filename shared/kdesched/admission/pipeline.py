@@ -18,7 +18,9 @@ order  control                moment      answer
 7      ledger capacity        pod         refuse (the workload's record is full)
 8      cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
 9      disruption windows     plan        defer until the window opens
-10     disruption budgets     plan        refuse while the budget is spent
+10     fresh node change      plan        defer a node event's eviction until the scheduler has
+                                          seen the taint or label written seconds ago (3 s)
+11     disruption budgets     plan        refuse while the budget is spent
 =====  =====================  ==========  =====================================================
 
 The cheap, run-wide answers come first; the pod checks run while the planner plans (its ``gate``:
@@ -39,6 +41,7 @@ from kdesched.admission.budgets import Budget, BudgetControl
 from kdesched.admission.capacity import RecordCapacity
 from kdesched.admission.control import Check, Control, RunContext
 from kdesched.admission.cooldown import Cooldowns
+from kdesched.admission.fresh_change import FreshChange
 from kdesched.admission.health import BrakeState, HealthBrake, HealthBrakeSettings, HealthCheck
 from kdesched.admission.inflight import InFlight
 from kdesched.admission.owner_change import OwnerChanged
@@ -82,6 +85,7 @@ class Pipeline:
             RecordCapacity(),
             s.bucket,
             WindowControl(s.windows),
+            FreshChange(),
             BudgetControl(s.budgets),
         ]
         return cls([c for c in controls if c is not None])

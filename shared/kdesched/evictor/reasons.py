@@ -31,6 +31,7 @@ class Reason(enum.StrEnum):
     LEDGER_FULL = "ledger-full"
     RATE_LIMIT = "rate-limit"
     WINDOW = "window"
+    FRESH_CHANGE = "fresh-node-change"  # the node's taints or labels were written seconds ago
     BUDGET = "budget"
     # the planner
     NO_UID = "no-uid"
@@ -55,7 +56,7 @@ class Reason(enum.StrEnum):
     @property
     def defers(self) -> bool:
         """Held for the whole run until a time (reported ``deferred``), not refused pod by pod."""
-        return self in (Reason.HEALTH_BRAKE, Reason.ALERT_BRAKE, Reason.WINDOW)
+        return self in (Reason.HEALTH_BRAKE, Reason.ALERT_BRAKE, Reason.WINDOW, Reason.FRESH_CHANGE)
 
 
 _EVENTS = {

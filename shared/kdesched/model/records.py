@@ -666,6 +666,10 @@ class Node:
     allocatable: Resources  # allocatable, or capacity where allocatable is empty
     creation_time: datetime | None = None
     resource_version: str = ""
+    # when a manager last wrote the node's taints / labels (metadata.managedFields, the API server's
+    # clock, epoch seconds, whole seconds); None when the object carries no such entry
+    taints_written_at: float | None = None
+    labels_written_at: float | None = None
 
     def __repr__(self) -> str:
         return f"Node({self.name})"
@@ -695,7 +699,31 @@ class Node:
             allocatable=allocatable,
             creation_time=parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             resource_version=str(meta.get("resourceVersion") or ""),
+            taints_written_at=written_at(meta.get("managedFields"), "f:spec", "f:taints"),
+            labels_written_at=written_at(meta.get("managedFields"), "f:metadata", "f:labels"),
         )
+
+
+def written_at(managed: Any, section: str, leaf: str) -> float | None:
+    """The latest ``time`` of the ``metadata.managedFields`` entries that own ``section.leaf`` of
+    the object itself (not a subresource), epoch seconds; None when none does. The API server sets
+    these entries, and validates them, so an entry this cannot read is skipped: it only ever
+    delays a run by seconds (kdesched.admission.fresh_change), it never decides one."""
+    latest: float | None = None
+    for entry in managed if isinstance(managed, list) else ():
+        if not isinstance(entry, Mapping) or entry.get("subresource"):
+            continue
+        fields = entry.get("fieldsV1")
+        owned = fields.get(section) if isinstance(fields, Mapping) else None
+        if not isinstance(owned, Mapping) or leaf not in owned:
+            continue
+        try:
+            at = parse_time(entry.get("time"), "metadata.managedFields[].time")
+        except ModelError:
+            continue
+        if at is not None:
+            latest = at.timestamp() if latest is None else max(latest, at.timestamp())
+    return latest
 
 
 @dataclass(frozen=True, slots=True)

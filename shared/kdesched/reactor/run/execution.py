@@ -177,7 +177,9 @@ class Execution:
         if decided.retry_at is not None and (until is None or decided.retry_at < until):
             # the controls deferred evictions: re-decide when they may pass (reactor.run.controls)
             brake = decided.admission.brake
-            until, why = decided.retry_at, (f"the {brake.reason.value.replace('-', ' ')}" if brake is not None
+            deferred = decided.controlled.deferred if decided.controlled is not None else ()
+            cause = brake.reason.value if brake is not None else deferred[0].cause if deferred else ""
+            until, why = decided.retry_at, (f"the {cause.replace('-', ' ')}" if cause
                                             else "a disruption window or budget")
         cooldown_in = None if until is None else until - self.wall_clock()
         if not scope.per_node:
