@@ -318,6 +318,48 @@ def test_two_pods_this_run_moves_never_land_in_one_zone_against_their_anti_affin
     assert len(landed) == 2 and zone[landed["db-0"]] != zone[landed["web-7d9f8-0"]], landed
 
 
+def affine_to(app: str, key: str) -> dict[str, Any]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
+
+
+def test_required_pod_affinity_needs_a_pod_to_run_with_in_the_destinations_domain() -> None:
+    """web-0 must share a zone with app=cache. The only cache pod runs in zone b (n3); n2 (zone c) has
+    the most room, but the scheduler would leave web-0 Pending there: n3's zone is the destination."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n2", cpu="64", labels={ZONE: "c"}),
+            node_obj("n3", labels={ZONE: "b"}),
+            pod_obj("cache-0", "n3", owner_name="cache-5c4d3", labels={"app": "cache"}),
+            web("web-7d9f8-0", "n1", affinity=affine_to("cache", ZONE))]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.pacing is not None and [s.destination for s in plan.pacing.steps] == ["n3"]
+    # no cache pod in any zone with room: nowhere to go, and the pod stays
+    objs[2] = node_obj("n3", labels={ZONE: "b"}, pods=1)
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.evictions == ()
+    (refusal,) = plan.refusals
+    assert "required pod affinity (topology.kubernetes.io/zone) finds no pod to run with" in refusal.reason
+    # a node without the topology key never takes it (the scheduler's rule)
+    objs[1] = node_obj("n2", cpu="64")
+    objs[2] = node_obj("n3", labels={ZONE: "b"})
+    objs[3] = pod_obj("cache-0", "n2", owner_name="cache-5c4d3", labels={"app": "cache"})
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.evictions == () and "node n2 has no topology.kubernetes.io/zone label" in plan.refusals[0].reason
+
+
+def test_the_first_pod_of_a_group_with_affinity_to_itself_may_go_anywhere() -> None:
+    """The scheduler's special case: no pod anywhere matches the term and the pod matches it itself."""
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n2", labels={ZONE: "c"}),
+            web("web-7d9f8-0", "n1", affinity=affine_to("web", ZONE))]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.pacing is not None and [s.destination for s in plan.pacing.steps] == ["n2"]
+    # not the first when another pod of the group still runs: web-1, on the tainted n1, pulls the
+    # replacement into zone a, where the taint keeps it Pending. Both stay
+    objs.append(web("web-7d9f8-1", "n1", affinity=affine_to("web", ZONE)))
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety(max_unavailable="100%"))
+    assert plan.evictions == () and len(plan.refusals) == 2
+    assert all("finds no pod to run with" in r.reason for r in plan.refusals)
+
+
 def test_parity_without_the_safety_defaults_keeps_upstreams_node_fit() -> None:
     """The zone and reverse checks are the safety path's: a plain run (safety off) plans exactly as
     upstream, whose NodeFit does not have them."""

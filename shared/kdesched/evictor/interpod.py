@@ -18,6 +18,13 @@ keeps out, was evicted with a destination the scheduler then refused, and went P
 Same term semantics as NodeFit (``namespaces``, else the pod's own namespace). Plan-aware: pods this
 run plans to evict no longer count, and pods it moves count where they most likely land
 (:meth:`AntiAffinity.moved`; on the same node the Pacer's reservation check does it).
+
+Required pod **affinity** too, which NodeFit does not check at all: the candidate's domain must
+hold a pod each term selects (a node without the term's topology key never does), else the
+scheduler leaves the replacement Pending. Its special case holds: the first pod of a group with
+affinity to itself may go anywhere when no pod in the cluster matches any of its terms. Pods this
+run evicts are no pod to run with; pods it moves are not counted where they may land (cautious:
+the pod then stays, reported "nowhere to go").
 """
 
 from __future__ import annotations
@@ -71,7 +78,46 @@ class AntiAffinity:
                         and term.label_selector.matches(pod.labels):
                     return (f"pod {other.key} on node {other.node_name} has required anti-affinity ({key}) against "
                             f"the pod, in the same {key} as node {node.name}")
-        return self._moved_failure(pod, node)
+        return self._moved_failure(pod, node) or self._affinity_failure(pod, node)
+
+    def _affinity_failure(self, pod: Pod, node: Node) -> str | None:
+        """Why ``pod``'s required pod affinity finds nothing to run with in ``node``'s domains, or None."""
+        terms = pod.affinity.pod_affinity_required if pod.affinity is not None else ()
+        missing: PodAffinityTerm | None = None
+        for term in terms:
+            value = node.labels.get(term.topology_key)
+            if value is None:
+                return f"node {node.name} has no {term.topology_key} label, which the pod's required pod affinity needs"
+            if missing is None and not any(self._counts(pod, other) for other in self._selected(pod, term, value)):
+                missing = term
+        if missing is None:
+            return None
+        # the scheduler's special case: the first pod of a group with affinity to itself
+        if all(t.label_selector is not None and pod.namespace in (t.namespaces or (pod.namespace,))
+               and t.label_selector.matches(pod.labels) for t in terms) and not any(
+                self._counts(pod, other) for t in terms for other in self._selected(pod, t, None)):
+            return None
+        return (f"pod's required pod affinity ({missing.topology_key}) finds no pod to run with in the "
+                f"{missing.topology_key} of node {node.name}")
+
+    def _counts(self, pod: Pod, other: Pod) -> bool:
+        return other is not pod and other.uid != pod.uid and not self.state.is_planned(other)
+
+    def _selected(self, pod: Pod, term: PodAffinityTerm, value: str | None) -> list[Pod]:
+        """The pods ``term`` selects on the nodes whose ``topology_key`` is ``value`` (None: on every
+        node that has the key), planned ones included (the callers skip them)."""
+        if term.label_selector is None:
+            return []
+        namespaces = term.namespaces or (pod.namespace,)
+        memo = (term.label_selector, namespaces, term.topology_key, "\0*" if value is None else value)
+        matches = self._matches.get(memo)
+        if matches is None:
+            domains = self._domain(term.topology_key)
+            names = [n for names in domains.values() for n in names] if value is None else domains.get(value, [])
+            matches = [other for name in names for other in self.state.pods_on_node(name)
+                       if other.namespace in namespaces and term.label_selector.matches(other.labels)]
+            self._matches[memo] = matches
+        return matches
 
     def _moved_failure(self, pod: Pod, node: Node) -> str | None:
         """Anti-affinity between ``pod`` and a pod this run moves onto another node of one of
