@@ -269,6 +269,28 @@ def test_manual_nodes_scope_deschedule_strategies(fake_api: FakeApiServer, kube:
     assert [e["pod"] for e in reply_event(resp).get_data()["evictions"]] == ["on-n2"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_redelivered_run_request_gets_the_first_runs_report_and_runs_nothing(fake_api: FakeApiServer,
+                                                                              kube: KubeClient, mode: str) -> None:
+    """source + id make a CloudEvent unique: the same run.requested again (a reply lost on the way
+    back) is answered with the run it already made, not run a second time."""
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake_api.add(node_obj("n1", taints=[taint]), node_obj("n2"), node_obj("n3"),
+                 pod_obj("on-n1", "n1", owner_name="a"))
+    c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
+    data = {"strategies": ["RemovePodsViolatingNodeTaints"]}
+    first = reply_event(post(c, *ce_request(ev.RUN_REQUESTED, data, mode, id="ci-42", source="/ci")))
+    assert [e["pod"] for e in first.get_data()["evictions"]] == ["on-n1"] and len(evictions(fake_api)) == 1
+    fake_api.add(pod_obj("later", "n1", owner_name="b"))  # what a second run would evict
+    again = reply_event(post(c, *ce_request(ev.RUN_REQUESTED, data, mode, id="ci-42", source="/ci")))
+    assert again.get_id() == first.get_id() and again.get_data()["redelivered"] is True
+    assert again.get_data()["evictions"] == first.get_data()["evictions"]
+    assert len(evictions(fake_api)) == 1  # nothing ran
+    # another id, or the same id from another source, is another request
+    other = reply_event(post(c, *ce_request(ev.RUN_REQUESTED, data, mode, id="ci-42", source="/elsewhere")))
+    assert [e["pod"] for e in other.get_data()["evictions"]] == ["later"] and "redelivered" not in other.get_data()
+
+
 # --- deadletter ------------------------------------------------------------------------------------
 
 

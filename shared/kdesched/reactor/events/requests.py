@@ -15,7 +15,16 @@ from typing import Any
 
 from kdesched.errors import InvalidEvent
 from kdesched.policy.plugins import PLUGINS
-from kdesched.reactor.events.routing import RUNNABLE_POINTS, EventScopeError, validate_node_name
+from kdesched.policy.safety import Safety
+from kdesched.policy.types import Policy
+from kdesched.reactor.events.routing import (
+    RUNNABLE_POINTS,
+    EventScopeError,
+    enabled_strategies,
+    event_policy,
+    extension_point,
+    validate_node_name,
+)
 
 
 class RequestError(InvalidEvent):
@@ -134,3 +143,24 @@ def parse_sweep_data(data: Any) -> RunRequest:
         if key != "dryRun":
             raise RequestError(f"data.{key}: unknown field for a sweep (known: dryRun)", f"data.{key}")
     return RunRequest(dry_run=_dry_run(data))
+
+
+def request_policy(policy: Policy, safety: Safety, strategies: tuple[str, ...] | None,
+                   nodes: tuple[str, ...] | None) -> Policy:
+    """The policy a ``run.requested`` runs: the policy itself, or the strategies it names (on the
+    event path's terms, :func:`~kdesched.reactor.events.routing.event_policy`). ``data.nodes``
+    scopes Deschedule strategies only (kdesched.engine.plan_run); a Balance strategy always weighs,
+    and evicts from, every node, so such a request is refused rather than run wider than asked.
+    RequestError names the field."""
+    try:
+        chosen = event_policy(policy, strategies, safety) if strategies else policy
+    except EventScopeError as exc:
+        raise RequestError(str(exc), "data.strategies") from None
+    if nodes:
+        balance = [s for s in (strategies or enabled_strategies(chosen)) if extension_point(s) == "balance"]
+        if balance:
+            raise RequestError(f"data.nodes: restricts Deschedule strategies to those nodes, and "
+                               f"{', '.join(balance)} {'is a Balance strategy' if len(balance) == 1 else 'are Balance strategies'}, "
+                               "which always weigh and evict across every node: name only Deschedule strategies "
+                               "in data.strategies, or leave out data.nodes", "data.nodes")
+    return chosen

@@ -7,7 +7,10 @@ marked with its own trigger and how many events the run served. The shape is a c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,3 +76,33 @@ def dry_run_why(dry_run: bool, settings: ReactorSettings) -> str:
     if settings.dry_run:
         return settings.dry_run_why or "a dry-run deployment"
     return "the event asked for one (data.dryRun: true)"
+
+
+class AnsweredRuns:
+    """The runs this process made for ``run.requested`` events, by the event's (source, id).
+
+    Why: CloudEvents make source + id unique, so a second delivery of one is a redelivery (a reply
+    lost on the way back, a broker's retry after a timeout), not a second request. Running it again
+    re-decided the cluster and answered a different report under the same reply id. A redelivery
+    this process ran gets the first run's report, marked ``redelivered``. Bounded: the last
+    ``limit`` runs, none older than ``seconds`` (the Trigger's retries last seconds). Another
+    process (a second function instance) does not know them: its run re-decides, against the
+    same disruption ledger, so nothing is evicted twice and pacing holds."""
+
+    def __init__(self, limit: int = 256, seconds: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.seconds, self.clock = limit, seconds, clock
+        self._runs: OrderedDict[tuple[str, str], tuple[float, RunResult]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, trigger: Trigger) -> RunResult | None:
+        with self._lock:
+            found = self._runs.get((trigger.source, trigger.id))
+            return found[1] if found is not None and self.clock() - found[0] < self.seconds else None
+
+    def put(self, trigger: Trigger, result: RunResult) -> None:
+        with self._lock:
+            self._runs[(trigger.source, trigger.id)] = (self.clock(), result)
+            self._runs.move_to_end((trigger.source, trigger.id))
+            while len(self._runs) > self.limit:
+                self._runs.popitem(last=False)

@@ -43,7 +43,13 @@ from kdesched.policy.control_plane import TAINTS_PLUGIN, exclude_control_plane_t
 from kdesched.policy.safety import Path as SafetyPath
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
-from kdesched.reactor.events.requests import NodeEventRequest, RequestError, RunRequest, Trigger
+from kdesched.reactor.events.requests import (
+    NodeEventRequest,
+    RequestError,
+    RunRequest,
+    Trigger,
+    request_policy,
+)
 from kdesched.reactor.events.routing import (
     LABELS_CHANGED,
     NODE_ADDED,
@@ -51,11 +57,8 @@ from kdesched.reactor.events.routing import (
     PING,
     RUN_REQUESTED,
     TAINTS_CHANGED,
-    EventScopeError,
     enable_strategies,
-    enabled_strategies,
     event_policy,
-    extension_point,
     kinds_needed,
 )
 from kdesched.reactor.io.lease import LeaseGuard, LockBusy, default_identity
@@ -84,7 +87,7 @@ from kdesched.reactor.run.controls import BrakeStatus, NamespaceLabels
 from kdesched.reactor.run.execution import Execution
 from kdesched.reactor.run.noderuns import NodeReq, NodeRuns
 from kdesched.reactor.run.notices import RunNotices
-from kdesched.reactor.run.reports import RunResult, dry_run_why, empty_result, reply
+from kdesched.reactor.run.reports import AnsweredRuns, RunResult, dry_run_why, empty_result, reply
 from kdesched.reactor.run.settings import ReactorSettings
 from kdesched.reactor.run.surge import Surges
 
@@ -122,6 +125,7 @@ class Reactor:
         self.readings = RunReadings(client, settings.alert_brake, settings.usage)
         self.probe = NodeProbe(client)
         self.balance_lock = threading.Lock()
+        self.answered = AnsweredRuns()  # run.requested events this process ran (their redeliveries)
         # node-scoped runs, each under its node's lock; several nodes' as one when due together
         self.node_runs = NodeRuns(self.policy, settings, self.safety, client, decide=self._decide_and_execute,
                                   balanced=self._balanced, loader=lambda: self.loader, wall_clock=self.wall_clock,
@@ -215,23 +219,17 @@ class Reactor:
         strategies, nodes, dry = request.strategies, request.nodes, request.dry_run
         if trigger.type == PING:
             strategies, nodes = None, None
-        try:
-            policy = event_policy(self.policy, strategies, self.safety) if strategies else self.policy
-        except EventScopeError as exc:
-            raise RequestError(str(exc), "data.strategies") from None
-        if nodes:
-            # nodes scope Deschedule strategies (kdesched.engine.plan_run); a Balance strategy always
-            # weighs, and evicts from, every node: refused rather than run wider than asked
-            balance = [s for s in (strategies or enabled_strategies(policy)) if extension_point(s) == "balance"]
-            if balance:
-                raise RequestError(f"data.nodes: restricts Deschedule strategies to those nodes, and "
-                                   f"{', '.join(balance)} {'is a Balance strategy' if len(balance) == 1 else 'are Balance strategies'}, "
-                                   "which always weigh and evict across every node: name only Deschedule strategies "
-                                   "in data.strategies, or leave out data.nodes", "data.nodes")
+        policy = request_policy(self.policy, self.safety, strategies, nodes)
+        if trigger.type == RUN_REQUESTED and (ran := self.answered.get(trigger)) is not None:
+            log.info("run.requested %s from %s: a redelivery of a run this process made; its report again",
+                     trigger.id, trigger.source)
+            return {**self._reply(trigger, ran, 1), "redelivered": True}
         dry_run = self.settings.dry_run or bool(dry)
         label = "sweep" if trigger.type == PING else "manual"
         result = self._balance_locked(label, lambda: self._leased_run(policy, strategies, nodes, dry_run, label,
                                                                       [trigger]))
+        if trigger.type == RUN_REQUESTED:
+            self.answered.put(trigger, result)
         return self._reply(trigger, result, 1)
 
     def resume(self) -> int:
