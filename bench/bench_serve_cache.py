@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         clock = Clock(srv.reactor)
         # a paced taint run repeats itself 1 s later (evicting the next pods once replacements are
         # Ready, which never happens here): push the repeats out so they do not overlap the next event
-        srv.reactor.paced_recheck_first_seconds = srv.reactor.paced_recheck_seconds = 3600
+        srv.reactor.continuations.first = srv.reactor.continuations.longest = 3600
         runner = threading.Thread(target=srv.run, daemon=True)
         runner.start()
         if not srv.cache.wait_synced(1800):

@@ -348,8 +348,8 @@ def test_paced_evictions_of_a_node_run_are_repeated_until_the_workload_is_done(f
     fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"))
     fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n1", conditions=ready))
     r = reactor(kube)  # default cool-downs (300 s): the chain's own evictions do not hold its repeats
-    assert (r.paced_recheck_first_seconds, r.paced_recheck_seconds) == (1.0, 10.0)
-    r.paced_recheck_first_seconds, r.paced_recheck_seconds = 0.05, 0.2
+    assert (r.continuations.first, r.continuations.longest) == (1.0, 10.0)
+    r.continuations.first, r.continuations.longest = 0.05, 0.2
     out = r.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/test"), parse_node_event({"node": "n1"}))
     assert [(e["pod"], e["result"]) for e in out["evictions"]] == [("web-7d9f8-a", "evicted"),
                                                                    ("web-7d9f8-b", "paced")]
@@ -411,7 +411,7 @@ def test_node_repeats_due_together_are_one_run_and_each_scope_goes_on(fake_api: 
     fake_api.add(web("web-7d9f8-a", "n1", conditions=ready), web("web-7d9f8-b", "n2", conditions=ready),
                  web("web-7d9f8-c", "n3", conditions=ready), pod_obj("db-1", "n2", owner_name="db", conditions=ready))
     r = reactor(kube)
-    r.paced_recheck_first_seconds = r.paced_recheck_seconds = 30.0  # the test repeats by hand
+    r.continuations.first = r.continuations.longest = 30.0  # the test repeats by hand
     for i, n in enumerate(("n1", "n2", "n3")):
         r.node_event(Trigger(ev.TAINTS_CHANGED, f"e{i}", "/test"), parse_node_event({"node": n}))
     assert sorted(evicted(fake_api)) == ["db-1", "web-7d9f8-a"]  # one pod of each workload
@@ -472,7 +472,7 @@ def test_taint_events_of_several_nodes_queued_behind_a_run_are_decided_as_one(fa
         fake_api.add(pod_obj(f"web-{i}", n, owner_name="web", conditions=ready),
                      pod_obj(f"api-{i}", n, owner_name="api", conditions=ready))
     r = reactor(kube)
-    r.paced_recheck_first_seconds = r.paced_recheck_seconds = 30.0
+    r.continuations.first = r.continuations.longest = 30.0
     import time as _time
 
     with ThreadPoolExecutor(6) as pool:

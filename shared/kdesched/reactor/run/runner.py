@@ -163,23 +163,6 @@ class Reactor:
             executor_factory=executor_factory or (lambda dry: RecordingExecutor() if dry else LiveExecutor(client)),
             wall_clock=self.wall_clock, stop=self.stop)
 
-    # the repeat delays (tests and benchmarks shorten them)
-    @property
-    def paced_recheck_first_seconds(self) -> float:
-        return self.continuations.first
-
-    @paced_recheck_first_seconds.setter
-    def paced_recheck_first_seconds(self, value: float) -> None:
-        self.continuations.first = value
-
-    @property
-    def paced_recheck_seconds(self) -> float:
-        return self.continuations.longest
-
-    @paced_recheck_seconds.setter
-    def paced_recheck_seconds(self, value: float) -> None:
-        self.continuations.longest = value
-
     # -- public entry points ----------------------------------------------------------------------
     def node_event(self, trigger: Trigger, request: NodeEventRequest, *, wait: bool = True) -> dict[str, Any]:
         """A semantic node event (rebalance, taints, affinity functions), parsed at the edge
