@@ -291,3 +291,18 @@ def test_routes_other_than_the_four_answer_json_404_and_405() -> None:
     assert client.head("/healthz").status_code == 200
     resp = client.get("/readyz")  # a failing view is a JSON 500, not a traceback page
     assert resp.status_code == 500 and "bug in ready" in resp.get_json()["error"]
+
+
+def test_a_structured_event_with_a_stray_ce_header_is_read_as_structured() -> None:
+    """The HTTP binding picks the mode by Content-Type: application/cloudevents+json is structured
+    whatever other headers come along (a tracing proxy's ce-traceid). The SDK's own detection took
+    any ce-* header for binary mode, and the event was refused (400: lost)."""
+    from kdesched_functions import FUNCTIONS
+
+    client = FUNCTIONS["deadletter"].create_app().test_client()
+    headers, body = ce_request("dev.kdesched.run.completed", {"evictions": [], "blocked": []}, "structured")
+    resp = post(client, {**headers, "ce-traceid": "abc"}, body)
+    assert resp.status_code == 202, resp.get_data()
+    headers, body = ce_request("dev.kdesched.run.completed", {"evictions": 3}, "structured")
+    resp = post(client, {**headers, "ce-traceid": "abc"}, body)  # and its data is still the envelope's
+    assert resp.status_code == 400 and resp.get_json()["field"] == "data.evictions"
