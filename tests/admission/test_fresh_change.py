@@ -58,10 +58,11 @@ def test_the_node_record_keeps_when_its_taints_and_labels_were_last_written() ->
     assert Node.from_api(junk).taints_written_at is None
 
 
-def check(raw_node: dict[str, Any], now: float, trigger: str = "taints", strategy: str = TAINTS) -> Any:
+def check(raw_node: dict[str, Any], now: float, trigger: str = "taints", strategy: str = TAINTS,
+          origin: str = "") -> Any:
     pod = Pod.from_api(pod_obj("web-1", "n1"))
     snapshot = Snapshot.build([Node.from_api(raw_node)], [pod])
-    c = FreshChange().start(RunContext(Ledger(), snapshot, now, trigger=trigger))
+    c = FreshChange().start(RunContext(Ledger(), snapshot, now, trigger=trigger, origin=origin))
     return c.planned(PlannedEviction(pod, "n1", strategy, "default", "untolerated taint"), False)
 
 
@@ -83,3 +84,23 @@ def test_only_node_event_runs_and_the_strategies_the_change_drives_wait() -> Non
     v = check(labelled, T + 1, trigger="affinity", strategy=AFFINITY)
     assert v is not None and "node n1's labels were written 1.0s ago" in v.message
     assert check(labelled, T + 1, trigger="affinity", strategy=TAINTS) is None  # its taints are not fresh
+
+
+def test_the_repeat_of_a_node_events_balance_scoped_run_waits_too() -> None:
+    """A label change that runs balance strategies runs under the Lease; its repeat is a
+    continuation whose origin is ``affinity``: it waits like the first run."""
+    labelled = node_obj("n1")
+    labelled["metadata"]["managedFields"] = [managed("kubectl-label", T, {"f:metadata": {"f:labels": {"f:zone": {}}}})]
+    v = check(labelled, T + 1, trigger="continuation", strategy=AFFINITY, origin="affinity")
+    assert v is not None and v.until == pytest.approx(T + 3)
+    assert check(labelled, T + 1, trigger="continuation", strategy=AFFINITY, origin="manual") is None
+
+
+def test_a_written_time_far_ahead_of_the_runs_clock_holds_nothing() -> None:
+    """API servers whose clocks are apart, or managedFields written by a client: a time further ahead
+    than the catch-up says nothing about when the node changed, and waiting for it would hold every
+    repeat until then. A little ahead (one server a second off) waits at most twice the catch-up."""
+    for ahead in (4.0, 60.0, 3600.0, 100 * 365 * 86400.0):  # (the times have whole seconds)
+        assert check(tainted(T + ahead), T) is None, ahead
+    v = check(tainted(T + 1), T)
+    assert v is not None and v.until == pytest.approx(T + 4)

@@ -18,6 +18,7 @@ from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_
 from tests.reactor.policies import default_like_policy
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+TAINTS = "RemovePodsViolatingNodeTaints"
 APISERVER_SOURCE = "https://10.96.0.1:443"
 
 
@@ -289,6 +290,66 @@ def test_a_redelivered_run_request_gets_the_first_runs_report_and_runs_nothing(f
     # another id, or the same id from another source, is another request
     other = reply_event(post(c, *ce_request(ev.RUN_REQUESTED, data, mode, id="ci-42", source="/elsewhere")))
     assert [e["pod"] for e in other.get_data()["evictions"]] == ["later"] and "redelivered" not in other.get_data()
+
+
+def test_a_used_id_with_other_data_is_refused_not_answered_with_another_runs_report(fake_api: FakeApiServer,
+                                                                                    kube: KubeClient) -> None:
+    """A dry run, then the live request under the same id (two requests in one second with an id made
+    from the time): not a redelivery, since its data differs. A 400 naming id, never a 200 carrying
+    the dry run's report while nothing was evicted."""
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake_api.add(node_obj("n1", taints=[taint]), node_obj("n2"), pod_obj("on-n1", "n1", owner_name="a"))
+    c = FUNCTIONS["manual"].create_app(reactor=make_reactor(kube)).test_client()
+    dry = post(c, *ce_request(ev.RUN_REQUESTED, {"strategies": [TAINTS], "dryRun": True}, id="manual-1", source="/op"))
+    assert dry.status_code == 200
+    live = post(c, *ce_request(ev.RUN_REQUESTED, {"strategies": [TAINTS]}, id="manual-1", source="/op"))
+    assert live.status_code == 400 and live.get_json()["field"] == "id"
+    assert "with other data" in live.get_json()["error"] and evictions(fake_api) == []
+
+
+def test_a_redelivery_that_arrives_while_the_first_delivery_runs_gets_its_report(fake_api: FakeApiServer,
+                                                                                 kube: KubeClient) -> None:
+    """The broker re-sends while the first delivery is still running (a reply timeout): the second
+    waits for the balance lock, then finds the first run's report instead of running again."""
+    import threading
+    from types import SimpleNamespace
+
+    from kdesched_functions.manual import create_serve_app
+
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake_api.add(node_obj("n1", taints=[taint]), node_obj("n2"), node_obj("n3"), pod_obj("on-n1", "n1", owner_name="a"))
+    reactor = make_reactor(kube, leaseWaitSeconds=30)
+    real, started, release, calls = reactor._decide_and_execute, threading.Event(), threading.Event(), []
+
+    def held(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        out = real(*a, **kw)
+        fake_api.add(pod_obj("later", "n1", owner_name="b"))  # what a second run would evict
+        started.set()
+        release.wait(30)
+        return out
+
+    reactor._decide_and_execute = held  # type: ignore[method-assign]
+    app = create_serve_app(SimpleNamespace(reactor=reactor, ready=lambda: (True, "ready"), http_concurrency=10))
+    replies: dict[str, Any] = {}
+
+    def deliver(name: str) -> None:
+        resp = post(app.test_client(), *ce_request(ev.RUN_REQUESTED, {"strategies": [TAINTS]}, id="ci-42", source="/ci"))
+        replies[name] = resp
+
+    first = threading.Thread(target=deliver, args=("first",))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=deliver, args=("second",))
+    second.start()
+    second.join(0.3)  # it waits for the balance lock the first delivery's run holds
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert replies["first"].status_code == replies["second"].status_code == 200
+    assert len(calls) == 1 and [p.split("/")[-2] for p in evictions(fake_api)] == ["on-n1"]
+    assert reply_event(replies["second"]).get_data()["redelivered"] is True
+    assert reply_event(replies["second"]).get_id() == reply_event(replies["first"]).get_id()
 
 
 # --- deadletter ------------------------------------------------------------------------------------

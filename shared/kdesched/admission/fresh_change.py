@@ -16,8 +16,9 @@ whole seconds, so the change happened within the second after it; 3 s leaves the
 seconds after the latest moment it could have happened. A node without such an entry (a snapshot
 file, a server that does not track fields) is not delayed.
 
-Only node-event runs (``taints``, ``affinity`` and their repeats): they are the ones that run the
-moment a node changes. ``run``, ``simulate`` and the sweep decide as upstream.
+Only node-event runs (``taints``, ``affinity`` and their repeats, whichever scope they run in): they
+are the ones that run the moment a node changes. A written time more than 3 s ahead of the run's
+clock is ignored (nothing waits for it), a little ahead waits 6 s at most. ``run``, ``simulate`` and the sweep decide as upstream.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class FreshChange:
     name: str = "fresh-change"
 
     def start(self, ctx: RunContext) -> Check:
-        return _Check(ctx, self.seconds) if ctx.trigger in NODE_EVENT_RUNS and self.seconds > 0 else Check()
+        # a node event's run, or the repeat of one (a label change that runs balance strategies is a
+        # balance-scoped run: its repeats are continuations of origin "affinity")
+        node_event = ctx.trigger in NODE_EVENT_RUNS or ctx.origin in NODE_EVENT_RUNS
+        return _Check(ctx, self.seconds) if node_event and self.seconds > 0 else Check()
 
 
 class _Check(Check):
@@ -53,6 +57,11 @@ class _Check(Check):
         node = self.ctx.snapshot.nodes.get(eviction.pod.node_name) if watched is not None else None
         written = getattr(node, watched[0]) if node is not None and watched is not None else None
         if written is None or watched is None:
+            return None
+        # a time further ahead of the run's clock than the catch-up time (API servers whose clocks are
+        # apart, managedFields written by a client) says nothing about when the node changed: no
+        # wait (waiting for it would hold every repeat; a little ahead waits at most twice as long)
+        if written > self.ctx.now + self.seconds:
             return None
         ready = written + self.seconds
         if self.ctx.now >= ready:

@@ -7,6 +7,8 @@ marked with its own trigger and how many events the run served. The shape is a c
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdesched.engine import RunReport
-from kdesched.reactor.events.requests import Trigger
+from kdesched.reactor.events.requests import RequestError, RunRequest, Trigger
 from kdesched.reactor.run.settings import ReactorSettings
 
 MAX_TRIGGERS_LISTED = 20
@@ -84,25 +86,56 @@ class AnsweredRuns:
     Why: CloudEvents make source + id unique, so a second delivery of one is a redelivery (a reply
     lost on the way back, a broker's retry after a timeout), not a second request. Running it again
     re-decided the cluster and answered a different report under the same reply id. A redelivery
-    this process ran gets the first run's report, marked ``redelivered``. Bounded: the last
-    ``limit`` runs, none older than ``seconds`` (the Trigger's retries last seconds). Another
-    process (a second function instance) does not know them: its run re-decides, against the
-    same disruption ledger, so nothing is evicted twice and pacing holds."""
+    this process ran gets the first run's report, marked ``redelivered``; the same source + id with
+    other data (another request that reused an id) is refused with a 400 naming ``id``, not
+    answered with someone else's report. Bounded: runs younger than ``seconds`` (the Trigger's
+    retries last seconds), at most ``limit`` of them and ``max_bytes`` of reports (a report over a
+    quarter of that is not kept: its redelivery runs again). Another process (a second function
+    instance) does not know them: its run re-decides, against the same disruption ledger, so
+    nothing is evicted twice and pacing holds."""
 
-    def __init__(self, limit: int = 256, seconds: float = 3600.0,
+    def __init__(self, limit: int = 256, seconds: float = 3600.0, max_bytes: int = 4 << 20,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit, self.seconds, self.clock = limit, seconds, clock
-        self._runs: OrderedDict[tuple[str, str], tuple[float, RunResult]] = OrderedDict()
+        self.limit, self.seconds, self.max_bytes, self.clock = limit, seconds, max_bytes, clock
+        self._runs: OrderedDict[bytes, tuple[float, RunRequest, RunResult, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, trigger: Trigger) -> RunResult | None:
-        with self._lock:
-            found = self._runs.get((trigger.source, trigger.id))
-            return found[1] if found is not None and self.clock() - found[0] < self.seconds else None
+    @staticmethod
+    def _key(trigger: Trigger) -> bytes:
+        return hashlib.sha256(f"{trigger.source}\0{trigger.id}".encode(errors="surrogatepass")).digest()
 
-    def put(self, trigger: Trigger, result: RunResult) -> None:
+    def get(self, trigger: Trigger, request: RunRequest) -> RunResult | None:
+        """The run ``trigger`` already had, or None; RequestError when its id was used for other data."""
         with self._lock:
-            self._runs[(trigger.source, trigger.id)] = (self.clock(), result)
-            self._runs.move_to_end((trigger.source, trigger.id))
-            while len(self._runs) > self.limit:
-                self._runs.popitem(last=False)
+            self._expire()
+            found = self._runs.get(self._key(trigger))
+        if found is None:
+            return None
+        if found[1] != request:
+            raise RequestError(f"id: {trigger.id[:80]!r} from source {trigger.source[:80]!r} was used within the "
+                               f"hour by a run.requested with other data; a redelivery carries the same data: give "
+                               "every request its own id", "id")
+        return found[2]
+
+    def put(self, trigger: Trigger, request: RunRequest, result: RunResult) -> None:
+        size = len(json.dumps(result.body, default=str))
+        if size > self.max_bytes // 4:
+            return
+        key = self._key(trigger)
+        with self._lock:
+            old = self._runs.pop(key, None)
+            self._bytes += size - (old[3] if old is not None else 0)
+            self._runs[key] = (self.clock(), request, result, size)
+            self._expire()
+            while self._runs and (len(self._runs) > self.limit or self._bytes > self.max_bytes):
+                self._bytes -= self._runs.popitem(last=False)[1][3]
+
+    def _expire(self) -> None:
+        now = self.clock()
+        while self._runs:
+            at, _, _, size = next(iter(self._runs.values()))
+            if now - at < self.seconds:
+                break
+            self._runs.popitem(last=False)
+            self._bytes -= size

@@ -203,17 +203,27 @@ class Reactor:
         if trigger.type == PING:
             strategies, nodes = None, None
         policy = request_policy(self.policy, self.safety, strategies, nodes)
-        if trigger.type == RUN_REQUESTED and (ran := self.answered.get(trigger)) is not None:
-            log.info("run.requested %s from %s: a redelivery of a run this process made; its report again",
-                     trigger.id, trigger.source)
-            return {**self._reply(trigger, ran, 1), "redelivered": True}
         dry_run = self.settings.dry_run or bool(dry)
         label = "sweep" if trigger.type == PING else "manual"
-        result = self._balance_locked(label, lambda: self._leased_run(policy, strategies, nodes, dry_run, label,
-                                                                      [trigger]))
-        if trigger.type == RUN_REQUESTED:
-            self.answered.put(trigger, result)
-        return self._reply(trigger, result, 1)
+        manual = trigger.type == RUN_REQUESTED
+        ran: list[RunResult] = []  # a redelivery's first run (looked up again under the lock: it may just have ended)
+
+        def once() -> RunResult:
+            if manual and (done := self.answered.get(trigger, request)) is not None:
+                ran.append(done)
+                return done
+            result = self._leased_run(policy, strategies, nodes, dry_run, label, [trigger])
+            if manual:
+                self.answered.put(trigger, request, result)
+            return result
+
+        found = self.answered.get(trigger, request) if manual else None
+        result = found if found is not None else self._balance_locked(label, once)
+        if found is None and not ran:
+            return self._reply(trigger, result, 1)
+        log.info("run.requested %s from %s: a redelivery of a run this process made; its report again",
+                 trigger.id, trigger.source)
+        return {**self._reply(trigger, result, 1), "redelivered": True}
 
     def resume(self) -> int:
         """Continue the moves the ledger holds pods for (a restarted process, a new leader)."""
