@@ -360,6 +360,62 @@ def test_the_first_pod_of_a_group_with_affinity_to_itself_may_go_anywhere() -> N
     assert all("finds no pod to run with" in r.reason for r in plan.refusals)
 
 
+def keyed_term(**extra: Any) -> dict[str, Any]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": ZONE, **extra}]}}
+
+
+def keyed_cluster(affinity: dict[str, Any], in_zone_b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Zone b (n3) has room and a cache pod the term may or may not select; zone c (n4) has the pod
+    it selects, but no room: the answer is n3 or nowhere."""
+    return [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n3", labels={ZONE: "b"}, cpu="64"),
+            node_obj("n4", labels={ZONE: "c"}, pods=1), in_zone_b,
+            pod_obj("cache-t1", "n4", owner_name="cache-t1-5c4d3", labels={"app": "cache", "tenant": "t1"}),
+            web("web-7d9f8-0", "n1", labels={"tenant": "t1"}, affinity=affinity)]
+
+
+def cache(name: str, node: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
+    return pod_obj(name, node, namespace=namespace, owner_name=f"{name}-5c4d3", labels={"app": "cache", **labels})
+
+
+@pytest.mark.parametrize("extra,in_zone_b,goes", [
+    ({"matchLabelKeys": ["tenant"]}, cache("cache-t2", "n3", tenant="t2"), False),  # app=cache AND tenant=t1
+    ({"matchLabelKeys": ["tenant"]}, cache("cache-t1b", "n3", tenant="t1"), True),
+    ({"mismatchLabelKeys": ["tenant"]}, cache("cache-t1b", "n3", tenant="t1"), False),  # tenant notin (t1)
+    ({"mismatchLabelKeys": ["tenant"]}, cache("cache-t2", "n3", tenant="t2"), True),
+    ({"namespaceSelector": {"matchLabels": {"team": "cache"}}}, cache("cache-d", "n3"), False),  # not 'default'
+    ({"namespaceSelector": {"matchLabels": {"team": "cache"}}}, cache("cache-c", "n3", "cache"), True),
+    ({"namespaceSelector": {"matchLabels": {"team": "cache"}}}, cache("cache-o", "n3", "unknown-ns"), False),
+    ({"namespaceSelector": {}}, cache("cache-o", "n3", "unknown-ns"), True),  # every namespace
+], ids=["matchLabelKeys-other", "matchLabelKeys-same", "mismatchLabelKeys-same", "mismatchLabelKeys-other",
+        "namespaceSelector-not", "namespaceSelector-yes", "namespaceSelector-unknown-labels", "namespaceSelector-all"])
+def test_required_pod_affinity_reads_the_whole_term_as_the_scheduler_does(extra: dict[str, Any],
+                                                                         in_zone_b: dict[str, Any], goes: bool) -> None:
+    objs = [*keyed_cluster(keyed_term(**extra), in_zone_b),
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cache", "labels": {"team": "cache"}}},
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {}}}]
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    if goes:
+        assert plan.pacing is not None and [s.destination for s in plan.pacing.steps] == ["n3"]
+    else:
+        assert plan.evictions == () and "finds no pod to run with" in plan.refusals[0].reason
+
+
+@pytest.mark.parametrize("key", [ZONE, "kubernetes.io/hostname"])
+def test_anti_affinity_with_a_namespace_selector_counts_every_namespace_it_selects(key: str) -> None:
+    """namespaceSelector: {} is every namespace: the cache pod in namespace 'cache' keeps web out of
+    its zone (or its node), which NodeFit, reading namespaces only, does not see."""
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": key, "namespaceSelector": {}}]}}
+    objs = [node_obj("n1", taints=[TAINT], labels={ZONE: "a"}), node_obj("n3", labels={ZONE: "b"}, cpu="64"),
+            node_obj("n5", labels={ZONE: "b"}, cpu="64"),
+            cache("cache-0", "n5" if key == ZONE else "n3", "cache"), web("web-7d9f8-0", "n1", affinity=anti)]
+    if key != ZONE:
+        del objs[2]  # n3 is the only candidate, and the cache pod is on it
+    plan = plan_run(taints_policy(), snapshot(objs), now=NOW, safety=safety())
+    assert plan.evictions == () and "cache/cache-0" in plan.refusals[0].reason
+
+
 def test_parity_without_the_safety_defaults_keeps_upstreams_node_fit() -> None:
     """The zone and reverse checks are the safety path's: a plain run (safety off) plans exactly as
     upstream, whose NodeFit does not have them."""

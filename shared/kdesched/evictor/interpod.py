@@ -15,7 +15,10 @@ keeps out, was evicted with a destination the scheduler then refused, and went P
 * every existing pod's required terms against the incoming pod, where that pod runs in the
   candidate's domain.
 
-Same term semantics as NodeFit (``namespaces``, else the pod's own namespace). Plan-aware: pods this
+Terms as the scheduler reads them (:meth:`AntiAffinity.selects`): ``namespaces`` and
+``namespaceSelector`` (neither: the pod's own namespace), ``matchLabelKeys`` and
+``mismatchLabelKeys``; NodeFit reads only the first, so a term with the others is checked here on the
+candidate node too. Plan-aware: pods this
 run plans to evict no longer count, and pods it moves count where they most likely land
 (:meth:`AntiAffinity.moved`; on the same node the Pacer's reservation check does it).
 
@@ -40,13 +43,36 @@ class AntiAffinity:
         self.state = state
         self._domains: dict[str, dict[str, list[str]]] = {}  # topology key -> value -> node names
         self._terms: dict[str, dict[str, list[tuple[Pod, PodAffinityTerm]]]] | None = None
-        # (selector, namespaces, key, value) -> the pods of that domain the selector matches; the
-        # plan only ever removes pods, so a list may hold planned ones (skipped), never miss one
-        self._matches: dict[tuple[object, tuple[str, ...], str, str], list[Pod]] = {}
+        # (selector, key, value) -> the pods of that domain the label selector matches, in any
+        # namespace; the plan only ever removes pods, so a list may hold planned ones (skipped)
+        self._matches: dict[tuple[object, str, str], list[Pod]] = {}
         # the pods this run moves, by the node they most likely land on, and those with required terms
         self._moved_on: dict[str, list[Pod]] = {}
         # their required terms by topology key and its value on the destination: (pod, term, destination)
         self._moved_terms: dict[str, dict[str, list[tuple[Pod, PodAffinityTerm, str]]]] = {}
+
+    def selects(self, term: PodAffinityTerm, owner: Pod, other: Pod, *, anti: bool) -> bool:
+        """Whether ``owner``'s ``term`` selects ``other`` as the scheduler does: its label selector
+        with ``matchLabelKeys`` (key = owner's value) and ``mismatchLabelKeys`` (key != owner's
+        value) merged in, over ``namespaces`` plus ``namespaceSelector`` (neither: the owner's own
+        namespace). A namespace whose labels the snapshot does not hold is counted for an
+        anti-affinity term and not for an affinity term (``anti``): the cautious reading both ways."""
+        if term.label_selector is None or not term.label_selector.matches(other.labels):
+            return False
+        for key in term.match_label_keys:
+            if key in owner.labels and other.labels.get(key) != owner.labels[key]:
+                return False
+        for key in term.mismatch_label_keys:
+            if key in owner.labels and other.labels.get(key) == owner.labels[key]:
+                return False
+        if other.namespace in term.namespaces:
+            return True
+        if term.namespace_selector is None:
+            return not term.namespaces and other.namespace == owner.namespace
+        if term.namespace_selector.empty:
+            return True  # every namespace
+        ns = self.state.snapshot.namespaces.get(other.namespace)
+        return anti if ns is None else term.namespace_selector.matches(ns.labels)
 
     def moved(self, pod: Pod, destination: Node) -> None:
         """``pod`` is planned to land on ``destination`` (the Pacer's reservation): the pods planned
@@ -74,8 +100,7 @@ class AntiAffinity:
             for other, term in by_value.get(value, ()):
                 if other is pod or other.uid == pod.uid or self.state.is_planned(other):
                     continue
-                if pod.namespace in (term.namespaces or (other.namespace,)) and term.label_selector is not None \
-                        and term.label_selector.matches(pod.labels):
+                if self.selects(term, other, pod, anti=True):
                     return (f"pod {other.key} on node {other.node_name} has required anti-affinity ({key}) against "
                             f"the pod, in the same {key} as node {node.name}")
         return self._moved_failure(pod, node) or self._affinity_failure(pod, node)
@@ -88,14 +113,16 @@ class AntiAffinity:
             value = node.labels.get(term.topology_key)
             if value is None:
                 return f"node {node.name} has no {term.topology_key} label, which the pod's required pod affinity needs"
-            if missing is None and not any(self._counts(pod, other) for other in self._selected(pod, term, value)):
+            if missing is None and not any(self._counts(pod, other) and self.selects(term, pod, other, anti=False)
+                                           for other in self._selected(term, value)):
                 missing = term
         if missing is None:
             return None
-        # the scheduler's special case: the first pod of a group with affinity to itself
-        if all(t.label_selector is not None and pod.namespace in (t.namespaces or (pod.namespace,))
-               and t.label_selector.matches(pod.labels) for t in terms) and not any(
-                self._counts(pod, other) for t in terms for other in self._selected(pod, t, None)):
+        # the scheduler's special case: the first pod of a group with affinity to itself (no pod
+        # anywhere that a term could select, counted cautiously: as the anti-affinity reading does)
+        if all(self.selects(t, pod, pod, anti=False) for t in terms) and not any(
+                self._counts(pod, other) and self.selects(t, pod, other, anti=True)
+                for t in terms for other in self._selected(t, None)):
             return None
         return (f"pod's required pod affinity ({missing.topology_key}) finds no pod to run with in the "
                 f"{missing.topology_key} of node {node.name}")
@@ -103,19 +130,19 @@ class AntiAffinity:
     def _counts(self, pod: Pod, other: Pod) -> bool:
         return other is not pod and other.uid != pod.uid and not self.state.is_planned(other)
 
-    def _selected(self, pod: Pod, term: PodAffinityTerm, value: str | None) -> list[Pod]:
-        """The pods ``term`` selects on the nodes whose ``topology_key`` is ``value`` (None: on every
-        node that has the key), planned ones included (the callers skip them)."""
+    def _selected(self, term: PodAffinityTerm, value: str | None) -> list[Pod]:
+        """The pods ``term``'s label selector matches on the nodes whose ``topology_key`` is
+        ``value`` (None: on every node that has the key), in any namespace, planned ones included:
+        the callers apply the rest of the term (:meth:`selects`) and skip the planned."""
         if term.label_selector is None:
             return []
-        namespaces = term.namespaces or (pod.namespace,)
-        memo = (term.label_selector, namespaces, term.topology_key, "\0*" if value is None else value)
+        memo = (term.label_selector, term.topology_key, "\0*" if value is None else value)
         matches = self._matches.get(memo)
         if matches is None:
             domains = self._domain(term.topology_key)
             names = [n for names in domains.values() for n in names] if value is None else domains.get(value, [])
             matches = [other for name in names for other in self.state.pods_on_node(name)
-                       if other.namespace in namespaces and term.label_selector.matches(other.labels)]
+                       if term.label_selector.matches(other.labels)]
             self._matches[memo] = matches
         return matches
 
@@ -127,13 +154,11 @@ class AntiAffinity:
                 value = node.labels.get(term.topology_key)
                 if term.label_selector is None or value is None:
                     continue
-                namespaces = term.namespaces or (pod.namespace,)
                 for name in self._domain(term.topology_key).get(value, ()):
                     if name == node.name:
                         continue  # the same node: the Pacer's reservation check
                     for other in self._moved_on.get(name, ()):
-                        if other is not pod and other.namespace in namespaces and term.label_selector.matches(
-                                other.labels):
+                        if other is not pod and self.selects(term, pod, other, anti=True):
                             return (f"required anti-affinity ({term.topology_key}) between {pod.key} and {other.key}, "
                                     f"which this run also moves to node {name}")
         for key, by_value in self._moved_terms.items():
@@ -141,8 +166,7 @@ class AntiAffinity:
             for other, term, destination in by_value.get(value, ()) if value is not None else ():
                 if other is pod or destination == node.name:
                     continue
-                if pod.namespace in (term.namespaces or (other.namespace,)) and term.label_selector is not None \
-                        and term.label_selector.matches(pod.labels):
+                if self.selects(term, other, pod, anti=True):
                     return (f"required anti-affinity ({key}) between {other.key}, which this run also moves to node "
                             f"{destination}, and {pod.key}")
         return None
@@ -154,20 +178,19 @@ class AntiAffinity:
         if term.label_selector is None or value is None:
             return None
         names = self._domain(key).get(value, ())
-        if all(name == node.name for name in names):
+        if all(name == node.name for name in names) and not self._beyond_nodefit(term):
             return None  # a domain of one node (kubernetes.io/hostname): NodeFit's check
-        namespaces = term.namespaces or (pod.namespace,)
-        memo = (term.label_selector, namespaces, key, value)
-        matches = self._matches.get(memo)
-        if matches is None:
-            matches = [other for name in names for other in self.state.pods_on_node(name)
-                       if other.namespace in namespaces and term.label_selector.matches(other.labels)]
-            self._matches[memo] = matches
-        for other in matches:
-            # the candidate's own pods are NodeFit's (strategies/nodefit.py)
-            if other is not pod and other.node_name != node.name and not self.state.is_planned(other):
+        for other in self._selected(term, value):
+            # the candidate's own pods are NodeFit's (strategies/nodefit.py), unless NodeFit cannot
+            # read the term (namespaceSelector, label keys): then they are checked here too
+            if other is not pod and (other.node_name != node.name or self._beyond_nodefit(term)) \
+                    and not self.state.is_planned(other) and self.selects(term, pod, other, anti=True):
                 return other
         return None
+
+    @staticmethod
+    def _beyond_nodefit(term: PodAffinityTerm) -> bool:
+        return term.namespace_selector is not None or bool(term.match_label_keys or term.mismatch_label_keys)
 
     def _domain(self, key: str) -> dict[str, list[str]]:
         """Node names by their value of ``key``, over every node of the snapshot (the scheduler counts
