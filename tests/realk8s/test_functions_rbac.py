@@ -10,6 +10,7 @@ allow, fails here (tests/deploy/test_rbac.py pins the grants themselves, offline
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,14 @@ def test_functions_use_exactly_their_rbac(control_plane: ControlPlane, cluster: 
         assert isinstance(reply, dict)
         return reply
 
+    # the nodes were tainted and labelled seconds ago: a node event's eviction waits until 3 s after
+    # that, for the scheduler to see it (kdesched.admission.fresh_change, its own story in
+    # tests/reactor/test_controls.py); this test is about RBAC, so it posts once that has passed
+    from kdesched.model.records import Node
+
+    written = [t for n in ("n1", "n2") for rec in [Node.from_api(cluster.get(f"/api/v1/nodes/{n}"))]
+               for t in (rec.taints_written_at, rec.labels_written_at) if t is not None]
+    time.sleep(max(0.0, max(written, default=0.0) + 3.2 - time.time()))
     taints = run("taints", ev.TAINTS_CHANGED, {"node": "n1", "before": {"taints": []}, "after": {"taints": [TAINT]}})
     assert [e["pod"] for e in taints["evictions"] if e["result"] == "evicted"] == ["intolerant"]
     affinity = run("affinity", ev.LABELS_CHANGED, {"node": "n2", "before": {"team": "a", "topology.kubernetes.io/zone": "x"},
