@@ -51,8 +51,12 @@ def test_the_reports_kept_are_bounded_in_bytes_and_a_huge_one_is_not_kept() -> N
     assert runs.get(trig("huge"), REQ) is None and runs._bytes <= 64_000
 
 
-def test_the_key_does_not_grow_with_the_id() -> None:
-    runs = AnsweredRuns()
-    long = Trigger(RUN_REQUESTED, "x" * (4 << 20), "/ci")
-    runs.put(long, REQ, result())
+def test_the_key_does_not_grow_with_the_id_and_the_events_kept_count_in_the_bound() -> None:
+    runs = AnsweredRuns(max_bytes=4 << 20)
+    long = Trigger(RUN_REQUESTED, "x" * (512 << 10), "/ci")
+    runs.put(long, REQ, RunResult(result().body, (long,)))
     assert all(len(k) == 32 for k in runs._runs) and runs.get(long, REQ) is not None
+    assert runs._bytes > 512 << 10  # the run keeps its trigger (the reply echoes it): counted
+    huge = Trigger(RUN_REQUESTED, "y" * (2 << 20), "/ci")
+    runs.put(huge, REQ, RunResult(result().body, (huge,)))  # over a quarter of the bound: not kept
+    assert runs.get(huge, REQ) is None and runs._bytes < 1 << 20

@@ -119,7 +119,8 @@ class AnsweredRuns:
         return found[2]
 
     def put(self, trigger: Trigger, request: RunRequest, result: RunResult) -> None:
-        size = len(json.dumps(result.body, default=str))
+        # the report, and the events it answered (an id or source may be megabytes: the body limit's)
+        size = len(json.dumps(result.body, default=str)) + sum(len(t.id) + len(t.source) for t in result.triggers)
         if size > self.max_bytes // 4:
             return
         key = self._key(trigger)
