@@ -75,10 +75,10 @@ def test_depth_within_the_limit_and_strings_do_not_count() -> None:
 
 def test_an_unterminated_string_is_string_to_the_end_and_scanned_once() -> None:
     """The string pattern once had to end on a quote: from every escaped quote of an unterminated
-    string it rescanned the rest of the body (quadratic: 18 s for 80 kB, hours for the 4 MiB a body
-    may have), inside the function's only event slot. Now the rest is one string, read once."""
+    string it rescanned the rest of the body (quadratic: docs/benchmarks.md, "The JSON depth
+    check"), inside the function's only event slot. Now the rest is one string, read once."""
     assert not json_depth_exceeds(b'{"a": "' + b"[" * (MAX_JSON_DEPTH + 10))  # json.loads refuses it, flat
-    assert json_depth_exceeds(b"{" * (MAX_JSON_DEPTH + 1) + b'"' + b'\\"' * 100_000)  # ~200 kB: minutes before
+    assert json_depth_exceeds(b"{" * (MAX_JSON_DEPTH + 1) + b'"' + b'\\"' * 100_000)  # ~200 kB: minutes with the old pattern
     assert not json_depth_exceeds(b'["ok\\\\", "[[[[[[', MAX_JSON_DEPTH) and json_depth_exceeds(b"[" * 3 + b'"\\', 2)
 
 
