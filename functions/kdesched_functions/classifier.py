@@ -27,8 +27,9 @@ event's source + id (unique by the CloudEvents spec), the reply with its id
 reply, same id, so a consumer's dedup holds, as long as that node incarnation is cached (a late event
 of a node deleted since goes through the tombstones: nothing). The extra events were handed to the
 broker before and are not posted twice. A different event with the same node state (a heartbeat) is
-answered 202, and so is a duplicate of an answer older than the journal's bound (at most 256 answers,
-one hour, 32 kB on the Lease: :mod:`kdesched.reactor.events.answers`), so nothing is replayed for ever.
+answered 202, and so is a duplicate of an answer older than the journal's bound (one hour; 256 answers,
+or all of the retry window's; the room the node record leaves on the Lease:
+:mod:`kdesched.reactor.events.answers`), so nothing is replayed for ever.
 Why this and not a reply recomputed from the recorded node state: that module's docstring. Why the
 record is written with the answer: a restarted classifier's start-up reconcile then does not send the
 answered change a second time under another id. A write that fails (API server unreachable) is
@@ -126,8 +127,8 @@ class ClassifierFunction:
                 return True
             started = self.clock()
             try:
-                nodes = self.client.list_raw("Node").items
-                count = self.classifier.seed(nodes)
+                listed = self.client.list_raw("Node")
+                count = self.classifier.seed(listed.items, list_version=listed.resource_version)
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.error("seeding the node cache failed (will retry on the next event): %s", exc)
                 return False
@@ -163,8 +164,10 @@ class ClassifierFunction:
     def resync_if_due(self) -> None:
         """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
         ``resync_seconds`` old: nodes deleted unseen leave it, changes made in the gap are posted
-        to the broker. One delivery re-lists; others go on meanwhile. Failures are logged (the
-        next event after the interval tries again; the periodic sweep covers missed changes)."""
+        to the broker. One delivery re-lists; others go on meanwhile. A LIST that fails is logged and
+        tried again by the next event after the interval. Changes whose post fails stay held in the
+        node record at their previous state (:meth:`NodeRecorder.send_held`): the next re-sync posts
+        them again, and so does the next start's reconcile if this process dies first."""
         if self.resync_seconds <= 0 or not self.classifier.seeded:
             return
         if self.clock() - self._listed_at < self.resync_seconds or not self._seed_lock.acquire(blocking=False):
@@ -174,15 +177,22 @@ class ClassifierFunction:
             if started - self._listed_at < self.resync_seconds:
                 return
             self._listed_at = started
+            if self.recorder is not None:
+                self.recorder.resend(self._send)  # what an earlier re-sync or reconcile could not post
+            before = self.recorder.marks_now() if self.recorder is not None else {}
             try:
-                nodes = self.client.list_raw("Node").items
-                events = self.classifier.resync(nodes, listed_at=started)
+                listed = self.client.list_raw("Node")
+                events = self.classifier.resync(listed.items, listed_at=started, list_version=listed.resource_version)
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                 log.warning("re-listing nodes failed (tried again in %.0fs): %s", self.resync_seconds, exc)
                 return
             m.CLASSIFIER_NODES.set(len(self.classifier))
             log.info("node cache re-synced: %d node(s), %d change(s) made unseen", len(self.classifier), len(events))
-            if events and self.broker_url:
+            if events and self.recorder is not None:
+                # held at their previous marks until posted: a failed post is sent again by the next
+                # re-sync, or by the next start's reconcile
+                self.recorder.send_held(events, {e.node: before.get(e.node) for e in events}, self._send, "re-sync")
+            elif events and self.broker_url:
                 try:
                     self.post(self.broker_url, NAME, [reply_of(e) for e in events])
                 except Exception as exc:  # noqa: BLE001 - boundary: the sweep catches up

@@ -4,7 +4,9 @@ processes (two app instances: the second is the restarted classifier)."""
 
 from __future__ import annotations
 
+import random
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -14,12 +16,13 @@ from kdesched.reactor.events.answers import (
     ANSWERS_ANNOTATION,
     MAX_ANSWERS,
     MAX_ANSWERS_BYTES,
+    RETRY_WINDOW_SECONDS,
     AnswerJournal,
     decode_answers,
     encode_answers,
 )
 from kdesched.reactor.events.classifier import SemanticEvent
-from kdesched.reactor.io.reconcile import RECORD_ANNOTATION
+from kdesched.reactor.io.reconcile import ANNOTATIONS_BUDGET, RECORD_ANNOTATION, NodeRecordStore
 from kdesched_functions import FUNCTIONS
 
 from tests.builders import node_obj
@@ -206,3 +209,26 @@ def test_the_journal_is_bounded() -> None:
     for bad in (None, "", "a1:not base64!", "a9:abc"):
         assert decode_answers(bad) == []
 
+
+
+def test_a_burst_inside_the_retry_window_is_kept_whole_in_memory_and_on_the_lease(fake_api: FakeApiServer,
+                                                                                  kube: KubeClient) -> None:
+    """The count bound applies only to answers older than the retry window; on the Lease the
+    answers get the room the node record leaves, not a fixed 32 kB."""
+    now = [1000.0]
+    journal = AnswerJournal(wall=lambda: now[0])
+    for i in range(3 * MAX_ANSWERS):  # a zone tainted unreachable: 768 answers in 7.7 s
+        uid = str(uuid.UUID(int=random.Random(i).getrandbits(128)))  # ids and uids compress as little as real ones
+        journal.answer((SOURCE, f"id-{i}"), uid, SemanticEvent(ev.TAINTS_CHANGED, f"{uid}-{1000 + i}-taints", f"n{i}",
+                                                               {"node": f"n{i}", "after": {"taints": [TAINT]}}))
+        now[0] += 0.01
+    assert len(journal) == 3 * MAX_ANSWERS and journal.get((SOURCE, "id-0")) is not None
+    fake_api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    store = NodeRecordStore(kube, NS, "kdesched-classifier", "")
+    assert store.write({}, holder_only=False, answers=journal) == ""
+    notes = fake_api.get("Lease", "kdesched-classifier", NS)["metadata"]["annotations"]  # type: ignore[index]
+    assert len(decode_answers(notes[ANSWERS_ANNOTATION])) == 3 * MAX_ANSWERS
+    assert len(notes[ANSWERS_ANNOTATION]) > MAX_ANSWERS_BYTES
+    assert sum(len(k) + len(v) for k, v in notes.items()) <= ANNOTATIONS_BUDGET + 100
+    now[0] += RETRY_WINDOW_SECONDS + 1  # out of the window: the count bound holds again
+    assert len(journal) == MAX_ANSWERS and journal.get((SOURCE, f"id-{3 * MAX_ANSWERS - 1}")) is not None

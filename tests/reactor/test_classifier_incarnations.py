@@ -279,7 +279,7 @@ class Nodes:
         self.lists += 1
         if self.fail:
             raise RuntimeError("API server down")
-        return type("Listing", (), {"items": list(self.nodes)})()
+        return type("Listing", (), {"items": list(self.nodes), "resource_version": ""})()
 
 
 class Posted:

@@ -22,13 +22,20 @@ same node has overtaken would find the recorded state already past it. The journ
 few answers still inside the retry window, whatever the cluster's size.
 
 Bounds (the annotation must fit beside the node record in the API server's 256 KiB of
-annotations): at most :data:`MAX_ANSWERS` answers, none older than :data:`ANSWER_SECONDS` (by the
-wall clock, since the journal outlives processes: a skew of minutes between two processes does not
-matter at this scale), and at most :data:`MAX_ANSWERS_BYTES` once encoded, the oldest answers
-dropped first. The Trigger retries a classifier delivery for about 16 s
-(knative/base/triggers.yaml: 5 retries from 0.5 s); an hour leaves ample margin for a backed-up
-broker and a slow restart, and a duplicate of an answered event arriving later still is answered
-202 (its node state is the cached one): never replayed for ever.
+annotations), oldest answers dropped first:
+- none older than :data:`ANSWER_SECONDS` (by the wall clock, since the journal outlives processes:
+  a skew of minutes between two processes does not matter at this scale);
+- at most :data:`MAX_ANSWERS` answers, except those younger than :data:`RETRY_WINDOW_SECONDS`: a
+  burst (a zone of 300 nodes tainted ``unreachable`` within seconds, a label rolled out to every
+  node) must not push its first answers out while their redeliveries are still due. The answers in
+  that window are bounded by :data:`MAX_RECENT_ANSWERS` only (memory);
+- on the Lease, the room the node record leaves in the annotations
+  (:data:`kdesched.reactor.io.reconcile.ANNOTATIONS_BUDGET`; at least :data:`MAX_ANSWERS_BYTES`):
+  some 2,600 answers beside the record of 1,000 nodes (docs/benchmarks.md, "Figures behind the code").
+The Trigger retries a classifier delivery for about 16 s (knative/base/triggers.yaml: 5 retries
+from 0.5 s); an hour leaves ample margin for a backed-up broker and a slow restart, and a duplicate
+of an answered event arriving later still is answered 202 (its node state is the cached one): never
+replayed for ever.
 """
 
 from __future__ import annotations
@@ -48,7 +55,10 @@ ANSWERS_ANNOTATION = "kdesched.dev/classifier-answers"
 ANSWERS_VERSION = "a1:"
 MAX_ANSWERS = 256
 ANSWER_SECONDS = 3600.0
-MAX_ANSWERS_BYTES = 32_000  # + the node record's 200,000 stays under the API server's 262,144 for all annotations
+RETRY_WINDOW_SECONDS = 120.0  # the Trigger's ~16 s of retries, with margin for a backed-up broker
+MAX_RECENT_ANSWERS = 20_000  # answers inside the retry window, in memory
+MIN_ANSWER_BYTES = 50  # below what an answer takes encoded (docs/benchmarks.md): a cut before compressing
+MAX_ANSWERS_BYTES = 32_000  # the least room on the Lease: beside a node record at its 200,000 bytes
 
 Key = tuple[str, str]  # (source, id) of the answered event
 
@@ -67,12 +77,15 @@ def encode_answers(answers: Iterable[Answer], max_bytes: int = MAX_ANSWERS_BYTES
     """The journal's annotation text, oldest answers dropped until it fits ``max_bytes``."""
     rows = [[a.key[0], a.key[1], a.uid, round(a.at, 3), a.reply.type, a.reply.id, a.reply.node, a.reply.data]
             for a in sorted(answers, key=lambda a: a.at)]
+    rows = rows[-max(1, max_bytes // MIN_ANSWER_BYTES):]  # more would not fit: not worth compressing
     while True:
-        packed = zlib.compress(json.dumps(rows, separators=(",", ":"), sort_keys=True).encode(), 9)
+        packed = zlib.compress(json.dumps(rows, separators=(",", ":"), sort_keys=True).encode(), 6)
         text = ANSWERS_VERSION + base64.b64encode(packed).decode()
         if len(text) <= max_bytes or not rows:
             return text
-        rows = rows[max(1, len(rows) // 8):]  # the oldest eighth (at least one) goes
+        # keep the newest rows in proportion to the room (less 5%), and at least one fewer
+        keep = min(len(rows) - 1, int(len(rows) * max_bytes / len(text) * 0.95))
+        rows = rows[len(rows) - keep:] if keep > 0 else []
 
 
 def decode_answers(text: str | None) -> list[Answer]:
@@ -132,9 +145,12 @@ class AnswerJournal:
             return list(self._answers.values())
 
     def _trim(self) -> None:
-        cutoff = self.wall() - self.max_seconds
+        now = self.wall()
+        cutoff, recent = now - self.max_seconds, now - RETRY_WINDOW_SECONDS
         while self._answers:
             key, oldest = next(iter(self._answers.items()))
-            if oldest.at >= cutoff and len(self._answers) <= self.max_answers:
+            count = len(self._answers)
+            if oldest.at >= cutoff and (count <= self.max_answers or oldest.at >= recent) \
+                    and count <= MAX_RECENT_ANSWERS:
                 break
             del self._answers[key]

@@ -230,6 +230,7 @@ class Classifier:
         self._written: dict[str, float] = {}  # name -> clock() of the last cache write
         # name -> {uid: clock() when seen dead}; both dicts in the order of burial (oldest first)
         self._dead: dict[str, dict[str, float]] = {}
+        self._listed_rv: int | None = None  # the resourceVersion of the last LIST, when it parses
         self._seeded = False
 
     @property
@@ -254,18 +255,24 @@ class Classifier:
             self._prune()
             return tuple(self._dead.get(name, {}))
 
-    def seed(self, nodes: Iterable[Mapping[str, Any]]) -> int:
+    def seed(self, nodes: Iterable[Mapping[str, Any]], *, list_version: str = "") -> int:
         """Replace the cache with one LIST of nodes. Emits nothing: ApiServerSource does not announce
-        existing nodes, and whatever changed while no one watched is the sweep's job."""
+        existing nodes, and whatever changed while no one watched is the sweep's job.
+
+        ``list_version``: the LIST's resourceVersion. A later add or update of a node absent from
+        the cache, whose own resourceVersion is not above it, describes a node the LIST (a later
+        state of the store) no longer held: deleted since, and dropped (:meth:`observe`)."""
         digests = {d.name: d for d in (digest_of(n) for n in nodes)}
         with self._lock:
             now = self._clock()
+            self._note_list(list_version)
             self._nodes = {name: d for name, d in digests.items() if not self._is_dead(d)}
             self._written = dict.fromkeys(self._nodes, now)
             self._seeded = True
         return len(self._nodes)
 
-    def resync(self, nodes: Iterable[Mapping[str, Any]], *, listed_at: float | None = None) -> list[SemanticEvent]:
+    def resync(self, nodes: Iterable[Mapping[str, Any]], *, listed_at: float | None = None,
+               list_version: str = "") -> list[SemanticEvent]:
         """A later LIST of nodes (a watch re-list, or the periodic re-LIST of the classifier
         function): diff it against the cache, so that changes made during a gap are not lost, and
         drop the nodes that are gone (their uids become dead: a node deleted while no event could
@@ -296,6 +303,7 @@ class Classifier:
                 self._written.pop(name, None)
                 self._bury(name, gone.uid)
                 log.info("node %s (uid %s) is gone: dropped from the cache by a re-list", name, gone.uid)
+            self._note_list(list_version)
             self._seeded = True
         return out
 
@@ -325,10 +333,32 @@ class Classifier:
                 if commit:
                     self._delete(digest)
                 return []
+            if digest.name not in self._nodes and self._before_list(digest):
+                # a late event (a redelivery after a restart, say) of a node deleted before the LIST
+                if commit:
+                    self._drop(digest, action, "older-than-list")
+                    self._bury(digest.name, digest.uid)
+                return []
             # an add for a node already cached (redelivery, relist) is an update
             return self._apply(digest, commit, action)
 
     # -- under the lock ----------------------------------------------------------------------------
+    def _note_list(self, list_version: str) -> None:
+        try:
+            listed = int(list_version)
+        except ValueError:
+            return  # none, or opaque: no comparison (as in _older_or_same)
+        self._listed_rv = listed if self._listed_rv is None else max(self._listed_rv, listed)
+
+    def _before_list(self, digest: NodeDigest) -> bool:
+        """Was this version of the node written before the last LIST (which did not hold it)?"""
+        if self._listed_rv is None:
+            return False
+        try:
+            return int(digest.resource_version) <= self._listed_rv
+        except ValueError:
+            return False
+
     def _delete(self, digest: NodeDigest) -> None:
         name = digest.name
         old = self._nodes.get(name)

@@ -47,6 +47,7 @@ from kdesched.kube.lease import get_lease
 from kdesched.reactor import metrics as m
 from kdesched.reactor.events.answers import (
     ANSWERS_ANNOTATION,
+    MAX_ANSWERS_BYTES,
     Answer,
     AnswerJournal,
     Key,
@@ -61,6 +62,7 @@ log = logging.getLogger("kdesched.reactor.reconcile")
 RECORD_ANNOTATION = "kdesched.dev/node-record"
 RECORD_VERSION = "z1:"
 MAX_RECORD_BYTES = 200_000  # of the annotation's text; the API server allows 256 KiB for all annotations
+ANNOTATIONS_BUDGET = 240_000  # the record and the answers together (the rest: keys, others' annotations)
 RECORD_SECONDS = 10.0  # how often the record follows the nodes (when they changed), answers aside
 
 
@@ -160,7 +162,8 @@ class NodeRecordStore:
             if answers is not None:
                 on_lease = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ANSWERS_ANNOTATION)
                 answers.merge(decode_answers(on_lease))
-                notes[ANSWERS_ANNOTATION] = encode_answers(answers.entries())
+                notes[ANSWERS_ANNOTATION] = encode_answers(
+                    answers.entries(), max(MAX_ANSWERS_BYTES, ANNOTATIONS_BUDGET - len(text)))
             if lease is None and not holder_only:
                 try:
                     self.client.create_raw("Lease", {"metadata": {"name": self.name, "namespace": self.namespace,
@@ -259,18 +262,59 @@ class NodeRecorder:
                      ": " + ", ".join(f"{e.type.removeprefix('dev.kdesched.')} {e.node}" for e in events[:10])
                      if events else "")
             if events:
-                try:
-                    send(events)
-                except Exception as exc:  # noqa: BLE001 - the next start tries again
-                    log.warning("could not send the start-up reconcile's %d event(s) (the next start tries "
-                                "again): %s", len(events), exc)
-                    with self._lock:
-                        self._unsent.update({e.node: recorded.get(e.node) for e in events})
-                    events = []
-                else:
+                if self.send_held(events, {e.node: recorded.get(e.node) for e in events}, send, "start-up reconcile"):
                     m.RECONCILED.inc(len(events))
+                else:
+                    events = []
         self.write(force=True)
         return events
+
+    def send_held(self, events: list[SemanticEvent], before: Mapping[str, NodeMark | None],
+                  send: Callable[[list[SemanticEvent]], None], what: str) -> bool:
+        """``send(events)``, holding their nodes at their marks ``before`` (None: not in the record)
+        in every record written meanwhile, and after a failure (logged) until :meth:`resend` sends
+        them: a record written while the send is in flight, or after it failed, must not say the
+        change was seen, or a crash then loses it for good (the next start's reconcile compares with
+        that record). True when sent."""
+        with self._lock:
+            for node, mark in before.items():
+                self._unsent.setdefault(node, mark)  # an older hold keeps its older mark
+            held = {node: self._unsent[node] for node in before}
+        try:
+            send(events)
+        except Exception as exc:  # noqa: BLE001 - the next resend or start tries again
+            log.warning("could not send the %s's %d event(s) (sent again later, or by the next start): %s",
+                        what, len(events), exc)
+            return False
+        with self._lock:
+            for node, mark in held.items():
+                if node in self._unsent and self._unsent[node] == mark:
+                    del self._unsent[node]
+        return True
+
+    def resend(self, send: Callable[[list[SemanticEvent]], None]) -> list[SemanticEvent]:
+        """Send again what :meth:`send_held` could not: the events between each held node's mark and
+        the node as cached now (a node deleted since is let go). Returns the events sent."""
+        with self._lock:
+            held = dict(self._unsent)
+        if not held:
+            return []
+        current = [d for d in self.classifier.digests() if d.name in held]
+        with self._lock:
+            for gone in set(held) - {d.name for d in current}:
+                self._unsent.pop(gone, None)
+        events = differences({n: mk for n, mk in held.items() if mk is not None}, current)
+        if not events:  # each held node is back as it was recorded: nothing to say
+            with self._lock:
+                for node, mark in held.items():
+                    if node in self._unsent and self._unsent[node] == mark:
+                        del self._unsent[node]
+            return []
+        return events if self.send_held(events, held, send, "held changes") else []
+
+    def marks_now(self) -> dict[str, NodeMark]:
+        """The marks of the nodes as cached now (what a :meth:`send_held` holds them at)."""
+        return {d.name: mark_of(d) for d in self.classifier.digests()}
 
     def write(self, *, force: bool = False) -> str:
         """Write the record if it is due (or ``force``) and changed; "" or why not (logged)."""
