@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from kdesched.evictor.checked_moves import CheckedMove, backoffs_after, check_moves
+from kdesched.evictor.checked_moves import CheckedMove, backoffs_after, check_moves, replacements
 from kdesched.evictor.ledger_records import (
     MAX_BACKOFFS,
     MAX_HELD_PER_MOVE,
@@ -110,6 +110,8 @@ def settle(ledger: LedgerState, pods_of: Mapping[str, Sequence[Pod]] | None, now
             lingering = (*lingering, *gone_now)[-MAX_LINGERING_PER_MOVE:]
         if lingering and (whole or (pods_of is not None and not pods_of.get(key))):
             lingering = ()  # whole again (or the workload is gone): nothing of it is down
+        elif lingering and pods_of is not None:
+            lingering = _still_down(lingering, inflight, pods_of.get(key, ()))
         if held and pods_of is not None:
             present = {p.uid for p in pods_of.get(key, ())}
             held = tuple(h for h in held if h.uid in present)  # a held pod that is gone needs no move
@@ -121,6 +123,20 @@ def settle(ledger: LedgerState, pods_of: Mapping[str, Sequence[Pod]] | None, now
             moves[key] = replace(mv, inflight=inflight, held=held, progress=progress, lingering=lingering)
     return Settlement(moves, backoffs_after(ledger.backoffs, checked, now), tuple(done), tuple(timed_out),
                       tuple(expired), tuple(abandoned), tuple(checked))
+
+
+def _still_down(lingering: tuple[InFlight, ...], inflight: tuple[InFlight, ...],
+                pods: Sequence[Pod]) -> tuple[InFlight, ...]:
+    """The lingering evictions budgets still count, where the workload is not back at the Ready
+    count it had when the move began (scaled down since, or another of its pods unready): those
+    whose replacement is not Ready yet, unless every pod the workload has now is Ready (it is whole
+    at its current size). Without this, a scale-down or an unrelated crash-looping replica kept the
+    pod counted for ever, and a cluster-wide budget of 1 refused every eviction."""
+    live = [p for p in pods if not p.terminating and not p.terminal]
+    if live and all(pod_ready(p) for p in live):
+        return ()
+    found = replacements((*lingering, *inflight), pods, spare=0)  # only pods clearly created after
+    return tuple(f for f in lingering if not (f.uid in found and pod_ready(found[f.uid])))
 
 
 def admit(ledger: L, admissions: Iterable[Admission], now: float, run: str = "", deadline_seconds: float = 0.0) -> L:
