@@ -388,6 +388,20 @@ def test_a_lost_answer_with_the_pod_still_there_is_not_counted(fake_api: FakeApi
     assert fake_api.get("Pod", "p", "default") is not None
 
 
+def test_a_lost_answer_with_the_pod_unreadable_is_unconfirmed_not_a_plain_failure(fake_api: FakeApiServer,
+                                                                                  kube: KubeClient) -> None:
+    """The connection dropped (the server may have acted), the retry was refused, and the pod
+    cannot be read back: the eviction may have landed. ``failed``/unconfirmed, which the ledger
+    does not take back (tests/reactor/test_lost_answer_kept.py)."""
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [DROP, 403])
+    fake_api.script("GET", "/api/v1/namespaces/default/pods/p", [403])
+    live, _ = executor(kube)
+    (outcome,) = live.execute([e])
+    assert (outcome.result, outcome.cause, outcome.attempts) == ("failed", "unconfirmed", 2)
+    assert "may have been evicted" in outcome.message and "could not be read back" in outcome.message
+
+
 def test_a_pod_gone_before_the_first_request_is_already_gone(fake_api: FakeApiServer, kube: KubeClient) -> None:
     e = planned(fake_api, "p")
     fake_api.delete("Pod", "p", "default")

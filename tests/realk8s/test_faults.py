@@ -63,7 +63,7 @@ WORKLOADS = {"web": 6, "api": 5, "worker": 4}  # per namespace: 30 pods in all
 PDBS = (("fault-a", "web", 5), ("fault-b", "web", 5), ("fault-b", "api", 3))
 CAUSES = {"evicted": {"accepted", "confirmed"}, "already-gone": {"not-found", "replaced"},
           "blocked": {"disruption-budget"}, "throttled": {"throttled"},
-          "failed": {"server-error", "connection"}}
+          "failed": {"server-error", "connection", "unconfirmed"}}
 
 
 @pytest.fixture

@@ -63,9 +63,10 @@ log = logging.getLogger("kdesched.evictor")
 RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed", "paced", "abandoned", "deferred")
 # the cause of each result (docs/cli.md): evicted accepted | confirmed; already-gone not-found | replaced;
 # blocked disruption-budget; throttled throttled; failed server-error | connection | rejected | not-found |
-# conflict | gone | unexpected; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
+# conflict | gone | unexpected | unconfirmed; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
 # kdesched.reactor.run.controls); dry-run none
 CONFIRMED = "confirmed"
+UNCONFIRMED = "unconfirmed"  # failed: the answer was lost and the pod could not be read back
 ACCEPTED = "accepted"
 REPLACED = "replaced"
 UNEXPECTED = "unexpected"
@@ -507,26 +508,20 @@ class LiveExecutor:
         try:
             _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
         except DeadlinePassed as exc:
-            if lost:
-                confirmed = self._confirm(e, lost)
-                if confirmed is not None:
-                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
+                return known
             return _abandoned(e, f"{exc}; the ledger no longer counts it, the next run re-decides")
         except (NotFound, Conflict) as exc:
-            if lost:
-                confirmed = self._confirm(e, lost)
-                if confirmed is not None:
-                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
+                return known
             if isinstance(exc, NotFound):
                 return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts,
                                        Cause.NOT_FOUND)
             return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
                                    f"failed): {exc.message or exc}", attempts, REPLACED)
         except ApiError as exc:
-            if lost:
-                confirmed = self._confirm(e, lost)
-                if confirmed is not None:
-                    return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
+                return known
             if is_pdb_refusal(exc):
                 return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts,
                                        Cause.DISRUPTION_BUDGET)
@@ -538,16 +533,26 @@ class LiveExecutor:
             return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts, cause)
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts, ACCEPTED)
 
-    def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
-        """After an attempt whose answer was lost: read the pod back. Gone, replaced (another uid)
-        or terminating means the eviction was carried out: the message for ``evicted``; None when
-        the pod is still there as it was, or cannot be read."""
-        pod = e.pod
+    def _after_lost(self, e: PlannedEviction, lost: str, attempts: int) -> EvictionOutcome | None:
+        """After an attempt whose answer was lost, the last attempt failed: read the pod back.
+        Carried out: ``evicted`` (cause ``confirmed``). Cannot be read: ``failed`` with cause
+        ``unconfirmed``, which the ledger does not take back (the eviction may have landed; its
+        admission counts until its deadline, then a run that reads the pod settles it). Still
+        there as it was: None (the last attempt's own outcome)."""
         try:
-            obj = self.client.get_raw("Pod", pod.name, pod.namespace)
+            confirmed = self._confirm(e, lost)
         except ApiError as exc:
             log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
-            return None
+            return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
+                                   f"back ({exc}); the ledger keeps counting it", attempts, UNCONFIRMED)
+        return None if confirmed is None else EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+
+    def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
+        """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was
+        carried out: the message for ``evicted``; None when the pod is still there as it was. An
+        ApiError when it cannot be read."""
+        pod = e.pod
+        obj = self.client.get_raw("Pod", pod.name, pod.namespace)
         if obj is None:
             state = "the pod is gone"
         else:

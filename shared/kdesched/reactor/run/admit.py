@@ -34,7 +34,7 @@ from kdesched.admission.control import RunContext
 from kdesched.admission.pipeline import AdmissionSettings, Pipeline, RunAdmission
 from kdesched.engine import RunPlan, plan_run
 from kdesched.evictor.admissions import admissions_of, pods_by_workload
-from kdesched.evictor.execute import EvictionOutcome
+from kdesched.evictor.execute import UNCONFIRMED, EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Verdict
@@ -277,7 +277,10 @@ def record_outcomes(store: LedgerStore, decided: Decided, outcomes: Sequence[Evi
     if not decided.written:
         return ""
     admitted = decided.admitted_uids
-    failed = [o.eviction.pod for o in outcomes if o.eviction.pod.uid in admitted and o.result not in EVICTED]
+    # an eviction that may have landed (answer lost, pod unreadable) is not taken back: it counts
+    # until its deadline, then a run that reads every pod settles it (gone: done; there: held again)
+    failed = [o.eviction.pod for o in outcomes if o.eviction.pod.uid in admitted and o.result not in EVICTED
+              and o.cause != UNCONFIRMED]
     if not failed:
         return ""
     last: Exception | None = None
