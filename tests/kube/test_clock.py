@@ -11,9 +11,21 @@ import logging
 import math
 import random
 import threading
+import time
 
 import pytest
-from kdesched.kube.clock import DRIFT, Bounds, Sample, ServerClock, date_header, parse_http_date
+from kdesched.kube.client import KubeClient
+from kdesched.kube.clock import (
+    DRIFT,
+    Bounds,
+    Sample,
+    ServerClock,
+    answered_by_api_server,
+    date_header,
+    parse_http_date,
+)
+
+from tests.fakeapi import FakeApiServer
 
 
 class Mono:
@@ -253,3 +265,75 @@ def test_concurrent_answers_and_readers() -> None:
     assert state.samples > 10 and state.restarts == 0
     # within the bounds (narrow only as far as the fractions of a second the test lasted cover)
     assert abs(clock.now() - (truth + time.monotonic())) <= state.uncertainty_seconds + 0.01
+
+
+# -- whose answers are samples -------------------------------------------------------------------
+@pytest.mark.parametrize(("path", "sample"), [
+    ("/api/v1/nodes", True),
+    ("/api/v1/namespaces/default/pods/web-1/eviction", True),
+    ("/api", True),
+    ("/apis/apps/v1/namespaces/default/deployments/web", True),
+    ("/apis/policy/v1/poddisruptionbudgets", True),
+    ("/apis/coordination.k8s.io/v1/namespaces/kdesched/leases/kdesched", True),
+    ("/apis/events.k8s.io/v1/namespaces/default/events", True),
+    ("/apis/scheduling.k8s.io/v1/priorityclasses", True),
+    # aggregated APIs: the backend's Date, passed through by kube-apiserver's aggregator
+    ("/apis/metrics.k8s.io/v1beta1/nodes", False),
+    ("/apis/metrics.k8s.io/v1beta1/pods", False),
+    ("/apis/custom.metrics.k8s.io/v1beta2/pods/x", False),
+    ("/apis/external.metrics.k8s.io/v1beta1/namespaces/d/q", False),
+    ("/apis/example.com/v1/widgets", False),
+    ("/apis", False),
+    ("/apiservices", False),
+    ("/version", False),
+    ("", False),
+])
+def test_only_the_kube_apiservers_own_answers_are_clock_samples(path: str, sample: bool) -> None:
+    """The "one clock" is kube-apiserver's. Its aggregator passes an aggregated API's answer (and its
+    Date) through from a backend on some node, whose clock may be minutes off: such an answer would
+    restart the estimate on that node's clock. Only the core group and the built-in groups kdesched
+    uses are taken (docs/reactor.md "One clock")."""
+    assert answered_by_api_server(path) is sample
+
+
+def test_every_kind_kdesched_reads_or_writes_feeds_the_clock() -> None:
+    """A kind added to the client must be a built-in group's (or the rule decided again): the
+    clock is fed by the reads every run starts with."""
+    from kdesched.kube.resources import RESOURCES
+    for res in RESOURCES.values():
+        assert answered_by_api_server(res.path(res.scoped("ns"))), res
+
+
+def test_an_aggregated_apis_answer_does_not_move_the_clock(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A metrics-server 3 minutes ahead (the fake server's Date moved for the metrics reads only):
+    the estimate stays the API server's, no restart, no false warning. The API server's own
+    answers are still taken: a step of its clock restarts the estimate as before."""
+    kube.list_raw("Node")
+    before = kube.clock.now() - time.time()
+    fake_api.clock_offset = 180.0
+    assert kube.get_path("/apis/metrics.k8s.io/v1beta1/nodes") is not None
+    assert abs(kube.clock.now() - time.time() - before) < 1.5
+    assert kube.clock.state().restarts == 0
+    kube.list_raw("Node")  # the API server's clock itself stepped: taken
+    assert kube.clock.state().restarts == 1
+    assert kube.clock.now() - time.time() == pytest.approx(180.0, abs=1.5)
+
+
+def test_a_slow_first_answer_is_narrowed_by_the_next_quick_one() -> None:
+    """A first answer whose body took 30 s (a large LIST: its Date is of the answer's start) leaves
+    the estimate as wide as that round trip; the next quick answer (the ledger's GET) narrows it to
+    within a second, whatever the local wall clock says (10 minutes ahead here)."""
+    truth = 1_790_000_000.25  # server epoch seconds minus local monotonic
+    mono = Mono(100.0)
+    clock = ServerClock(monotonic=mono, wall=lambda: mono.t + truth + 600)
+
+    def date(server_time: float) -> dict[str, str]:
+        return {"Date": email.utils.formatdate(int(server_time), usegmt=True)}
+
+    clock.observe(date(100.0 + truth), 100.0, 130.0)
+    mono.t = 130.0
+    assert abs(clock.now() - (130.0 + truth)) <= 16  # within half the 30 s round trip (+ the second)
+    clock.observe(date(130.3 + truth), 130.3, 130.305)
+    mono.t = 130.4
+    assert abs(clock.now() - (130.4 + truth)) <= 1.0
+    assert clock.state().restarts == 0

@@ -9,7 +9,8 @@ with ``json.loads``. HTTP and transport failures become the typed errors of
 report (and a benchmark can compare) what it cost the API server, and every request first takes a
 token from the client-side rate limit (:class:`TokenBucket`), so no caller can flood it. The client
 is thread-safe: evictions and LISTs run concurrently over one urllib3 pool sized for them. The
-``Date`` of every answer feeds :attr:`KubeClient.clock`, the API server's clock
+``Date`` of every answer kube-apiserver makes itself (not an aggregated API's, such as
+metrics.k8s.io) feeds :attr:`KubeClient.clock`, the API server's clock
 (:mod:`kdesched.kube.clock`): the one clock of every time kdesched writes to the cluster.
 
 Every read (each LIST page and each GET of one object) is retried as client-go's REST client
@@ -102,7 +103,7 @@ class KubeClient(ResourceClient):
         for (None: no rate limit, one eviction at a time; the constructors below always pass one).
         Build ``api_client`` from a Configuration whose ``connection_pool_maxsize`` is at least
         ``limits.connections`` (:meth:`from_config` and :meth:`for_host` do). ``clock``: the API
-        server's clock, fed by every answer (:mod:`kdesched.kube.clock`; shared with siblings)."""
+        server's clock, fed by kube-apiserver's own answers (:mod:`kdesched.kube.clock`; shared with siblings)."""
         super().__init__(api_client, request_timeout=request_timeout, impersonation=impersonation, limits=limits,
                          read_retry=read_retry, sleep=sleep, clock=clock)
         self.reporting_instance = reporting_instance or os.environ.get("POD_NAME") or socket.gethostname()

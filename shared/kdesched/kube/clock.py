@@ -29,6 +29,14 @@ request went to another API server whose clock differs), the estimate restarts f
 sample. :meth:`ServerClock.now` is the middle of the bounds, never earlier than a time it
 returned before in the same run of samples (times written in a row do not go backwards).
 
+Whose answers: only those kube-apiserver makes itself (:func:`answered_by_api_server`). Its
+aggregator passes an aggregated API's answer through with the backend's ``Date``: for
+``metrics.k8s.io`` that is metrics-server, a pod on some node, with that node's clock. Taken as a
+sample, one metrics read on a node 3 minutes ahead restarted the estimate 3 minutes ahead (serve's
+collector reads it every 5 s, a run right before its ``now``). So the samples come from the core
+group (``/api``) and the built-in groups kdesched uses (:data:`CLOCK_GROUPS`), never from any other
+group: a group kdesched does not know may be an aggregated one.
+
 Before the first answer there is nothing to estimate from: :meth:`ServerClock.now` is the local
 wall clock then (said once in the log, at debug level). Every process reads the cluster before it
 decides anything, so no decision is made on it in practice.
@@ -50,6 +58,21 @@ log = logging.getLogger("kdesched.kube.clock")
 DRIFT = 100e-6  # how fast the kept bounds widen (s/s): quartz oscillators are within ~50 ppm
 WARN_OFFSET_SECONDS = 5.0  # a local clock this far off the API server's is logged (once) as a warning
 DATE_RESOLUTION = 1.0  # RFC 7231 dates are whole seconds
+#: the API groups whose answers kube-apiserver makes itself, of those kdesched uses ("": the core
+#: group, ``/api``); every kind of kdesched.kube.resources is in one (a test holds it so)
+CLOCK_GROUPS = frozenset({"", "apps", "coordination.k8s.io", "events.k8s.io", "policy", "scheduling.k8s.io"})
+
+
+def answered_by_api_server(path: str) -> bool:
+    """Whether an answer to ``path`` (an API path, no query) is kube-apiserver's own, its ``Date``
+    a sample of its clock: the core group's or a group of :data:`CLOCK_GROUPS`. Any other group may
+    be an aggregated API answered by a backend with its own clock (module docstring)."""
+    parts = path.split("?", 1)[0].split("/")
+    if len(parts) < 2 or parts[0] != "":
+        return False
+    if parts[1] == "api":
+        return True
+    return parts[1] == "apis" and len(parts) > 2 and parts[2] != "" and parts[2] in CLOCK_GROUPS
 
 
 @functools.lru_cache(maxsize=8)  # the answers of one second share their Date: parsed once
@@ -240,5 +263,15 @@ class ServerClock:
         return ClockState(True, self.offset_seconds(), bounds.width(self._monotonic()), bounds.samples, restarts)
 
 
-__all__ = ["DRIFT", "WARN_OFFSET_SECONDS", "Bounds", "ClockState", "Sample", "ServerClock", "date_header",
-           "parse_http_date"]
+__all__ = [
+    "CLOCK_GROUPS",
+    "DRIFT",
+    "WARN_OFFSET_SECONDS",
+    "Bounds",
+    "ClockState",
+    "Sample",
+    "ServerClock",
+    "answered_by_api_server",
+    "date_header",
+    "parse_http_date",
+]

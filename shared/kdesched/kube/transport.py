@@ -8,7 +8,7 @@ kdesched: the admission package's cluster-wide bucket limits evictions, not requ
 per :func:`lane`, below), the
 request through ``ApiClient.param_serialize`` + ``call_api`` (auth, TLS, proxies, token refresh
 and impersonation from the official client), the ``Date`` of the answer into the API server's
-clock (:mod:`kdesched.kube.clock`), every request and byte counted (:class:`RequestStats`,
+clock (:mod:`kdesched.kube.clock`; only kube-apiserver's own answers, never an aggregated API's), every request and byte counted (:class:`RequestStats`,
 :data:`kdesched.kube.traffic.TRAFFIC`), and every failure mapped to :mod:`kdesched.kube.errors`.
 Reads are retried here by the one rule of :func:`kdesched.kube.errors.is_transient`
 (:class:`ReadRetry`, the module docstring of :mod:`kdesched.kube.client`).
@@ -41,7 +41,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from kdesched.kube.clock import ServerClock
+from kdesched.kube.clock import ServerClock, answered_by_api_server
 from kdesched.kube.config import ClientLimits, Impersonation
 from kdesched.kube.errors import (
     ApiError,
@@ -256,18 +256,22 @@ class Transport:
         if bucket is not None:
             TRAFFIC.waited(bucket.acquire())
         self._count(requests=1)
-        sent_at = time.monotonic()  # the Date of the answer: the API server's clock (kube.clock)
+        # the Date of the answer: the API server's clock (kube.clock), if the answer is its own
+        clock = self.clock if answered_by_api_server(path) else None
+        sent_at = time.monotonic()
         try:
             resp = self.api_client.call_api(method, url, sent, serialized, post_params,
                                             _request_timeout=timeout if timeout is not None else self.request_timeout)
         except ApiException as exc:
-            self.clock.observe(exc.headers, sent_at, time.monotonic())
+            if clock is not None:
+                clock.observe(exc.headers, sent_at, time.monotonic())
             TRAFFIC.request(method, exc.status or "error")
             raise error_from_api_exception(exc) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             TRAFFIC.request(method, "error")
             raise unavailable_from(exc) from None
-        self.clock.observe(resp.headers, sent_at, time.monotonic())
+        if clock is not None:
+            clock.observe(resp.headers, sent_at, time.monotonic())
         TRAFFIC.request(method, resp.status)
         if not 200 <= resp.status <= 299:
             data = self._read(resp)
