@@ -20,7 +20,7 @@ from kdesched.evictor.execute import (
     RetrySettings,
 )
 from kdesched.evictor.metrics import evicted_count
-from kdesched.kube.client import KubeClient
+from kdesched.kube.client import KubeClient, TokenBucket
 from kdesched.model.records import Pod
 from kdesched.strategies.framework import PlannedEviction
 
@@ -505,6 +505,69 @@ def test_a_queued_eviction_past_the_deadline_is_not_sent(fake_api: FakeApiServer
     (outcome,) = live.execute([e], deadline=clock.t + 0.5)
     assert outcome.result == "abandoned" and "deadline passed before it could be sent" in outcome.message
     assert not [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+
+
+def _queued_behind(kube: KubeClient, clock: Clock, requests_ahead: int) -> None:
+    """The client's main bucket (qps 1, burst 1) on ``clock``, its wait moving ``clock`` on, with
+    ``requests_ahead`` requests of other threads (a settle's reads, Events, another run of serve)
+    holding the tokens of the next ``requests_ahead`` seconds."""
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    kube.rate_limiter = TokenBucket(1.0, 1, clock=clock, sleep=sleep)
+    for _ in range(requests_ahead):
+        kube.rate_limiter.reserve()
+
+
+def _landings(fake_api: FakeApiServer, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> list[float]:
+    """When (on ``clock``) the fake API server carried out each eviction."""
+    landed: list[float] = []
+    evict = fake_api._evict
+
+    def recording(namespace: str, name: str, body: Any) -> Any:
+        out = evict(namespace, name, body)
+        landed.append(clock.t)
+        return out
+
+    monkeypatch.setattr(fake_api, "_evict", recording)
+    return landed
+
+
+def test_an_eviction_queued_for_the_rate_limit_past_its_deadline_is_not_sent(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other processes stop counting an admission a few seconds after its deadline, so an eviction
+    must never land after it. The client-side rate limit can hold a request for longer than the
+    deadline leaves (a low --kube-api-qps, serve's runs sharing the main lane): the time left is
+    judged after that wait, and nothing is sent when less than an attempt's minimum remains."""
+    e = planned(fake_api, "p")
+    clock = Clock()
+    _queued_behind(kube, clock, requests_ahead=9)
+    landed = _landings(fake_api, monkeypatch, clock)
+    deadline = clock.t + 3  # the admission allows 3 more seconds; the bucket holds the request 9
+    live = LiveExecutor(kube, RetrySettings(max_attempts=1), sleep=Sleeps(), clock=clock, events=False)
+    (outcome,) = live.execute([e], deadline=deadline)
+    assert all(t <= deadline for t in landed), (
+        f"the eviction landed {max(landed) - deadline:.1f}s after its admission's deadline ({outcome.result})")
+    assert outcome.result == "abandoned" and "deadline passed after 0 attempt(s)" in outcome.message
+    assert not [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert fake_api.get("Pod", "p", "default") is not None
+
+
+def test_an_evictions_server_timeout_is_what_is_left_after_the_rate_limit(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``?timeout=`` the API server abandons an eviction at is the time left when the request
+    goes out, after the client-side rate limit's wait, not before it: the eviction lands in time."""
+    e = planned(fake_api, "p")
+    clock = Clock()
+    _queued_behind(kube, clock, requests_ahead=4)
+    landed = _landings(fake_api, monkeypatch, clock)
+    deadline = clock.t + 10
+    live = LiveExecutor(kube, RetrySettings(max_attempts=1), sleep=Sleeps(), clock=clock, events=False)
+    (outcome,) = live.execute([e], deadline=deadline)
+    assert outcome.result == "evicted" and landed and all(t <= deadline for t in landed)
+    (sent,) = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert sent.query["timeout"] == "6s"  # 10 s allowed, 4 s waited for a token
 
 
 def test_an_attempt_slower_than_the_deadline_cannot_land_later(fake_api: FakeApiServer, kube: KubeClient) -> None:

@@ -20,6 +20,7 @@ from kdesched.kube.config import (
     ClientLimits,
     limits_from_env,
 )
+from kdesched.kube.deadline import Deadline, DeadlinePassed
 from kdesched.kube.errors import ConfigError
 from kdesched.kube.lease import LeaseLock
 from kdesched.kube.transport import EVENTS, LEASES, lane
@@ -187,3 +188,33 @@ def test_limits_refuse_nonsense_when_built_directly() -> None:
         ClientLimits(qps=0)
     with pytest.raises(ValueError, match="max_concurrent_evictions"):
         ClientLimits(max_concurrent_evictions=0)
+
+
+def test_a_bounded_write_is_timed_after_its_wait_for_a_token(fake_api: FakeApiServer) -> None:
+    """A write bounded by a deadline (an eviction's admission) must not be carried out after it:
+    its ``?timeout=`` is what is left once the bucket let it go, and it is not sent at all when
+    less than an attempt's minimum is left then. A relative ``timeout`` caps it too."""
+    fake_api.add(pod_obj("a", node="n1"), pod_obj("b", node="n1"))
+    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=1, burst=1, max_concurrent_evictions=1))
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    client.rate_limiter = bucket = TokenBucket(1, 1, clock=clock, sleep=sleep)
+    try:
+        for _ in range(3):
+            bucket.reserve()  # three requests ahead: this one waits 3 s
+        client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={},
+                         deadline=Deadline(clock.now + 10.5, clock))
+        client.evict_pod("default", "b", uid=None, grace_period_seconds=None, annotations={}, timeout=5,
+                         deadline=Deadline(clock.now + 30, clock))  # waits 1 s more
+        sent = [r.query["timeout"] for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+        assert sent == ["7s", "5s"]  # a: 10.5 - 3 waited, floored; b: 29 left, capped at its 5
+        bucket.reserve()
+        with pytest.raises(DeadlinePassed):
+            client.evict_pod("default", "b", uid=None, grace_period_seconds=None, annotations={},
+                             deadline=Deadline(clock.now + 1.5, clock))  # its wait leaves under 1 s
+        assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 2  # not sent
+    finally:
+        client.close()

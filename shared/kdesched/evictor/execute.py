@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from kdesched.evictor.metrics import record_cause, record_event_lost, record_eviction, record_paced
+from kdesched.kube.deadline import MIN_ATTEMPT_SECONDS, Deadline, DeadlinePassed
 from kdesched.kube.errors import (
     ApiError,
     Cause,
@@ -110,11 +111,6 @@ class OncePerInterval:
 PACED_EVENTS = OncePerInterval(PACED_EVENT_INTERVAL_SECONDS)
 
 Sleep = Callable[[float], None]
-MIN_ATTEMPT_SECONDS = 1.0  # an attempt needs at least this long before the deadline to be sent
-
-
-class DeadlinePassed(Exception):
-    """An eviction's admission deadline came before its next attempt (never retried)."""
 
 KeepGoing = Callable[[], "str | None"]
 """Asked before each eviction is started: None = go on, a string = why to stop (every eviction not
@@ -482,18 +478,23 @@ class LiveExecutor:
 
         def attempt() -> None:
             nonlocal attempts, lost
-            timeout: float | None = None
+            bound: Deadline | None = None
             if deadline is not None:
-                # each attempt ends by the deadline, on the API server too (?timeout=): an eviction
-                # the ledger stopped counting can never land afterwards
-                timeout = deadline - self.clock()
-                if timeout < MIN_ATTEMPT_SECONDS:
+                # each attempt ends by the deadline, on the API server too (?timeout=, fixed by the
+                # transport after the client-side rate limit's wait): an eviction the ledger
+                # stopped counting can never land afterwards
+                bound = Deadline(deadline, self.clock, MIN_ATTEMPT_SECONDS)
+                if bound.remaining() < MIN_ATTEMPT_SECONDS:
                     raise DeadlinePassed(f"its admission's deadline passed after {attempts} attempt(s)")
             attempts += 1
             try:
                 self.client.evict_pod(pod.namespace, pod.name, uid=pod.uid or None,
                                       grace_period_seconds=grace_period_seconds, annotations=annotations,
-                                      **({"timeout": timeout} if timeout is not None else {}))
+                                      deadline=bound)
+            except DeadlinePassed:  # not sent: the rate limit held it until too little was left
+                attempts -= 1
+                raise DeadlinePassed(f"its admission's deadline passed after {attempts} attempt(s) (the last one "
+                                     "waited for the client-side rate limit and was not sent)") from None
             except Unavailable as exc:
                 if exc.maybe_sent:
                     lost = lost or f"the answer to attempt {attempts} was lost ({exc.message})"

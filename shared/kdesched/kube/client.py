@@ -56,6 +56,7 @@ from kdesched.kube.config import (
     load_configuration,
     load_impersonation,
 )
+from kdesched.kube.deadline import Deadline
 from kdesched.kube.errors import ApiError, Gone, Unavailable
 from kdesched.kube.resources import (
     EVENT_ACTION,
@@ -257,17 +258,21 @@ class KubeClient(ResourceClient):
         self.delete(res, name, res.scoped(namespace), resource_version=resource_version)
 
     def evict_pod(self, namespace: str, name: str, *, uid: str | None, grace_period_seconds: int | None,
-                  annotations: Mapping[str, str], timeout: float | None = None) -> None:
+                  annotations: Mapping[str, str], timeout: float | None = None,
+                  deadline: Deadline | None = None) -> None:
         """POST a policy/v1 Eviction; the API server enforces PDBs (429) and the uid precondition (409).
 
         The uid precondition makes sure a same-named replacement (a StatefulSet pod) is never
         evicted in place of the pod that was judged. ``timeout``: bounded on both sides (the
         API server's ``?timeout=`` too), so an eviction whose answer this client stopped waiting for
-        cannot land later (an admission's deadline, kdesched.evictor.execute).
+        cannot land later. ``deadline``: an admission's (kdesched.evictor.execute); the ``?timeout=``
+        is what is left of it when the request goes out, after the client-side rate limit's wait,
+        and :class:`~kdesched.kube.deadline.DeadlinePassed` (nothing sent) when too little is left.
         """
         body = eviction_body(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds,
                              annotations=annotations)
-        self.create(RESOURCES["Pod"], body, namespace, name=name, subresource="eviction", timeout=timeout)
+        self.create(RESOURCES["Pod"], body, namespace, name=name, subresource="eviction", timeout=timeout,
+                    deadline=deadline)
 
     def create_event(self, *, namespace: str, name: str, uid: str | None = None, reason: str, note: str,
                      event_type: str = "Normal", action: str = EVENT_ACTION, kind: str = "Pod",

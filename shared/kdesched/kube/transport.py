@@ -43,6 +43,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from kdesched.kube.clock import ServerClock, answered_by_api_server
 from kdesched.kube.config import ClientLimits, Impersonation
+from kdesched.kube.deadline import Deadline
 from kdesched.kube.errors import (
     ApiError,
     StopAfterBudget,
@@ -236,8 +237,23 @@ class Transport:
     # -- one request -----------------------------------------------------------------------------
     def _send(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Mapping[str, Any] | None = None, timeout: Any = None,
-              content_type: str = "application/json") -> Any:
-        """Send one request; return the unread response (a 2xx) or raise the typed error."""
+              content_type: str = "application/json", server_timeout: float | None = None,
+              deadline: Deadline | None = None) -> Any:
+        """Send one request; return the unread response (a 2xx) or raise the typed error.
+
+        ``server_timeout`` / ``deadline`` (a write): the API server abandons the request at its
+        ``?timeout=``, and this client stops waiting shortly after. Both are fixed after the wait
+        for a token: the time left until ``deadline`` then (at most ``server_timeout``), and
+        :class:`DeadlinePassed` (nothing sent) when too little is left (kdesched.kube.deadline)."""
+        bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
+        if bucket is not None:
+            TRAFFIC.waited(bucket.acquire())
+        if server_timeout is not None or deadline is not None:
+            limit = max(1, int(server_timeout)) if server_timeout is not None else None
+            seconds = deadline.server_timeout() if deadline is not None else limit  # raises DeadlinePassed
+            seconds = min(x for x in (seconds, limit) if x is not None)
+            query = [*(query or []), ("timeout", f"{seconds}s")]
+            timeout = seconds + 0.5  # the API server answers by then (a timeout error at worst)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -252,9 +268,6 @@ class Transport:
             for key, value in self.impersonation.headers():
                 multi.add(key, value)
             sent = multi
-        bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
-        if bucket is not None:
-            TRAFFIC.waited(bucket.acquire())
         self._count(requests=1)
         # the Date of the answer: the API server's clock (kube.clock), if the answer is its own
         clock = self.clock if answered_by_api_server(path) else None

@@ -21,6 +21,7 @@ from typing import Any
 
 import urllib3
 
+from kdesched.kube.deadline import Deadline
 from kdesched.kube.errors import Gone, NotFound, error_from_status, trim, unavailable_from
 from kdesched.kube.resources import Resource, delete_options
 from kdesched.kube.transport import ReadRetry, Transport
@@ -138,15 +139,17 @@ class ResourceClient(Transport):
     # -- writes (one attempt each) ---------------------------------------------------------------
     def create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None, *,
                name: str | None = None, subresource: str | None = None,
-               timeout: float | None = None) -> dict[str, Any]:
-        """POST ``body`` to the collection (or to ``name``'s ``subresource``). ``timeout``: bounded
-        on both sides, the API server abandons the request at it too (``?timeout=``), so a write
-        whose answer this client stopped waiting for cannot land later."""
+               timeout: float | None = None, deadline: Deadline | None = None) -> dict[str, Any]:
+        """POST ``body`` to the collection (or to ``name``'s ``subresource``). ``timeout`` (seconds)
+        and ``deadline`` (an absolute one): bounded on both sides, the API server abandons the
+        request at it too (``?timeout=``), so a write whose answer this client stopped waiting for
+        cannot land later. The time left until ``deadline`` is taken when the request goes out,
+        after the client-side rate limit's wait; :class:`~kdesched.kube.deadline.DeadlinePassed`
+        when too little is left."""
         path = res.path(namespace, name, subresource)
-        if timeout is None:
+        if timeout is None and deadline is None:
             return self._json("POST", path, body=body)
-        seconds = max(1, int(timeout))
-        resp = self._send("POST", path, query=[("timeout", f"{seconds}s")], body=body, timeout=seconds + 0.5)
+        resp = self._send("POST", path, body=body, server_timeout=timeout, deadline=deadline)
         return self._parse(resp, "POST", path, self._read(resp))
 
     def replace(self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any], *,

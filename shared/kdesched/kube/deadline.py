@@ -1,0 +1,48 @@
+"""Deadline: an absolute time a write must not outlive, passed down to the transport.
+
+Why: an eviction's admission has a deadline, after which other processes stop counting it (they
+take it for abandoned a few seconds later), so the eviction must never land after it. The API
+server abandons a request at its ``?timeout=``; that timeout has to be what is left when the request
+actually goes out. The client-side rate limit (:class:`~kdesched.kube.transport.TokenBucket`) may
+hold a request for seconds first, so the executor cannot compute it: the transport does, after the
+wait, from this deadline, and refuses to send (:class:`DeadlinePassed`) when less than an attempt's
+minimum is left. No import of the API client here: the evictor uses these without loading it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MIN_ATTEMPT_SECONDS = 1.0  # an attempt needs at least this long before the deadline to be sent
+
+
+class DeadlinePassed(Exception):
+    """A write's deadline came (or too little of it was left) before it could be sent: nothing was
+    sent (never retried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """``at`` on ``clock`` (the caller's: local monotonic by default); a request is sent only while
+    at least ``min_attempt_seconds`` are left."""
+
+    at: float
+    clock: Callable[[], float] = time.monotonic
+    min_attempt_seconds: float = MIN_ATTEMPT_SECONDS
+
+    def remaining(self) -> float:
+        return self.at - self.clock()
+
+    def server_timeout(self) -> int:
+        """The ``?timeout=`` (whole seconds, never past the deadline) for a request going out now;
+        :class:`DeadlinePassed` when less than ``min_attempt_seconds`` (or a whole second) is left."""
+        left = self.remaining()
+        if left < max(self.min_attempt_seconds, 1.0):
+            raise DeadlinePassed(f"{max(left, 0.0):.1f}s left before the deadline, too little to send")
+        return math.floor(left)
+
+
+__all__ = ["MIN_ATTEMPT_SECONDS", "Deadline", "DeadlinePassed"]
