@@ -33,10 +33,15 @@ adapter instead of ``gunicorn.glogging`` (which loads ``logging.config`` and ``l
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import math
 import os
 import signal
+import socket
+import struct
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +59,10 @@ DEFAULT_GRACEFUL_SECONDS = 10.0
 """How long a stopping server lets requests in flight finish (``graceful_timeout``)."""
 KEEPALIVE_SECONDS = 5
 """Idle keep-alive connections (queue-proxy's, the broker's) stay open this long."""
+READ_TIMEOUT_SECONDS = 10.0
+"""How long a worker thread waits for the next bytes of a request (its head or body) or for a
+client to take its answer: a connection stalled longer is closed, its thread freed (gunicorn's
+``timeout`` is 0: no arbiter kills a stuck worker here)."""
 
 WSGIApp = Callable[..., Any]
 
@@ -89,6 +98,11 @@ def describe_cpus(cpus: float | None) -> str:
     return f"CPU quota {cpus:g}" + (f" (~{math.ceil(cpus)} core(s))" if cpus > 1 else "")
 
 
+_STALL = threading.local()
+"""``seen``: the request a worker thread is handling timed out (set by :class:`_Log`, read by
+:class:`_Worker`; gunicorn logs the error and keeps the exception to itself)."""
+
+
 class _Log:
     """gunicorn's logger interface over :mod:`logging` (records go to the process's handlers, JSON
     under ``LOG_FORMAT=json``). No access log: the functions log each answered event themselves."""
@@ -112,6 +126,12 @@ class _Log:
         self._log.debug(msg, *args, **kw)
 
     def exception(self, msg: str, *args: Any, **kw: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            # the read timeout (_Worker): a client stalled mid-request, not a fault of ours
+            _STALL.seen = True
+            self._log.debug("closing a connection that stalled mid-request (%s)", exc)
+            return
         self._log.exception(msg, *args, **kw)
 
     def log(self, lvl: int, msg: str, *args: Any, **kw: Any) -> None:
@@ -145,7 +165,31 @@ class _Application:
 
 class _Worker(ThreadWorker):
     """gunicorn's threaded worker, run in a thread of this process instead of a forked child: the
-    process that owns the state answers its HTTP (module docstring)."""
+    process that owns the state answers its HTTP (module docstring).
+
+    Each connection a thread serves gets a read (and write) timeout, :data:`READ_TIMEOUT_SECONDS`:
+    gthread reads a request's head and body in the pool thread, with no time limit, so a few
+    connections that sent half a head and stalled (a buggy client, a peer gone on a half-open
+    connection) held every thread, and ``/healthz`` stopped answering until the liveness probe
+    restarted the pod. The timeout is the kernel's (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``): gunicorn
+    switches the socket between blocking (in a thread) and non-blocking (kept alive, on the
+    poller) modes, which resets a Python-level timeout but not these. A connection that timed out
+    is shut down at once: gunicorn's graceful close lingers (up to 2 s, on the worker's one event
+    loop, where nothing else is accepted or dispatched meanwhile) for a peer to close, and a
+    stalled peer never does."""
+
+    read_timeout_seconds = READ_TIMEOUT_SECONDS
+
+    def handle(self, conn: Any) -> Any:
+        if not getattr(conn, "kdesched_timed", False):
+            conn.kdesched_timed = True
+            _set_io_timeouts(conn.sock, self.read_timeout_seconds)
+        _STALL.seen = False
+        result = super().handle(conn)
+        if _STALL.seen:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        return result
 
     def init_signals(self) -> None:
         """The process's owner handles signals (the CLI); a worker thread cannot install them."""
@@ -165,6 +209,17 @@ class _Worker(ThreadWorker):
                 listener.close()
 
 
+def _set_io_timeouts(sock: socket.socket, seconds: float) -> None:
+    """A blocking ``recv``/``send`` on ``sock`` fails (EAGAIN) after ``seconds`` without progress."""
+    whole = int(seconds)
+    timeval = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    except OSError as exc:  # a socket already closed by its peer: its request fails anyway
+        log.debug("could not set a read timeout on a connection: %s", exc)
+
+
 def _tmp_dir() -> str | None:
     """Where gunicorn puts its (unlinked) heartbeat file: /dev/shm, a tmpfs writable in a container
     whose root filesystem is read-only (the shipped manifests), else the default temporary dir."""
@@ -175,11 +230,12 @@ class WSGIServer:
     """One WSGI app served on ``host:port`` by gunicorn's gthread worker, in-process. Bound at
     construction (``server_port`` is known at once, 0 picks a free port); :meth:`serve_forever`
     serves until :meth:`shutdown` (from another thread: stop accepting, let requests in flight end
-    within ``graceful_seconds``, then return)."""
+    within ``graceful_seconds``, then return). ``read_timeout_seconds``: a connection that sends
+    nothing more of its request (or takes nothing of its answer) for that long is closed."""
 
     def __init__(self, host: str, port: int, app: WSGIApp, *, threads: int,
                  graceful_seconds: float = DEFAULT_GRACEFUL_SECONDS, backlog: int = 2048,
-                 worker_connections: int = 1000) -> None:
+                 worker_connections: int = 1000, read_timeout_seconds: float = READ_TIMEOUT_SECONDS) -> None:
         options = {"bind": [_bind(host, port)], "workers": 1, "worker_class": "gthread", "threads": threads,
                    "graceful_timeout": math.ceil(graceful_seconds), "timeout": 0, "keepalive": KEEPALIVE_SECONDS,
                    "backlog": backlog, "worker_connections": worker_connections, "worker_tmp_dir": _tmp_dir(),
@@ -191,6 +247,7 @@ class WSGIServer:
         self._listener = gsock._sock_type(address)(address, self._gapp.cfg, self._log)
         self.server_port: int = int(self._listener.getsockname()[1])
         self._worker = _Worker(1, os.getppid(), [self._listener], self._gapp, 0, self._gapp.cfg, self._log)
+        self._worker.read_timeout_seconds = read_timeout_seconds
         self._started = threading.Event()
         self._stopped = threading.Event()
 
