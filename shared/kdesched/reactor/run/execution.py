@@ -66,6 +66,9 @@ class Execution:
         self.executor_factory = executor_factory
         self.wall_clock = wall_clock
         self.stop = stop
+        # serve's leader tenure (None while it may act): node-local runs take no run Lease, so
+        # this and the stop event are what stop them when the leader's renew deadline passes
+        self.still_leading: Callable[[], str | None] = _always_leading
         self.active_runs = 0
         self.max_active_runs = 0  # for tests: never more than one balance run at a time
         self._active_lock = threading.Lock()
@@ -83,7 +86,7 @@ class Execution:
             now = self.wall_clock()
 
             def checkpoint() -> None:
-                held = guard.still_held() if guard is not None else None
+                held = self._held(guard)
                 if held is not None:
                     raise LockBusy(f"not evicting: {held}")
                 if self.stop.is_set():
@@ -99,8 +102,8 @@ class Execution:
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:
-                """Asked before each eviction: the Lease's renew deadline (client-go's rule), and SIGTERM."""
-                held = guard.still_held() if guard is not None else None
+                """Asked before each eviction: the Leases' renew deadlines (client-go's rule), and SIGTERM."""
+                held = self._held(guard)
                 if held is not None:
                     return held
                 return "shutting down" if self.stop.is_set() else None
@@ -126,6 +129,11 @@ class Execution:
         finally:
             with self._active_lock:
                 self.active_runs -= 1
+
+    def _held(self, guard: LeaseGuard | None) -> str | None:
+        """None while the run may act: its run Lease (if any) and serve's leader tenure are both held."""
+        held = guard.still_held() if guard is not None else None
+        return held if held is not None else self.still_leading()
 
     def resume(self) -> int:
         """Continue the moves the ledger holds pods for (a restarted process, a new leader): each
@@ -194,6 +202,10 @@ class Execution:
             if note:
                 notes[note] = None
         return "; ".join(notes)
+
+def _always_leading() -> str | None:
+    return None
+
 
 def _scope_workloads(decided: Decided) -> set[str]:
     """The workloads this run's scope wanted to move (its plan, its refusals, its surge-first moves)."""

@@ -13,7 +13,10 @@ Stepping down (client-go's rules, :class:`~kdesched.reactor.io.lease.RenewTiming
 renews its Lease every third of ``leaseDurationSeconds`` and retries a failed renew every retry
 period; when the Lease is found held by someone else, or no renew has succeeded for
 ``leaseRenewDeadlineSeconds``, it steps down: ``is_leader`` is cleared and the stop event set, so
-``serve`` shuts down as on SIGTERM (the Deployment restarts it as a standby).
+``serve`` shuts down as on SIGTERM (the Deployment restarts it as a standby). The deadline is
+judged by the clock every retry period on a thread of its own (a watchdog), never only when a
+renew answers: a hanging renew request cannot extend the tenure. Runs ask
+:meth:`Leadership.still_leading` between evictions, so they stop at the deadline itself.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ class Leadership:
         self.clock = clock  # monotonic: judges the leader Lease's renew deadline
         self.timing = RenewTiming.for_lease(settings.lease_duration_seconds, settings.lease_renew_deadline)
         self.stepped_down = ""  # why this leader stepped down ("" = it did not)
-        self._acquire_started = clock()
+        self._tenure: Tenure | None = None  # since we last won the Lease (None: never)
+        self._step_lock = threading.Lock()
 
     def lease_names(self) -> tuple[str, ...]:
         run = self.settings.lease_name
@@ -104,8 +108,8 @@ class Leadership:
         leading = True
         if self.enabled:
             try:
-                self._acquire_started = self.clock()
-                leading = self.lock.try_acquire()
+                started = self.clock()
+                leading = self._took(self.lock.try_acquire(), started)
             except (Forbidden, NotFound) as exc:
                 raise LeaseAccessError(lease_access_message(exc, "create/update", ns, self.lock.name,
                                                             names)) from None
@@ -119,8 +123,8 @@ class Leadership:
         if not self.enabled:
             return True
         try:
-            self._acquire_started = self.clock()
-            taken = self.lock.try_acquire()
+            started = self.clock()
+            taken = self._took(self.lock.try_acquire(), started)
         except Exception as exc:  # noqa: BLE001 - boundary: reported (log + /readyz), never raised further
             if isinstance(exc, (Forbidden, NotFound)):
                 self.error = lease_access_message(exc, "create/update", self.settings.lease_namespace,
@@ -132,38 +136,66 @@ class Leadership:
         self.error = ""
         return taken
 
+    def _took(self, taken: bool, started: float) -> bool:
+        """After an election attempt that started at ``started``: a won one starts our tenure."""
+        if taken:
+            self._tenure = Tenure(self.timing.deadline_seconds, clock=self.clock, since=started,
+                                  what=f"leader Lease {self.settings.lease_namespace}/{self.lock.name}")
+        return taken
+
+    def still_leading(self) -> str | None:
+        """None unless our leader tenure has lapsed (then why): no I/O, asked between evictions.
+        A replica that never led (a standby answering a manual run) is not held back by it."""
+        tenure = self._tenure
+        return tenure.check() if tenure is not None else None
+
     def hold(self, stop: threading.Event) -> None:
-        """Renew the leader Lease until ``stop``; step down (and set ``stop``) when it cannot be kept."""
+        """Keep the leader Lease until ``stop``; step down (and set ``stop``) when it cannot be kept.
+
+        The renews run on their own thread; this thread is the watchdog: it judges the tenure by
+        the clock every retry period, so a renew request that hangs (a half-open connection, reads
+        retried for a minute) cannot keep us leading past the renew deadline."""
+        tenure = self._tenure
+        if tenure is None:  # not won through preflight()/acquire(): judged from now
+            tenure = self._tenure = Tenure(self.timing.deadline_seconds, clock=self.clock, since=self.clock(),
+                                           what=f"leader Lease {self.settings.lease_namespace}/{self.lock.name}")
+        threading.Thread(target=self._renew, args=(tenure, stop), name="kdesched-leader-renew", daemon=True).start()
+        while not stop.wait(self.timing.retry_seconds):
+            reason = tenure.check()
+            if reason is not None:
+                self.step_down(reason, stop)
+                return
+
+    def _renew(self, tenure: Tenure, stop: threading.Event) -> None:
+        """Renew every interval, retry a failure every retry period; a definite loss steps down at once."""
         timing = self.timing
-        tenure = Tenure(timing.deadline_seconds, clock=self.clock, since=self._acquire_started,
-                        what=f"leader Lease {self.settings.lease_namespace}/{self.lock.name}")
         wait = timing.interval_seconds
-        while not stop.wait(wait):
+        while not stop.wait(wait) and tenure.check() is None:
             started = self.clock()
             try:
                 renewed = self.lock.renew()
             except Exception as exc:  # noqa: BLE001 - boundary: retried until the renew deadline
                 log.warning("renewing the leader Lease failed (%.1fs since the last renew, deadline %gs; retrying "
                             "in %gs): %s", tenure.since_renewed, timing.deadline_seconds, timing.retry_seconds, exc)
-                renewed = None
+                wait = timing.retry_seconds
+                continue
             if renewed:
                 tenure.renewed(started)
                 wait = timing.interval_seconds
                 continue
-            if renewed is False:
-                tenure.end(f"the leader Lease {self.settings.lease_namespace}/{self.lock.name} is no longer "
-                           f"ours (gone or taken over)")
-            reason = tenure.check()
-            if reason is not None:
-                self.step_down(reason, stop)
-                return
-            wait = timing.retry_seconds
+            tenure.end(f"the leader Lease {self.settings.lease_namespace}/{self.lock.name} is no longer "
+                       f"ours (gone or taken over)")
+            self.step_down(tenure.check() or "", stop)
+            return
 
     def step_down(self, reason: str, stop: threading.Event) -> None:
         """Stop leading at once, then stop the process as on SIGTERM (the Deployment restarts it and
         it campaigns again as a standby): the watch and the sweep end with the stop event, runs in
         flight are told to stop, and the Lease is released if it still names us."""
-        self.stepped_down = reason
+        with self._step_lock:
+            if self.stepped_down:
+                return  # the watchdog and the renewer may both find it
+            self.stepped_down = reason
         self.is_leader.clear()
         m.LEADER.labels(self.identity).set(0)
         log.error("stepping down as leader: %s; stopping (restarted, this replica campaigns again)", reason)

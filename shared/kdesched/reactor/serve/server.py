@@ -168,6 +168,8 @@ class ReactorServer:
         self.sweep_interval = settings.sweep_interval_seconds if sweep_interval_seconds is None else sweep_interval_seconds
         self.leader_election = leader_election
         self.leadership = Leadership(client, settings, self.identity, enabled=leader_election, clock=clock)
+        # node-local runs take no run Lease: the leader's tenure stops them at its renew deadline
+        self.reactor.execution.still_leading = self.leadership.still_leading
         self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
                                            self.identity)
         self.node_records = NodeRecorder(self.node_record, self.classifier)  # the same code as the classifier function's
