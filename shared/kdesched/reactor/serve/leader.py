@@ -143,6 +143,13 @@ class Leadership:
                                   what=f"leader Lease {self.settings.lease_namespace}/{self.lock.name}")
         return taken
 
+    @property
+    def won(self) -> bool:
+        """Whether an election attempt of this process won the Lease (whether or not it then led):
+        a stopping process releases it on this, so a SIGTERM during the first attempt does not
+        leave it held."""
+        return self._tenure is not None
+
     def still_leading(self) -> str | None:
         """None unless our leader tenure has lapsed (then why): no I/O, asked between evictions.
         A replica that never led (a standby answering a manual run) is not held back by it."""

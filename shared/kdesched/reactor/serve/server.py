@@ -325,6 +325,7 @@ class ReactorServer:
             self._http = None
         if self._led and self.leader_election:
             self.write_node_record()  # what this leader saw last, for the next one
+        if self.leadership.won:  # also when SIGTERM came during the attempt that won it
             try:
                 self.leadership.lock.release()  # only while it still names us
             except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
