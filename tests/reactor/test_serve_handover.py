@@ -10,6 +10,7 @@ every rolling update.
 from __future__ import annotations
 
 import threading
+import time
 
 from kdesched.kube.client import KubeClient
 from kdesched.reactor.run.settings import parse_settings
@@ -45,3 +46,35 @@ def test_sigterm_during_the_first_election_releases_the_leader_lease(fake_api: F
     assert result == [0]
     assert fake_api.get("Lease", "kdesched-leader", "kdesched") is not None  # the attempt did win it
     assert holder(fake_api) == ""
+
+
+def make(kube: KubeClient, identity: str) -> ReactorServer:
+    block = {"settleSeconds": 0.05, "leaseDurationSeconds": 30}  # retry period: 2 s
+    policy = default_like_policy(kdesched=block)
+    return ReactorServer(policy, parse_settings(block, policy=policy, env={}), kube, host="127.0.0.1", port=0,
+                         sweep_interval_seconds=0, identity=identity, watch_timeout_seconds=2, drain_seconds=0.2)
+
+
+def test_a_standby_takes_over_within_a_retry_period_of_the_release(fake_api: FakeApiServer,
+                                                                   kube: KubeClient) -> None:
+    """A standby campaigns every retry period (client-go's RetryPeriod, 2 s), not every third of
+    the duration: a released Lease is taken at its next attempt. A live holder is still judged by
+    its record staying unchanged for a whole duration, however often the standby looks."""
+    fake_api.add(node_obj("n1"))
+    old, new = make(kube, "old"), make(kube, "new")
+    t1 = threading.Thread(target=old.run, daemon=True)
+    t1.start()
+    wait_for(old.leadership.is_leader.is_set)
+    t2 = threading.Thread(target=new.run, daemon=True)
+    t2.start()
+    try:
+        wait_for(lambda: new.ready() == (True, "standby (not the leader)"))
+        threading.Event().wait(0.5)
+        old.shutdown()  # SIGTERM: drains, releases the leader Lease
+        t1.join(30)
+        released = time.monotonic()
+        wait_for(new.leadership.is_leader.is_set, timeout=20)
+        assert time.monotonic() - released <= 3.0
+    finally:
+        new.shutdown()
+        t2.join(30)

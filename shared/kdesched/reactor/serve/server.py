@@ -277,7 +277,9 @@ class ReactorServer:
                 if leading or self.leadership.acquire():
                     self._lead()
                     break
-                self.stop.wait(max(1.0, self.settings.lease_duration_seconds / 3))
+                # every retry period (client-go's RetryPeriod): a released Lease is taken within
+                # it; a live holder's is still taken only once unchanged for a whole duration
+                self.stop.wait(self.leadership.timing.retry_seconds)
         finally:
             self._cleanup()
         return 0
