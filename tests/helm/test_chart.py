@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kdesched.reactor.serve.server import DEFAULT_DRAIN_SECONDS, SHUTDOWN_MARGIN_SECONDS
 
 from tests.helm import (
     CHART,
@@ -55,6 +56,7 @@ NON_DEFAULT: dict[str, Any] = {
     "kdesched": {"sweepIntervalSeconds": 600, "safety": {"enabled": True, "maxUnavailable": 1}},
     "dryRun": True,
     "replicas": 2,
+    "drainSeconds": 45,
     "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
     "priorityClassName": "kdesched-critical",
     "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -273,6 +275,29 @@ def test_contradictions_fail_with_a_message(helm: Path, binary: str) -> None:
         assert broken.returncode != 0 and "policy: not a YAML mapping" in broken.stderr, broken.stderr
     empty = template(helm, {"policy": {}}, binary=binary)  # an empty mapping, like "", is the default policy
     assert rendered_policy(empty) == (CHART / "files" / "default-policy.yaml").read_text()
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize(("drain", "grace"), [(None, 30), (60, 75), (7.5, 23)])
+def test_the_grace_period_follows_the_drain(helm: Path, binary: str, drain: float | None, grace: int) -> None:
+    """``drainSeconds`` is serve's ``--drain-seconds`` and sets the pod's grace period to the drain
+    plus 15 s: after the drain serve stops HTTP and releases the leader Lease
+    (SHUTDOWN_MARGIN_SECONDS), which must happen before the kubelet's SIGKILL or every standby
+    waits a whole Lease duration."""
+    values: dict[str, Any] = {"mode": "standalone", **({"drainSeconds": drain} if drain is not None else {})}
+    spec = find_obj(template(helm, values, binary=binary), "Deployment", "kdesched")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--drain-seconds") + 1] == f"{drain if drain is not None else DEFAULT_DRAIN_SECONDS:g}"
+    assert spec["terminationGracePeriodSeconds"] == grace
+    assert grace > (drain or DEFAULT_DRAIN_SECONDS) + SHUTDOWN_MARGIN_SECONDS
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize("extra", [["--drain-seconds", "60"], ["--drain-seconds=60"]])
+def test_a_drain_in_extra_args_is_refused_naming_the_value(helm: Path, binary: str, extra: list[str]) -> None:
+    """A drain given in extraArgs would not reach the grace period: rendering fails, naming drainSeconds."""
+    done = template_raw(helm, {"mode": "standalone", "extraArgs": extra}, binary=binary)
+    assert done.returncode != 0 and "drainSeconds" in done.stderr, done.stderr
 
 
 # -- one source of truth: the chart renders knative/ --------------------------------------------------
