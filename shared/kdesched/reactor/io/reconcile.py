@@ -276,10 +276,7 @@ class NodeRecorder:
         them: a record written while the send is in flight, or after it failed, must not say the
         change was seen, or a crash then loses it for good (the next start's reconcile compares with
         that record). True when sent."""
-        with self._lock:
-            for node, mark in before.items():
-                self._unsent.setdefault(node, mark)  # an older hold keeps its older mark
-            held = {node: self._unsent[node] for node in before}
+        held = self.hold(before)
         try:
             send(events)
         except Exception as exc:  # noqa: BLE001 - the next resend or start tries again
@@ -291,6 +288,25 @@ class NodeRecorder:
                 if node in self._unsent and self._unsent[node] == mark:
                     del self._unsent[node]
         return True
+
+    def hold(self, before: Mapping[str, NodeMark | None]) -> dict[str, NodeMark | None]:
+        """Hold nodes at their marks ``before`` (None: not in the record) in every record written
+        from now on, until :meth:`resend` sends their changes: their events were not acted on, so
+        the next start's reconcile must send them again. A node already held keeps its older mark.
+        Returns the marks held."""
+        with self._lock:
+            for node, mark in before.items():
+                self._unsent.setdefault(node, mark)
+            return {node: self._unsent[node] for node in before}
+
+    def recorded_mark(self, node: str) -> NodeMark | None:
+        """The node's mark in the record as it stands (held, last written, else read at start):
+        what :meth:`hold` keeps it at if an event about a change seen now is not acted on."""
+        with self._lock:
+            if node in self._unsent:
+                return self._unsent[node]
+            record = self.recorded if self.recorded is not None else self.previous
+            return record.get(node) if record is not None else None
 
     def resend(self, send: Callable[[list[SemanticEvent]], None]) -> list[SemanticEvent]:
         """Send again what :meth:`send_held` could not: the events between each held node's mark and

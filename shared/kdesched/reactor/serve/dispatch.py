@@ -5,6 +5,11 @@ Knative function at containerConcurrency > 1: each event is a task of a bounded 
 same reactor code the functions call. A run that found a lock busy or the API server failing for a
 moment (what Knative's redelivery does for a function's 429/503) is tried again; nothing was
 evicted then (a run raises only before evicting). Whatever is lost, the sweep catches.
+
+An event not acted on (still queued or running at shutdown, ended by ``ShuttingDown``, or given up
+after its retries) is remembered with the mark its node had in the node record when it was
+dispatched (:meth:`Dispatcher.not_acted_on`): the stopping leader holds those nodes at those marks
+in its last record, so the next leader's start-up reconcile sends the change again.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +28,7 @@ from kdesched.reactor.events.classifier import SemanticEvent
 from kdesched.reactor.events.requests import RunRequest, Trigger, parse_node_event
 from kdesched.reactor.events.routing import PING
 from kdesched.reactor.io.lease import LockBusy, ShuttingDown
+from kdesched.reactor.io.reconcile import NodeMark
 from kdesched.reactor.run.runner import Reactor
 
 log = logging.getLogger("kdesched.reactor.serve")
@@ -41,22 +47,51 @@ def outcome_counts(report: Mapping[str, Any]) -> str:
 class Dispatcher:
     """Runs events and sweeps for one ``serve`` process, and keeps their recent reports."""
 
-    def __init__(self, reactor: Reactor, stop: threading.Event, *, workers: int, retry_delay_seconds: float) -> None:
+    def __init__(self, reactor: Reactor, stop: threading.Event, *, workers: int, retry_delay_seconds: float,
+                 recorded_mark: Callable[[str], NodeMark | None] = lambda node: None) -> None:
+        """``recorded_mark``: a node's mark in the node record now (NodeRecorder.recorded_mark)."""
         self.reactor = reactor
         self.stop = stop
         self.retry_delay_seconds = retry_delay_seconds
+        self.recorded_mark = recorded_mark
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-event")
         self.reports: list[dict[str, Any]] = []  # recent reports (bounded), for tests and debugging
         self._reports_lock = threading.Lock()
+        self._open: dict[str, tuple[str, NodeMark | None]] = {}  # event id -> its node and mark, until acted on
+        self._missed: dict[str, NodeMark | None] = {}  # nodes of events given up: their marks then
+        self._open_lock = threading.Lock()
 
     def dispatch(self, events: list[SemanticEvent]) -> None:
         """Hand semantic events to worker threads (the same reactor code the functions call)."""
         for e in events:
             m.EMITTED.labels(e.type).inc()
+            mark = self.recorded_mark(e.node)  # (outside our lock: the recorder takes its own)
+            with self._open_lock:
+                self._open.setdefault(e.id, (e.node, mark))
             if not self.stop.is_set():
-                self.pool.submit(self.run_event, e)
+                self.pool.submit(self._run_open, e)
 
-    def run_event(self, e: SemanticEvent, attempts: int = 3) -> None:
+    def not_acted_on(self) -> dict[str, NodeMark | None]:
+        """The nodes of the events not acted on, each with its oldest mark: given up, ended by
+        ``ShuttingDown``, still queued (cancelled at shutdown) or still running."""
+        with self._open_lock:
+            out = dict(self._missed)
+            for node, mark in self._open.values():
+                out.setdefault(node, mark)
+            return out
+
+    def _run_open(self, e: SemanticEvent) -> None:
+        acted = False
+        try:
+            acted = self.run_event(e)
+        finally:
+            with self._open_lock:
+                node, mark = self._open.pop(e.id, (e.node, None))
+                if not acted:
+                    self._missed.setdefault(node, mark)
+
+    def run_event(self, e: SemanticEvent, attempts: int = 3) -> bool:
+        """Run one event; whether it was acted on (a report), False when it was given up."""
         trigger = Trigger(e.type, e.id, SOURCE, e.node)
         for attempt in range(1, attempts + 1):
             try:
@@ -70,24 +105,25 @@ class Dispatcher:
                     log.info("%s on %s: %s, %d blocked%s", e.type, e.node, outcome_counts(report),
                              len(report.get("blocked", [])),
                              f" (one run for {report['coalesced']} events)" if report.get("coalesced", 1) > 1 else "")
-                return
+                return True
             except ShuttingDown:
-                return
+                return False
             except (LockBusy, ApiError) as exc:
                 # busy, or the API server failing for a moment (what Knative's redelivery does for a
                 # function's 429/503): try again; nothing was evicted (a run raises only before)
                 if isinstance(exc, ApiError) and not is_transient(exc, read=False):
                     log.error("%s on %s failed (the sweep will catch it): %s", e.type, e.node, exc)
-                    return
+                    return False
                 if attempt == attempts:
                     log.warning("%s on %s skipped after %d attempts (the sweep will catch it): %s", e.type, e.node,
                                 attempts, exc)
-                    return
+                    return False
                 log.info("%s on %s: %s; trying again in %gs", e.type, e.node, exc, self.retry_delay_seconds)
                 self.stop.wait(self.retry_delay_seconds)
             except Exception:
                 log.exception("%s on %s failed (the sweep will catch it)", e.type, e.node)
-                return
+                return False
+        return False  # pragma: no cover - the last attempt returns
 
     def keep(self, report: dict[str, Any]) -> None:
         with self._reports_lock:

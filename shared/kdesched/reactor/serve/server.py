@@ -143,7 +143,11 @@ class ReactorServer:
         self.settings = settings
         self.reactor = Reactor(policy, settings, client, identity=self.identity, stop=self.stop)
         self.classifier = Classifier()
-        self.dispatcher = Dispatcher(self.reactor, self.stop, workers=workers, retry_delay_seconds=retry_delay_seconds)
+        self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
+                                           self.identity)
+        self.node_records = NodeRecorder(self.node_record, self.classifier)  # the same code as the classifier function's
+        self.dispatcher = Dispatcher(self.reactor, self.stop, workers=workers, retry_delay_seconds=retry_delay_seconds,
+                                     recorded_mark=self.node_records.recorded_mark)
         self.dispatch = self.dispatcher.dispatch
         self.reports = self.dispatcher.reports  # recent reports (bounded), for tests and debugging
         self.watcher = NodeWatcher(client, self.classifier, self.dispatch, stop=self.stop,
@@ -170,9 +174,6 @@ class ReactorServer:
         self.leadership = Leadership(client, settings, self.identity, enabled=leader_election, clock=clock)
         # node-local runs take no run Lease: the leader's tenure stops them at its renew deadline
         self.reactor.execution.still_leading = self.leadership.still_leading
-        self.node_record = NodeRecordStore(client, settings.lease_namespace, f"{settings.lease_name}{LEADER_SUFFIX}",
-                                           self.identity)
-        self.node_records = NodeRecorder(self.node_record, self.classifier)  # the same code as the classifier function's
         self._record_thread: threading.Thread | None = None
         self.drain_seconds = drain_seconds
         self.abandoned_runs = 0  # runs still in flight when the drain ended (told to stop, not waited for)
@@ -326,7 +327,10 @@ class ReactorServer:
             self._http.shutdown(timeout=HTTP_GRACE_SECONDS + 1)
             self._http = None
         if self._led and self.leader_election:
-            self.write_node_record()  # what this leader saw last, for the next one
+            # what this leader saw last, for the next one; but the nodes of events it did not act
+            # on keep their marks from before them, so the next leader's reconcile sends them again
+            self.node_records.hold(self.dispatcher.not_acted_on())
+            self.write_node_record()
         if self.leadership.won:  # also when SIGTERM came during the attempt that won it
             try:
                 self.leadership.lock.release()  # only while it still names us
