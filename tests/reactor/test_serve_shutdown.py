@@ -1,16 +1,22 @@
-"""``kdesched serve`` stopping: a node change the leader did not act on is handed to the next one.
+"""``kdesched serve`` stopping: a node change the leader did not act on is handed to the next one,
+and the stop ends within the pod's grace period whatever the API server does.
 
 Why: at SIGTERM (a rolling update) or a step-down, events still queued are cancelled and events in
 a settle window end with ``ShuttingDown``. The node record the stopping leader writes last is what
 the next leader's start-up reconcile compares the cluster with; if it recorded those nodes as
 they are now, the change would wait for the sweep (15 minutes by default). Their nodes are held at
 the marks they had when the events were dispatched, so the reconcile sends them again.
+
+After the drain, the leader Lease is released first (the step a standby waits for), then the node
+record is written; each request is tried once, and both end by one deadline (the drain plus
+SHUTDOWN_MARGIN_SECONDS): a failing API server must not keep ``serve`` past the kubelet's SIGKILL.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -21,12 +27,13 @@ from kdesched.reactor.io.lease import LockBusy, ShuttingDown
 from kdesched.reactor.io.reconcile import NodeMark
 from kdesched.reactor.run.settings import parse_settings
 from kdesched.reactor.serve.dispatch import Dispatcher
-from kdesched.reactor.serve.server import ReactorServer
+from kdesched.reactor.serve.server import SHUTDOWN_MARGIN_SECONDS, ReactorServer
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
 from tests.reactor.test_serve import TAINT, wait_for
+from tests.reactor.test_serve_failures import LEADER, FakeClock, Running, clock, leader  # noqa: F401
 
 BLOCK = {"settleSeconds": 0.05, "leaseWaitSeconds": 0.5}
 
@@ -120,3 +127,34 @@ def test_an_event_given_up_keeps_its_nodes_mark_from_its_dispatch(exc: Exception
     dispatcher.pool.shutdown(wait=True)
     assert dispatcher.not_acted_on() == {"n1": before}
 
+
+def test_the_stop_ends_within_the_drain_and_the_margin_while_the_api_server_fails(
+        leader: Running, fake_api: FakeApiServer) -> None:  # noqa: F811
+    """Every read of the leader Lease answers 503: the release and the record write fail at once
+    (no read retries for a minute each) and ``run`` returns 0 within the budget."""
+    srv = leader.srv
+    fake_api.script("GET", LEADER, [503] * 100_000)
+    fake_api.script("PUT", LEADER, [503] * 100_000)
+    started = time.monotonic()
+    srv.shutdown()
+    assert leader.join() == [0]
+    assert time.monotonic() - started <= srv.drain_seconds + SHUTDOWN_MARGIN_SECONDS
+
+
+def test_the_lease_is_released_before_the_record_is_written(leader: Running, fake_api: FakeApiServer) -> None:  # noqa: F811
+    """The release is what a standby waits for: a slow record write must not delay it. The record
+    is still written after it (the Lease names no holder then; a new holder's write would refuse it)."""
+    srv = leader.srv
+    wait_for(lambda: srv.node_records.recorded is not None)
+    taint(fake_api, "n2")  # no pod there: acted on at once, and a change the last record must keep
+    wait_for(lambda: srv.classifier.digests() and any(d.taints for d in srv.classifier.digests())
+             and not srv.dispatcher.not_acted_on())
+    fake_api.clear_journal()
+    srv.shutdown()
+    assert leader.join() == [0]
+    puts = [r.body for r in fake_api.requests("PUT", LEADER)]
+    released = [i for i, b in enumerate(puts) if not (b.get("spec") or {}).get("holderIdentity")]
+    assert released, puts
+    lease = fake_api.get("Lease", "kdesched-leader", "kdesched")
+    assert lease is not None and not lease["spec"].get("holderIdentity")
+    assert len(puts) == released[0] + 2  # the release, then the record write

@@ -136,16 +136,20 @@ class KubeClient(ResourceClient):
         return cls(ApiClient(configuration=configuration), request_timeout=request_timeout,
                    reporting_instance="kdesched-test", limits=limits, read_retry=read_retry, sleep=sleep)
 
-    def sibling(self, *, pool_size: int | None = None) -> KubeClient:
+    def sibling(self, *, pool_size: int | None = None, read_retry: ReadRetry | None = None,
+                request_timeout: float | None = None) -> KubeClient:
         """A new client to the same server with the same credentials and the same :attr:`clock`, its
         own connection pool and its own request counters (the watch cache holds one long-lived watch
-        per kind; it must not take the run's pooled connections, and its traffic is reported separately)."""
+        per kind; it must not take the run's pooled connections, and its traffic is reported separately).
+        ``read_retry`` and ``request_timeout``: other bounds than this client's (None: the same)."""
         configuration = copy.deepcopy(self.api_client.configuration)
         if pool_size is not None:
             configuration.connection_pool_maxsize = max(int(pool_size), 1)
-        return KubeClient(ApiClient(configuration=configuration), request_timeout=self.request_timeout,
+        return KubeClient(ApiClient(configuration=configuration),
+                          request_timeout=self.request_timeout if request_timeout is None else request_timeout,
                           reporting_instance=self.reporting_instance, impersonation=self.impersonation,
-                          read_retry=self.read_retry, sleep=self._sleep, clock=self.clock)
+                          read_retry=self.read_retry if read_retry is None else read_retry, sleep=self._sleep,
+                          clock=self.clock)
 
     @property
     def max_concurrent_evictions(self) -> int:

@@ -146,9 +146,12 @@ class NodeRecordStore:
         return decode(notes.get(RECORD_ANNOTATION)), decode_answers(notes.get(ANSWERS_ANNOTATION))
 
     def write(self, marks: Mapping[str, NodeMark], *, holder_only: bool = True,
-              answers: AnswerJournal | None = None) -> str:
+              answers: AnswerJournal | None = None, released: bool = False) -> str:
         """Write the record (``holder_only``: only while this identity holds the Lease, as ``serve``'s
-        leader; else as the one classifier function, creating the Lease if needed), and with
+        leader, or with ``released`` also while it names no holder: the stopping leader's last record,
+        written just after it released the Lease; the replace carries the resourceVersion read, so a
+        standby taking the Lease meanwhile makes it re-read and refuse; else as the one classifier
+        function, creating the Lease if needed), and with
         ``answers`` the journal of answers, merged with the one on the Lease (a classifier of a
         rollout's other revision may have written its own). Returns "" or why it was not written
         (too large, not the holder, lost the race twice: the next tick tries again)."""
@@ -172,7 +175,8 @@ class NodeRecordStore:
                     return ""
                 except Conflict:
                     continue
-            if lease is None or (holder_only and (lease.get("spec") or {}).get("holderIdentity") != self.identity):
+            holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+            if lease is None or (holder_only and holder != self.identity and (holder or not released)):
                 return "not the leader Lease's holder"
             meta = dict(lease.get("metadata") or {})
             meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
@@ -332,10 +336,11 @@ class NodeRecorder:
         """The marks of the nodes as cached now (what a :meth:`send_held` holds them at)."""
         return {d.name: mark_of(d) for d in self.classifier.digests()}
 
-    def write(self, *, force: bool = False) -> str:
-        """Write the record if it is due (or ``force``) and changed; "" or why not (logged)."""
+    def write(self, *, force: bool = False, released: bool = False) -> str:
+        """Write the record if it is due (or ``force``) and changed; "" or why not (logged).
+        ``released``: also on a Lease that names no holder (:meth:`NodeRecordStore.write`)."""
         with self._lock:
-            return self._write(force)
+            return self._write(force, released=released)
 
     def answer(self, key: Key, digest: NodeDigest, reply: SemanticEvent, commit: Callable[[], object]) -> str:
         """Remember ``reply`` as the answer to event ``key`` about ``digest`` (the node's new state),
@@ -362,7 +367,7 @@ class NodeRecorder:
                 marks[name] = old
         return marks
 
-    def _write(self, force: bool, pending: NodeDigest | None = None) -> str:
+    def _write(self, force: bool, pending: NodeDigest | None = None, *, released: bool = False) -> str:
         if not self.classifier.seeded or not self._read.is_set():
             return "not seeded, or the previous record not read yet"  # (it would lose the gap)
         now = self.clock()
@@ -374,7 +379,7 @@ class NodeRecorder:
             return ""
         self._recorded_at = now
         try:
-            why = self.store.write(marks, holder_only=self.holder_only, answers=self.answers)
+            why = self.store.write(marks, holder_only=self.holder_only, answers=self.answers, released=released)
         except Exception as exc:  # noqa: BLE001 - the next write tries again
             why = str(exc) or type(exc).__name__
         if why:

@@ -195,6 +195,16 @@ class Leadership:
             self.step_down(tenure.check() or "", stop)
             return
 
+    def release(self, client: KubeClient) -> None:
+        """Release the leader Lease through ``client`` (the stop's, with its own bounds), only if it
+        still names us; a failure is logged (the Lease then expires by itself)."""
+        lock = LeaseLock(client, self.lock.namespace, self.lock.name, self.identity, self.lock.lease_duration_seconds,
+                         observations=self.lock.observations)
+        try:
+            lock.release()
+        except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
+            log.warning("releasing the leader Lease failed (it will expire): %s", exc)
+
     def step_down(self, reason: str, stop: threading.Event) -> None:
         """Stop leading at once, then stop the process as on SIGTERM (the Deployment restarts it and
         it campaigns again as a standby): the watch and the sweep end with the stop event, runs in

@@ -24,10 +24,11 @@ Shutdown (SIGTERM -> :meth:`ReactorServer.shutdown`): a threading.Event stops th
 settle windows short, abandons a run that has not started evicting, and tells a run that is
 evicting to stop (the evictor checks the event between batches). Runs get ``drain_seconds``
 (``--drain-seconds``, default :data:`DEFAULT_DRAIN_SECONDS`) to end; then, ended or not, HTTP stops,
-the leader Lease is released and ``run`` returns 0. The drain must end before the kubelet's
-SIGKILL: the Deployment's ``terminationGracePeriodSeconds`` (30) leaves
-:data:`SHUTDOWN_MARGIN_SECONDS` after the default drain for stopping HTTP and releasing the Lease
-(tests/reactor/test_serve_failures.py checks the manifest against both).
+the leader Lease is released, the node record written and ``run`` returns 0. All of it must end
+before the kubelet's SIGKILL: one deadline, the drain plus :data:`SHUTDOWN_MARGIN_SECONDS`, which
+the Deployment's ``terminationGracePeriodSeconds`` (30) covers after the default drain
+(tests/reactor/test_serve_failures.py checks the manifest against both); the release and the
+record write try each request once, with a timeout from the time left.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from prometheus_client.registry import Collector
 
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.kube.cache import DEFAULT_MAX_OBJECTS, RECOVER_FRACTION, ClusterCache
-from kdesched.kube.client import KubeClient
+from kdesched.kube.client import NO_READ_RETRY, KubeClient
 from kdesched.kube.errors import ApiError
 from kdesched.kube.usage import MetricsCollector
 from kdesched.policy.types import Policy
@@ -65,8 +66,9 @@ log = logging.getLogger("kdesched.reactor.serve")
 
 RECORD_SECONDS = 10.0  # how often the leader writes the node record when it changed
 DEFAULT_DRAIN_SECONDS = 15.0  # how long a stopping serve waits for runs in flight to end
-SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease (a GET and a PUT), exit
+SHUTDOWN_MARGIN_SECONDS = 10.0  # after the drain: stop HTTP, release the leader Lease, write the node record
 HTTP_GRACE_SECONDS = 3.0  # of that margin: requests in flight when HTTP stops (runs were told to stop)
+EXIT_SECONDS = 1.0  # of that margin: left after the release and the record write, for the exit itself
 
 
 AppFactory = Callable[["ReactorServer"], Any]  # returns a WSGI app (the functions layer builds it)
@@ -308,15 +310,18 @@ class ReactorServer:
 
     def _cleanup(self) -> None:
         """Stop: runs in flight get ``drain_seconds`` to end (those still evicting were told to stop
-        by the stop event and are not waited for longer), then HTTP stops and the leader Lease is
-        released, all before the kubelet's SIGKILL (module docstring)."""
+        by the stop event and are not waited for longer), then HTTP stops, the leader Lease is
+        released and the node record written, all by one deadline before the kubelet's SIGKILL
+        (``drain_seconds`` + :data:`SHUTDOWN_MARGIN_SECONDS`, module docstring)."""
+        started = time.monotonic()
+        drained = started + self.drain_seconds
+        end = drained + SHUTDOWN_MARGIN_SECONDS - EXIT_SECONDS  # the release and the record write by then
         self.stop.set()
         self.reactor.continuations.cancel_all()
-        if self._record_thread is not None:  # it logs: let it end before the process (or a test) does
-            self._record_thread.join(timeout=5)
         self.dispatcher.pool.shutdown(wait=False, cancel_futures=True)
-        deadline = time.monotonic() + self.drain_seconds
-        while self.reactor.execution.active_runs and time.monotonic() < deadline:
+        if self._record_thread is not None:  # it logs: let it end before the process (or a test) does
+            self._record_thread.join(timeout=max(0.0, min(5.0, drained - time.monotonic())))
+        while self.reactor.execution.active_runs and time.monotonic() < drained:
             time.sleep(0.05)
         self.abandoned_runs = self.reactor.execution.active_runs
         if self.abandoned_runs:
@@ -326,16 +331,35 @@ class ReactorServer:
         if self._http is not None:  # stop accepting; requests in flight get HTTP_GRACE_SECONDS
             self._http.shutdown(timeout=HTTP_GRACE_SECONDS + 1)
             self._http = None
-        if self._led and self.leader_election:
-            # what this leader saw last, for the next one; but the nodes of events it did not act
-            # on keep their marks from before them, so the next leader's reconcile sends them again
-            self.node_records.hold(self.dispatcher.not_acted_on())
-            self.write_node_record()
-        if self.leadership.won:  # also when SIGTERM came during the attempt that won it
-            try:
-                self.leadership.lock.release()  # only while it still names us
-            except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
-                log.warning("releasing the leader Lease failed (it will expire): %s", exc)
+        self._hand_over(end)
         self.leadership.is_leader.clear()
         m.LEADER.labels(self.identity).set(0)
         log.info("stopped")
+
+    def _hand_over(self, end: float) -> None:
+        """Release the leader Lease (also one won by an attempt SIGTERM cut short), then write this
+        leader's last node record, where the nodes of events it did not act on keep their marks
+        from before them: the release first, as it is what a standby waits for; each request tried
+        once (no read retries) and all by ``end``. What is not done by then is left (the Lease
+        expires; the previous record stays)."""
+        led = self._led and self.leader_election
+        if not (self.leadership.won or led):
+            return
+        quick = self.client.sibling(read_retry=NO_READ_RETRY,
+                                    request_timeout=max(0.1, (end - time.monotonic()) / 4))
+
+        def hand_over() -> None:
+            if self.leadership.won:
+                self.leadership.release(quick)
+            if led:
+                self.node_records.hold(self.dispatcher.not_acted_on())
+                self.node_records.store = NodeRecordStore(quick, self.node_record.namespace, self.node_record.name,
+                                                          self.identity)
+                self.node_records.write(force=True, released=True)
+
+        worker = threading.Thread(target=hand_over, name="kdesched-hand-over", daemon=True)
+        worker.start()
+        worker.join(max(0.0, end - time.monotonic()))
+        if worker.is_alive():
+            log.warning("releasing the leader Lease and writing the node record did not end by the shutdown "
+                        "deadline: left (the Lease expires by itself)")
