@@ -113,6 +113,9 @@ class _Refusing:
             return {"evictions": [], "blocked": []}
         raise self.exc
 
+    def run_requested(self, *args: object, **kw: object) -> dict[str, Any]:
+        return self.node_event()
+
 
 @pytest.mark.parametrize("exc", [ShuttingDown("stopping"), LockBusy("busy")])
 def test_an_event_given_up_keeps_its_nodes_mark_from_its_dispatch(exc: Exception) -> None:
@@ -158,3 +161,20 @@ def test_the_lease_is_released_before_the_record_is_written(leader: Running, fak
     lease = fake_api.get("Lease", "kdesched-leader", "kdesched")
     assert lease is not None and not lease["spec"].get("holderIdentity")
     assert len(puts) == released[0] + 2  # the release, then the record write
+
+
+def test_a_sweep_after_an_event_was_given_up_acts_on_its_node() -> None:
+    """The sweep runs the whole policy on every node: an event given up before it began is no
+    longer missed, and the next leader does not send it again."""
+    before = NodeMark("uid", True, "taints-before", "labels")
+    reactor = _Refusing(LockBusy("busy"))
+    dispatcher = Dispatcher(reactor, threading.Event(), workers=1, retry_delay_seconds=0,  # type: ignore[arg-type]
+                            recorded_mark={"n1": before}.get)
+    dispatcher.dispatch([SemanticEvent(ev.TAINTS_CHANGED, "e1", "n1", {"node": "n1"})])
+    dispatcher.pool.shutdown(wait=True)
+    assert dispatcher.not_acted_on() == {"n1": before}
+    assert dispatcher.sweep_once() is None  # a sweep that could not run lets nothing go
+    assert dispatcher.not_acted_on() == {"n1": before}
+    reactor.exc = None
+    assert dispatcher.sweep_once() is not None
+    assert dispatcher.not_acted_on() == {}

@@ -131,6 +131,10 @@ class Dispatcher:
             del self.reports[:-100]
 
     def sweep_once(self) -> dict[str, Any] | None:
+        """One whole-policy run. It acts on every node: the events given up before it began are
+        no longer missed (the next leader need not send them again)."""
+        with self._open_lock:
+            missed_before = dict(self._missed)
         try:
             report = self.reactor.run_requested(Trigger(PING, f"sweep-{uuid.uuid4().hex[:12]}", f"{SOURCE}/sweep"),
                                                 RunRequest())
@@ -141,6 +145,10 @@ class Dispatcher:
             log.exception("sweep failed")
             return None
         self.keep(report)
+        with self._open_lock:
+            for node, mark in missed_before.items():
+                if node in self._missed and self._missed[node] == mark:
+                    del self._missed[node]
         return report
 
     def sweep_loop(self, interval: float, leading: threading.Event) -> None:
