@@ -19,7 +19,13 @@ from kdesched.evictor.surge import (
     advance,
     surge_refusal,
 )
-from kdesched.model.owners import Condition, DeploymentInfo, ReplicaSetInfo, deployment_from_json
+from kdesched.model.owners import (
+    SURGE_MANAGER,
+    Condition,
+    DeploymentInfo,
+    ReplicaSetInfo,
+    deployment_from_json,
+)
 from kdesched.model.records import Pod, PodDisruptionBudget
 
 from tests.builders import NOW, pod
@@ -37,11 +43,12 @@ def web(name: str, node: str, *, created: float = -3600, ready: bool = True, del
 
 def dep(replicas: int = 1, *, generation: int = 5, observed: int | None = None, updated: int | None = None,
         status: int | None = None, strategy: str = "RollingUpdate", max_surge: str = "25%", paused: bool = False,
-        annotations: dict[str, str] | None = None, failure: str = "") -> DeploymentInfo:
+        annotations: dict[str, str] | None = None, failure: str = "",
+        managers: tuple[str, ...] | None = None) -> DeploymentInfo:
     conditions = (Condition("ReplicaFailure", "True", "FailedCreate", failure),) if failure else ()
     return DeploymentInfo("default", "web", "uid-web", "100", generation, generation if observed is None else observed,
                           replicas, replicas if status is None else status, replicas if updated is None else updated,
-                          strategy, max_surge, paused, annotations or {}, conditions, "app=web")
+                          strategy, max_surge, paused, annotations or {}, conditions, "app=web", managers)
 
 
 RS = ReplicaSetInfo("default", "web-abc", "Deployment", "web", 1)
@@ -188,12 +195,22 @@ def test_replicas_changed_by_an_hpa_are_left_as_the_owner_set_them() -> None:
     assert step.action == Action.END and step.outcome == OVERRIDDEN and "owner" in step.why
 
 
-def test_an_hpa_writing_the_same_number_is_not_taken_for_kdesched() -> None:
-    # generation 6 is kdesched's scale-up; the HPA wrote 2 again (generation 7): the value is the HPA's
+def test_the_surged_value_written_by_an_hpa_is_not_taken_for_kdesched() -> None:
+    """An HPA that went 2 -> 3 -> 2 owns the replicas' managedFields entry: the value is the HPA's."""
     old = web("web-1", "node-a")
     new = web("web-2", "spare-1", created=1)
-    step = advance(surge_of(old), dep(2, generation=7), RS, [old, new], T0 + 4)
+    step = advance(surge_of(old), dep(2, generation=8, managers=("kube-controller-manager",)), RS, [old, new], T0 + 4)
     assert step.action == Action.END and step.outcome == OVERRIDDEN
+
+
+@pytest.mark.parametrize("managers", [(SURGE_MANAGER,), None], ids=["kdesched's-entry", "no-managedFields"])
+def test_a_later_generation_alone_does_not_take_the_replicas_from_kdesched(managers: tuple[str, ...] | None) -> None:
+    """Generation 7 (an annotation, observed by the controller) with the replicas still written by
+    kdesched's scale write, or no managedFields to tell: they are kdesched's, the move goes on."""
+    old = web("web-1", "node-a")
+    new = web("web-2", "spare-1", created=1)
+    step = advance(surge_of(old), dep(2, generation=7, managers=managers), RS, [old, new], T0 + 4)
+    assert step.action == Action.EVICT
 
 
 def test_original_replicas_put_back_by_someone_else_end_the_move_after_the_start_grace() -> None:

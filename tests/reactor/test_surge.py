@@ -63,7 +63,7 @@ class StubClient:
                 "spec": {"replicas": self.replicas}, "status": {"conditions": conditions}}
 
     def replace_subresource(self, kind: str, name: str, namespace: str, subresource: str,
-                            obj: Mapping[str, Any]) -> dict[str, Any]:
+                            obj: Mapping[str, Any], **_: Any) -> dict[str, Any]:
         if self.conflict:
             raise Conflict(409, "Conflict", "the object has been modified")
         self.calls.append(("scale", (obj["spec"]["replicas"], obj["metadata"]["resourceVersion"])))

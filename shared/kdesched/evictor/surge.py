@@ -35,9 +35,11 @@ two processes, or after a crash, does no harm.
 The owner changing underneath (docs/safety.md, "Surge-first moves"):
 
 * **replicas changed by someone else** (an HPA, a GitOps tool, a person): kdesched scales back only
-  while ``spec.replicas`` is still its own surged value, with a write conditional on the version it
-  read. Any other value is the owner's decision and wins: the move ends there (the pod that had to
-  go stays, and the strategy decides again on the next run);
+  while ``spec.replicas`` is still its own surged value, last written by its own scale write (the
+  managedFields entry that owns the field, :meth:`Surge.ours`), with a write conditional on the
+  version it read. Any other value, or the same value written by someone else, is the owner's
+  decision and wins: the move ends there (the pod that had to go stays, and the strategy decides
+  again on the next run). Other writes to the Deployment (an annotation, ``paused``) are not;
 * **a rollout** (a pod of another ReplicaSet appears): the move is given up and the replicas
   restored;
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
@@ -55,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.model.derived import pod_ready
-from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo
+from kdesched.model.owners import SURGE_MANAGER, DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod, PodDisruptionBudget
 
 OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
@@ -205,8 +207,9 @@ class Surge:
     deadline: float  # given up and restored at this time (replacementTimeoutSeconds)
     strategy: str
     # the Deployment's metadata.generation once kdesched's scale-up is in: the scale write is
-    # conditional on the version the move was chosen at, so it is exactly one more than then. Any
-    # other spec write (an HPA setting the same replicas, a template change) moves it on
+    # conditional on the version the move was chosen at, so it is exactly one more than then. Not
+    # who owns the replicas (an annotation moves it too; :meth:`ours`): a later generation the
+    # Deployment controller has not observed yet may be a rollout (:func:`_rollout`)
     generation: int = 0
     evicted: float = 0.0  # when kdesched evicted the pod (0: not yet); the scale-back follows once it is seen going
 
@@ -221,9 +224,17 @@ class Surge:
                    float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]))
 
     def ours(self, deployment: DeploymentInfo) -> bool:
-        """Are the Deployment's replicas still kdesched's surged value, written by kdesched (not an HPA
-        that happened to choose the same number)?"""
-        return deployment.replicas == self.surged and (not self.generation or deployment.generation == self.generation)
+        """Are the Deployment's replicas still kdesched's surged value, written by kdesched? Judged by
+        who last wrote ``spec.replicas``: the managedFields entry that owns it is kdesched's scale
+        write (:data:`~kdesched.model.owners.SURGE_MANAGER`) and no other manager's. An HPA or a
+        person writing the replicas takes the entry over, also when they put back the same number
+        later (A-B-A); any other write (an annotation, ``paused``, the template) leaves it alone.
+        Without managedFields (an API server or a copy that does not keep them) judged on the value
+        alone."""
+        if deployment.replicas != self.surged:
+            return False
+        managers = deployment.replicas_managers
+        return managers is None or managers == (SURGE_MANAGER,)
 
 
 class Action(enum.StrEnum):
@@ -276,9 +287,6 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling)
             return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
-    if replicas == s.surged and not mine and _rollout(s, deployment, pods):
-        # the template changed (a rollout) with the replicas still at kdesched's value: put them back
-        return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
     if mine:
         if s.evicted:
             # evicted, and not seen terminating yet (a snapshot from before the eviction)
@@ -331,10 +339,15 @@ def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
 
 
 def _rollout(s: Surge, deployment: DeploymentInfo, pods: Sequence[Pod] | None) -> bool:
-    """Has a rollout begun since the move did? (Not ``generation``: the scale-up itself bumps it.) A
-    pod of another ReplicaSet than the marked pod's, or the Deployment counting pods it has not
-    updated."""
+    """Has a rollout (maybe) begun since the move did? A pod of another ReplicaSet than the marked
+    pod's, the Deployment counting pods it has not updated, or a spec write after kdesched's scale-up
+    (``generation`` past the move's) that the Deployment controller has not observed yet: a template
+    change looks so before the controller makes its ReplicaSet, and a later settle might not see it
+    any more as a rollout. (An annotation or ``paused`` looks the same for a moment: the move is then
+    given up, the replicas restored, which costs the move, not the owner's value.)"""
     if deployment.updated_replicas != deployment.status_replicas and deployment.status_replicas:
+        return True
+    if s.generation and deployment.generation > s.generation and deployment.observed_generation < deployment.generation:
         return True
     if pods is None:
         return False

@@ -251,10 +251,11 @@ class KubeClient(ResourceClient):
         return self.patch(res, name, res.scoped(namespace), patch, subresource=subresource)
 
     def replace_subresource(self, kind: str, name: str, namespace: str, subresource: str,
-                            obj: Mapping[str, Any]) -> dict[str, Any]:
+                            obj: Mapping[str, Any], *, field_manager: str = "") -> dict[str, Any]:
         """PUT ``.../<name>/<subresource>``; with ``metadata.resourceVersion`` set, Conflict if the
-        object changed meanwhile."""
-        return self.replace(resource_for(kind), name, namespace, obj, subresource=subresource)
+        object changed meanwhile. ``field_manager``: recorded in managedFields for what it changes."""
+        return self.replace(resource_for(kind), name, namespace, obj, subresource=subresource,
+                            field_manager=field_manager)
 
     def delete_raw(self, kind: str, name: str, namespace: str | None = None, *, resource_version: str = "") -> None:
         """DELETE one object; with ``resource_version``, Conflict if it changed meanwhile. NotFound if absent."""

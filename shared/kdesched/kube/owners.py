@@ -12,7 +12,13 @@ this needs is the least there is (docs/deploying.md): ``get`` on deployments and
 from __future__ import annotations
 
 from kdesched.kube.client import KubeClient
-from kdesched.model.owners import DeploymentInfo, ReplicaSetInfo, deployment_from_json, replicaset_from_json
+from kdesched.model.owners import (
+    SURGE_MANAGER,
+    DeploymentInfo,
+    ReplicaSetInfo,
+    deployment_from_json,
+    replicaset_from_json,
+)
 from kdesched.model.records import Pod
 
 
@@ -36,8 +42,10 @@ def workload_pods(client: KubeClient, deployment: DeploymentInfo) -> list[Pod] |
 
 def scale_deployment(client: KubeClient, namespace: str, name: str, replicas: int, resource_version: str) -> None:
     """Set the Deployment's replicas through ``deployments/scale``, if it is still at
-    ``resource_version`` (Conflict otherwise). The Deployment's template is never written."""
+    ``resource_version`` (Conflict otherwise). The Deployment's template is never written. Sent as
+    field manager :data:`SURGE_MANAGER`: while the managedFields entry owning ``spec.replicas`` is
+    that one, nobody else has written the replicas since (kdesched.evictor.surge.Surge.ours)."""
     client.replace_subresource("Deployment", name, namespace, "scale", {
         "apiVersion": "autoscaling/v1", "kind": "Scale",
         "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
-        "spec": {"replicas": replicas}})
+        "spec": {"replicas": replicas}}, field_manager=SURGE_MANAGER)

@@ -153,9 +153,11 @@ class ResourceClient(Transport):
         return self._parse(resp, "POST", path, self._read(resp))
 
     def replace(self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any], *,
-                subresource: str | None = None) -> dict[str, Any]:
-        """PUT ``body``; with ``metadata.resourceVersion`` set, Conflict if it changed meanwhile."""
-        return self._json("PUT", res.path(namespace, name, subresource), body=body)
+                subresource: str | None = None, field_manager: str = "") -> dict[str, Any]:
+        """PUT ``body``; with ``metadata.resourceVersion`` set, Conflict if it changed meanwhile.
+        ``field_manager``: the name the API server records in managedFields for the fields it changes."""
+        query = [("fieldManager", field_manager)] if field_manager else None
+        return self._json("PUT", res.path(namespace, name, subresource), query=query, body=body)
 
     def patch(self, res: Resource, name: str, namespace: str | None, patch: Mapping[str, Any], *,
               subresource: str | None = None, content_type: str = "application/merge-patch+json") -> dict[str, Any]:

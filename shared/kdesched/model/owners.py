@@ -14,6 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# the field manager of kdesched's scale writes (``?fieldManager=``): the Deployment's managedFields then
+# say whether spec.replicas is still kdesched's or was written since by someone else (an HPA, a person)
+SURGE_MANAGER = "kdesched-surge"
+
 
 @dataclass(frozen=True, slots=True)
 class Condition:
@@ -42,6 +46,9 @@ class DeploymentInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
     selector: str = ""  # spec.selector.matchLabels as a label selector ("" when it has matchExpressions only)
+    # the field managers that own spec.replicas (metadata.managedFields); None when the object has no
+    # managedFields at all (an API server or a record that does not keep them)
+    replicas_managers: tuple[str, ...] | None = None
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -92,7 +99,23 @@ def deployment_from_json(obj: Mapping[str, Any]) -> DeploymentInfo:
         _int(spec.get("replicas"), 1), _int(status.get("replicas")), _int(status.get("updatedReplicas")),
         str(strategy.get("type") or "RollingUpdate"), "" if surge is None else str(surge), bool(spec.get("paused")),
         {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}, _conditions(status.get("conditions")),
-        _selector(spec.get("selector")))
+        _selector(spec.get("selector")), _replicas_managers(meta.get("managedFields")))
+
+
+def _replicas_managers(raw: Any) -> tuple[str, ...] | None:
+    """The managers whose managedFields entry owns ``f:spec.f:replicas`` (the scale subresource's
+    entries included), or None without managedFields."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    out: list[str] = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        fields = entry.get("fieldsV1")
+        spec = fields.get("f:spec") if isinstance(fields, Mapping) else None
+        if isinstance(spec, Mapping) and "f:replicas" in spec:
+            out.append(str(entry.get("manager") or ""))
+    return tuple(sorted(set(out)))
 
 
 def _selector(raw: Any) -> str:

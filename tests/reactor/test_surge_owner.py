@@ -1,0 +1,126 @@
+"""Surge-first moves when the Deployment is written by someone else during the move: the replicas
+are put back unless their owner (an HPA, a person, a GitOps tool) wrote them (docs/safety.md, "Safe
+when the owner changes underneath"). Driven run after run against a stub of the API server's
+Deployment (tests/reactor/surge_api.py); the real controllers are tests/realk8s/test_surge_owner.py's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from kdesched.kube.client import KubeClient
+from kdesched.kube.errors import NotFound
+from kdesched.kube.owners import scale_deployment
+from kdesched.model.owners import SURGE_MANAGER
+from kdesched.reactor.run.surge import Ended
+
+from tests.builders import NOW
+from tests.fakeapi import FakeApiServer
+from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
+
+
+def outcomes(ended: list[Ended]) -> list[tuple[str, str]]:
+    return [(e.outcome, e.why) for e in ended]
+
+
+def test_the_scale_write_names_kdesched_as_its_field_manager(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The replicas are judged kdesched's by the managedFields entry of its scale write, so the write
+    must carry ``?fieldManager=``: without it the API server names the manager after the User-Agent."""
+    with pytest.raises(NotFound):  # the fake serves no Deployments: only the request matters here
+        scale_deployment(kube, "default", "web", 2, "41")
+    sent = fake_api.requests("PUT")
+    assert sent and sent[-1].query.get("fieldManager") == SURGE_MANAGER
+
+
+@pytest.mark.parametrize("managed_fields", [True, False], ids=["managedFields", "no-managedFields"])
+def test_an_annotation_mid_move_does_not_leave_the_replicas_surged(managed_fields: bool) -> None:
+    """An annotation (kubectl annotate, Argo CD or Flux metadata) bumps the Deployment's generation but
+    does not touch spec.replicas: they are still kdesched's, so the move goes on or is given up with
+    the replicas put back; never ended with them at original+1."""
+    api = Api(replicas=1, managed_fields=managed_fields)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, started = begun(api, old)
+    assert started == {KEY: ""} and api.replicas == 2
+    api.annotations["team"] = "payments"
+    api.spec_write()
+    web(api, "web-2", "node-a", created=1, ready=False)  # the surge pod, scheduling
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 2, ended)
+    assert KEY not in ledger.surges
+    assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+def test_an_annotation_the_controller_has_observed_leaves_the_move_going_on() -> None:
+    """Once the Deployment controller has observed the annotation (no rollout), the replicas are still
+    kdesched's (their managedFields entry is its scale write): the move goes on and ends done."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, _ = begun(api, old)
+    api.annotations["team"] = "payments"
+    api.spec_write()
+    api.controller_observes()
+    web(api, "web-2", "node-b", created=2, ready=True)
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 5, ended)
+    assert ("evict", "web-1") in api.calls and ledger.surges[KEY].evicted
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    ledger = drive(driver, ledger, api, T0 + 6, ended)
+    assert [o for o, _ in outcomes(ended)] == ["done"] and api.replicas == 1
+
+
+def test_pausing_the_deployment_mid_move_does_not_leave_the_replicas_surged() -> None:
+    """``kubectl rollout pause`` writes spec.paused, not the replicas: they are put back."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, _ = begun(api, old)
+    api.spec_write(paused=True)
+    ended: list[Ended] = []
+    drive(driver, ledger, api, T0 + 2, ended)
+    assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+def test_a_rollout_seen_before_the_controller_acts_puts_the_replicas_back() -> None:
+    """A settle between a template write and the Deployment controller's first sync (observedGeneration
+    behind, no new ReplicaSet yet) counts it as a rollout: the move is given up, the replicas put back."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, _ = begun(api, old)
+    api.spec_write()  # kubectl set image: generation + 1, the controller not synced yet
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 2, ended)
+    api.controller_observes()
+    web(api, "web-3", "node-b", created=3, ready=False, template="def")  # the rollout's first pod
+    drive(driver, ledger, api, T0 + 3, ended)
+    assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+def test_an_annotation_after_the_eviction_does_not_leave_the_replicas_surged() -> None:
+    """After the eviction, an annotation lands before the pod is seen terminating: the scale-back still
+    follows once it is."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2, ready=True)
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 5, ended)
+    assert ("evict", "web-1") in api.calls and ledger.surges[KEY].evicted
+    api.annotations["deployment.kubernetes.io/note"] = "x"
+    api.spec_write()
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    drive(driver, ledger, api, T0 + 6, ended)
+    assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+def test_replicas_set_back_to_the_surged_value_by_an_hpa_are_the_hpas() -> None:
+    """An HPA that scales 2 -> 3 -> 2 during the move leaves the value kdesched had set, but written by
+    the HPA (its managedFields entry owns the replicas now): the owner's value stays."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, _ = begun(api, old)
+    api.scale_by("kube-controller-manager", 3)
+    api.scale_by("kube-controller-manager", 2)
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 2, ended)
+    assert KEY not in ledger.surges and api.replicas == 2
+    assert [o for o, _ in outcomes(ended)] == ["overridden"]
+    assert [c for c in api.calls if c[0] == "scale"] == [("scale", 2)]  # only kdesched's scale-up
