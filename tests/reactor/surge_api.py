@@ -21,7 +21,7 @@ from kdesched.kube.errors import Conflict
 from kdesched.model.records import Pod
 from kdesched.reactor.run.surge import Chosen, Ended, Surges
 
-from tests.builders import NOW, pod
+from tests.builders import NOW, pod, ts
 
 T0 = NOW.timestamp()
 KEY = "Deployment/default/web"
@@ -41,6 +41,7 @@ class Api:
         self.managed_fields = managed_fields
         self.replicas_manager = "kubectl-client-side-apply"  # who created it with its replicas
         self.fail_after_write: Exception | None = None  # the scale lands, the answer is lost
+        self.refuse: Exception | None = None  # every eviction refused with it (a PDB's 429, a webhook)
         self.calls: list[tuple[str, Any]] = []
         self.pods: dict[str, Pod] = {}
 
@@ -113,6 +114,8 @@ class Api:
 
     def evict_pod(self, namespace: str, name: str, **kw: Any) -> None:
         self.calls.append(("evict", name))
+        if self.refuse is not None:
+            raise self.refuse
 
     def create_event(self, **kw: Any) -> bool:
         return True
@@ -122,9 +125,10 @@ class Api:
 
 
 def web(api: Api, name: str, node: str, created: float = -3600, ready: bool = True, template: str = "abc") -> Pod:
-    """A pod of ``web`` (``created``: seconds after T0), kept in ``api``."""
+    """A pod of ``web`` (``created``: seconds after T0; Ready 3 s later), kept in ``api``."""
+    conditions = [{**READY[0], "lastTransitionTime": ts(created + 3)}] if ready else NOT_READY
     made = pod(name, node, owner_name=f"web-{template}", labels={"app": "web", "pod-template-hash": template},
-               created=created, conditions=READY if ready else NOT_READY)
+               created=created, conditions=conditions)
     api.pods[name] = made
     return made
 

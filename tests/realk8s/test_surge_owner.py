@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.realk8s.cluster import Cluster
 from tests.realk8s.controlplane import ControlPlane, Kubelet
-from tests.realk8s.serve_stories import GPU, Serve, app_pods, set_taints
+from tests.realk8s.serve_stories import GPU, Serve, app_pods, set_ready, set_taints
 from tests.realk8s.test_surge import (
     controller_manager,  # noqa: F401  (the fixture: resourcequota too)
     deployment,
@@ -48,3 +48,57 @@ def test_an_annotation_mid_move_does_not_leave_the_deployment_surged(
     assert after == 1, f"Deployment web at {after} replicas (original 1) after an annotation mid-move"
     assert "replicas 2 -> 3" not in s.log()
 
+
+def test_a_move_whose_eviction_a_pdb_keeps_refusing_is_given_up_at_the_timeout(
+        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+    """A PodDisruptionBudget with maxUnavailable 0 appears mid-move: every eviction is refused (429).
+    The move is given up at replacementTimeoutSeconds (10 s), the replicas put back: the extra pod,
+    doubled-up with nothing on its node, is the one the ReplicaSet removes (newest, shortest Ready)."""
+    on_node_a(control_plane, real, "web", 1)
+    # the original pod Ready well before the move: the ReplicaSet compares Ready times in power-of-two
+    # buckets (then by uid), and kdesched gives up only when the extra pod's bucket is certainly lower
+    time.sleep(20)
+    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 10})
+    wait_leading(control_plane, real, s)
+    original = {p["metadata"]["uid"] for p in app_pods(real, "web")}
+    with logged(s):
+        set_taints(real, "node-a", [GPU])
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.02,
+                               what="the scale-up")
+        real.pdb("web", {"app": "web"}, max_unavailable=0)
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 30, what="the give-up")
+        time.sleep(3)
+        left = {p["metadata"]["uid"] for p in app_pods(real, "web") if not p["metadata"].get("deletionTimestamp")}
+    assert original <= left, "the original pod was removed by the scale-down"
+
+
+def test_a_move_given_up_under_the_health_brake_deletes_no_pod_behind_the_eviction_api(
+        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+    """2 replicas on node-a, PDB minAvailable 2: surge-first. The extra pod is Ready on a spare node, then
+    the health brake holds the eviction (another node NotReady). Scaling back at the timeout would make
+    the ReplicaSet delete an original pod (two on node-a rank before the lone extra pod): no pod may
+    leave while the brake holds, so the +1 is kept past the timeout and both original pods stay."""
+    on_node_a(control_plane, real, "shop", 2)
+    real.pdb("shop", {"app": "shop"}, min_available=2)
+    real.wait_pdb_observed("default", "shop")
+    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 15})
+    wait_leading(control_plane, real, s)
+    original = {p["metadata"]["uid"]: p["metadata"]["name"] for p in app_pods(real, "shop")}
+    with logged(s):
+        set_taints(real, "node-a", [GPU])
+        control_plane.wait_for(lambda: deployment(real, "shop")["spec"]["replicas"] == 3, 15, interval=0.02,
+                               what="the scale-up")
+
+        def surge_node() -> str | None:
+            extra = [p for p in app_pods(real, "shop") if p["metadata"]["uid"] not in original]
+            return extra[0]["spec"].get("nodeName") if extra and extra[0]["spec"].get("nodeName") else None
+        control_plane.wait_for(lambda: surge_node() is not None, 10, interval=0.02, what="the extra pod bound")
+        other = "spare-2" if surge_node() == "spare-1" else "spare-1"
+        set_ready(real, other, False)  # the health brake: 1 of 3 nodes NotReady
+        time.sleep(25)  # past the timeout (15 s)
+        left = {p["metadata"]["uid"] for p in app_pods(real, "shop")}
+        gone = [name for uid, name in original.items() if uid not in left]
+        replicas = deployment(real, "shop")["spec"]["replicas"]
+        evictions = [e for e in real.events("default") if e.get("reason") == "Descheduled"]
+    assert not gone, f"{gone} deleted by the ReplicaSet's scale-down (no eviction, brake on)"
+    assert replicas == 3 and not evictions  # the +1 kept while the brake holds

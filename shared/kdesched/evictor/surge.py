@@ -45,7 +45,10 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
   up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
   ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
-  keep the normal rules.
+  keep the normal rules;
+* **the eviction refused or held until the timeout** (a PDB that allows nothing any more, a brake):
+  given up likewise, but only when the scale-back removes the extra pod
+  (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried on.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kdesched.evictor.scale_down import ranked_before
 from kdesched.model.derived import pod_ready
 from kdesched.model.owners import SURGE_MANAGER, DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod, PodDisruptionBudget
@@ -295,6 +299,13 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
                             OVERRIDDEN)
             return Step(Action.WAIT)
         if replacement is not None:
+            if now >= s.deadline and ranked_before(replacement, pods or (), now) is None:
+                # the eviction kept being refused (a PDB, a webhook) or held (a brake, a window): give up,
+                # but only by a scale-back that removes the extra pod (evictor.scale_down); else the
+                # eviction is tried on and the +1 kept (capacity, not availability)
+                return Step(Action.RESTORE, f"{s.pod} could not be evicted within {s.deadline - s.started:g}s "
+                            f"(replacement {replacement.namespace}/{replacement.name} Ready on node "
+                            f"{replacement.node_name})", GAVE_UP, replacement, block=True)
             return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
                         f"{replacement.node_name}", "", replacement)
         back = _landed_back(s, pods)

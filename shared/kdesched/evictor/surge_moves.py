@@ -103,18 +103,26 @@ def next_step(o: Observed, now: float, *, not_started: bool,
               hold: Callable[[PlannedEviction], Verdict | None] | None = None) -> Step:
     """What the move ``o`` does now. ``not_started``: this process recorded it and could not scale up
     (it ends at once); ``hold``: whether the run's brakes or a closed window defer an eviction now
-    (the move's eviction then waits, and the move is given up at its deadline, the replicas restored)."""
+    (the move's eviction then waits, and the move is given up at its deadline, the replicas restored
+    if that removes the extra pod; else the +1 is kept until the eviction is allowed)."""
     s = o.surge
     step = advance(s, o.deployment, o.replicaset, o.pods, now)
     if not_started and step.action == Action.WAIT:
         return Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
-    if step.action == Action.EVICT and hold is not None:
+    late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
+    if step.action == Action.EVICT and late:
+        log.info("surge-first move of %s: past its timeout with %s Ready, kept at %d replicas until its eviction is "
+                 "allowed: a scale-back now could delete an original pod (the ReplicaSet ranks one before the extra "
+                 "pod), not through the Eviction API", o.key, s.pod, s.surged)
+    if hold is not None and (step.action == Action.EVICT or (step.action == Action.RESTORE and late)):
         marked = next((p for p in o.pods or () if p.uid == s.uid), None)
         verdict = hold(PlannedEviction(marked, s.node, s.strategy, "", "surge-first")) if marked else None
+        if verdict is not None and step.action == Action.RESTORE:
+            return Step(Action.RESTORE, f"its eviction was deferred past the timeout ({verdict.message})",
+                        OVERRIDDEN, step.replacement)
         if verdict is not None:
             log.info("surge-first move of %s: its eviction waits (%s)", o.key, verdict.message)
-            return (Step(Action.RESTORE, f"its eviction was deferred past the timeout ({verdict.message})",
-                         OVERRIDDEN) if now >= s.deadline else Step(Action.WAIT))
+            return Step(Action.WAIT)
     return step
 
 

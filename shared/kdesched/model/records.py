@@ -29,7 +29,9 @@ EMPTY: Mapping[str, str] = {}
 
 # Annotations that matter to decisions; everything else (notably last-applied-configuration) is
 # dropped to keep pods small.
-KEPT_ANNOTATION_PREFIXES = ("descheduler.alpha.kubernetes.io/", "kubernetes.io/config.", "kdesched.dev/")
+# (pod-deletion-cost: the ReplicaSet's scale-down order, which a surge-first give-up must predict)
+KEPT_ANNOTATION_PREFIXES = ("descheduler.alpha.kubernetes.io/", "kubernetes.io/config.", "kdesched.dev/",
+                            "controller.kubernetes.io/pod-deletion-cost")
 
 
 def parse_time(value: Any, where: str) -> datetime | None:

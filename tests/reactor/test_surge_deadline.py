@@ -1,0 +1,93 @@
+"""Surge-first moves whose eviction does not happen in time: refused on every attempt (a
+PodDisruptionBudget that allows nothing any more, a webhook) or held (a brake, a closed window).
+The move is given up at its deadline (replacementTimeoutSeconds), but only by a scale-back that
+removes the extra pod: the ReplicaSet deletes the pod it ranks first, directly, past every PDB and
+brake (kdesched.evictor.scale_down). Where that would be an original pod, the +1 is kept (capacity,
+not availability) until the eviction is allowed. Driven run after run against tests/reactor/surge_api.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kdesched.evictor.ledger import Settled
+from kdesched.evictor.reasons import Reason, Verdict
+from kdesched.kube.errors import TooManyRequests
+from kdesched.reactor.run.surge import Ended
+
+from tests.builders import NOW
+from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
+
+PDB_429 = TooManyRequests(429, "Too Many Requests", "Cannot evict pod as it would violate the pod's disruption budget.")
+BRAKE = Verdict(Reason.HEALTH_BRAKE, "health brake: 1 of 3 nodes (33%) are NotReady")
+
+
+def evictions(api: Api) -> int:
+    return sum(1 for c in api.calls if c[0] == "evict")
+
+
+def test_a_move_whose_eviction_is_always_refused_is_given_up_at_its_deadline() -> None:
+    """One pod per node: past the deadline (T0 + 120) the move is given up and the replicas go back
+    (the extra pod, Ready for the shortest time, is the one the ReplicaSet removes); the workload is
+    blocked from another surge a while, so the refusal does not make it churn."""
+    api = Api(replicas=2)
+    api.refuse = PDB_429
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-c")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)  # the surge pod Ready elsewhere
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 5, ended)
+    assert KEY not in ledger.surges and api.replicas == 2, f"still surged: {evictions(api)} eviction attempts"
+    assert [o for o, _ in [(e.outcome, e.why) for e in ended]] == ["gave-up"] and KEY in ledger.surge_blocks
+    assert ended[0].surge.deadline <= T0 + 121 and "could not be evicted" in ended[0].why
+
+
+def test_a_refused_move_keeps_the_extra_replica_while_a_scale_back_would_delete_an_original_pod() -> None:
+    """Two pods on the node being left: the ReplicaSet ranks those doubled-up pods before the extra one,
+    so a scale-back would delete an original Ready pod behind the Eviction API. Past the deadline the
+    +1 stays and the eviction is tried on; once it is allowed, the move finishes as usual."""
+    api = Api(replicas=2)
+    api.refuse = PDB_429
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 5, ended, until=T0 + 200)
+    assert KEY in ledger.surges and api.replicas == 3 and not ended
+    assert [c for c in api.calls if c[0] == "scale"] == [("scale", 3)]  # never scaled back
+    api.refuse = None  # the PDB allows it again
+    ledger = run(driver, ledger, api, T0 + 200, ended)
+    assert ledger.surges[KEY].evicted and ("evict", "web-1") == api.calls[-1]
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    drive(driver, ledger, api, T0 + 201, ended)
+    assert api.replicas == 2 and [e.outcome for e in ended] == ["done"]
+
+
+def test_a_brake_past_the_deadline_keeps_the_extra_replica_while_a_scale_back_would_delete_an_original() -> None:
+    """The health brake holds the eviction past the deadline, two original pods on the node being left:
+    no pod may leave while the brake holds, and a scale-back would delete one of them. The +1 stays."""
+    api = Api(replicas=2)
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    ended: list[Ended] = []
+    for now in (T0 + 5, T0 + 121, T0 + 300):
+        ledger = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, now, ended,
+                                hold=lambda e: BRAKE).ledger
+    assert KEY in ledger.surges and api.replicas == 3 and not ended and not evictions(api)
+
+
+def test_a_brake_past_the_deadline_gives_up_when_the_scale_back_removes_the_extra_pod() -> None:
+    """The same with one pod per node: the scale-back removes the extra pod, so the move is given up."""
+    api = Api(replicas=2)
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-c")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    ended: list[Ended] = []
+    ledger = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, T0 + 121, ended,
+                            hold=lambda e: BRAKE).ledger
+    assert KEY not in ledger.surges and api.replicas == 2 and not evictions(api)
+    assert [e.outcome for e in ended] == ["overridden"] and "health brake" in ended[0].why
