@@ -199,6 +199,14 @@ def test_a_move_this_process_could_not_start_ends_instead_of_waiting() -> None:
     assert (step.action, step.outcome) == (Action.END, OVERRIDDEN)
 
 
+def test_a_move_marked_not_started_whose_replicas_are_kdesched_s_goes_its_way() -> None:
+    """The mark says the scale-up failed, but the replicas are at kdesched's value (its write landed,
+    the answer was what failed): ending the move would leave them at +1, so it waits as any move."""
+    old = web("web-1", "node-a")
+    o = observed(old, [old], dep(2, generation=6))
+    assert next_step(o, T0 + 1, not_started=True).action == Action.WAIT
+
+
 def test_a_deferred_eviction_waits_then_restores_at_the_deadline() -> None:
     old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
     o = observed(old, [old, new], dep(2, generation=6))

@@ -107,7 +107,9 @@ def next_step(o: Observed, now: float, *, not_started: bool,
     if that removes the extra pod; else the +1 is kept until the eviction is allowed)."""
     s = o.surge
     step = advance(s, o.deployment, o.replicaset, o.pods, now)
-    if not_started and step.action == Action.WAIT:
+    if not_started and step.action == Action.WAIT and (o.deployment is None or not s.ours(o.deployment)):
+        # (replicas at kdesched's value, written by kdesched: the scale-up did land after all, and the
+        # move goes its normal way, given up and put back at worst)
         return Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
     late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
     if step.action == Action.EVICT and late:

@@ -56,7 +56,7 @@ from kdesched.evictor.surge_moves import (
     without,
 )
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import ApiError, Conflict, NotFound
+from kdesched.kube.errors import ApiError, Conflict, NotFound, Unavailable
 from kdesched.kube.owners import get_deployment, get_replicaset, scale_deployment, workload_pods
 from kdesched.model.derived import controller_ref
 from kdesched.model.owners import DeploymentInfo
@@ -231,6 +231,13 @@ class Surges:
             try:
                 scale_deployment(self.client, namespace, s.deployment, s.surged, version)
             except ApiError as exc:
+                if not _certainly_unapplied(exc):
+                    # the write may have landed (a timeout, a reset, a 5xx after etcd wrote): the move
+                    # stays as recorded and the next settle judges it from the replicas it finds (put
+                    # back if they are kdesched's, ended after the start grace if not)
+                    out[key] = f"the scale-up's answer was lost ({exc}): the next run sees whether it landed"
+                    log.warning("surge-first move of %s (%s): %s", key, s.pod, out[key])
+                    continue
                 why = ("its Deployment changed after it was read (an HPA, a rollout, a GitOps sync)"
                        if isinstance(exc, Conflict) else str(exc))
                 out[key] = why
@@ -324,6 +331,15 @@ def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) 
                         note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
                         f"{s.deployment} goes back to {s.original} replicas")
     return True
+
+
+def _certainly_unapplied(exc: ApiError) -> bool:
+    """Was a write that failed with ``exc`` certainly not carried out? A 4xx (a 409 conflict, a 403, a
+    422) is the API server refusing it; a connection never made sent nothing. A timeout, a reset
+    after the request went out, or a 5xx may come after the write landed."""
+    if isinstance(exc, Unavailable):
+        return not exc.maybe_sent
+    return exc.status is not None and 400 <= exc.status < 500
 
 
 def _scale(client: KubeClient, namespace: str, name: str, replicas: int, version: str) -> bool:

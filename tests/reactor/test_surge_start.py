@@ -1,0 +1,51 @@
+"""The scale-up that begins a surge-first move, when its answer is not a plain success: a move is
+taken for "not begun" (and ended at once, without a write) only when the scale-up certainly did not
+land; a write that may have landed is judged by the next settle from the replicas it finds, so the
+Deployment is never left at original+1. Driven against tests/reactor/surge_api.py."""
+
+from __future__ import annotations
+
+import pytest
+from kdesched.kube.errors import ApiError, Forbidden, ServerError, Unavailable
+from kdesched.reactor.run.surge import Ended
+
+from tests.reactor.surge_api import KEY, T0, Api, begun, drive, web
+
+
+def outcomes(ended: list[Ended]) -> list[tuple[str, str]]:
+    return [(e.outcome, e.why) for e in ended]
+
+
+@pytest.mark.parametrize("lost", [Unavailable("read timed out", maybe_sent=True),
+                                  ServerError(504, "Gateway Timeout", "the request timed out")],
+                         ids=["timeout", "504"])
+def test_a_scale_up_whose_answer_was_lost_after_it_landed_is_put_back(lost: ApiError) -> None:
+    """The scale PUT landed but its answer was lost: the move is not taken for "not begun"; it goes its
+    way (here no replacement in time: given up, the replicas put back)."""
+    api = Api(replicas=3)
+    old = web(api, "web-1", "node-a")
+    api.fail_after_write = lost
+    driver, ledger, started = begun(api, old)
+    assert api.replicas == 4 and started[KEY]
+    web(api, "web-2", "node-b", created=2, ready=False)
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 1, ended)
+    assert KEY not in ledger.surges
+    assert api.replicas == 3, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+@pytest.mark.parametrize("refused", [Unavailable("connection refused"), Forbidden(403, "Forbidden", "no")],
+                         ids=["never-connected", "403"])
+def test_a_scale_up_that_certainly_did_not_land_ends_the_move_at_once(refused: ApiError) -> None:
+    class Refusing(Api):
+        def replace_subresource(self, *args: object, **kw: object) -> dict[str, object]:
+            raise refused
+
+    api = Refusing(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, ledger, started = begun(api, old)
+    assert started[KEY] and api.replicas == 1
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 1, ended, until=T0 + 2)
+    assert KEY not in ledger.surges and [o for o, _ in outcomes(ended)] == ["overridden"]
+    assert not [c for c in api.calls if c[0] == "scale"]
