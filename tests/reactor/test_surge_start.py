@@ -6,10 +6,11 @@ Deployment is never left at original+1. Driven against tests/reactor/surge_api.p
 from __future__ import annotations
 
 import pytest
+from kdesched.evictor.ledger import Ledger
 from kdesched.kube.errors import ApiError, Forbidden, ServerError, Unavailable
-from kdesched.reactor.run.surge import Ended
+from kdesched.reactor.run.surge import Chosen, Ended, Surges
 
-from tests.reactor.surge_api import KEY, T0, Api, begun, drive, web
+from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, surge_of, web
 
 
 def outcomes(ended: list[Ended]) -> list[tuple[str, str]]:
@@ -49,3 +50,31 @@ def test_a_scale_up_that_certainly_did_not_land_ends_the_move_at_once(refused: A
     ledger = drive(driver, ledger, api, T0 + 1, ended, until=T0 + 2)
     assert KEY not in ledger.surges and [o for o, _ in outcomes(ended)] == ["overridden"]
     assert not [c for c in api.calls if c[0] == "scale"]
+
+
+def test_a_move_not_begun_does_not_end_a_later_move_of_the_same_pod() -> None:
+    """Process a records a move and loses the scale-up (409); process b ends that move after the start
+    grace. Later process c begins a new move of the same pod (still on the tainted node): a settles
+    it between c's ledger write and c's scale-up. The mark of the first move must not end the second
+    (c's scale-up would then land with no move left to put it back): marks are per move (the pod and
+    when it began), and dropped once their move has left the ledger."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    a, b, c = (Surges(api, enabled=True, timeout_seconds=120) for _ in range(3))  # type: ignore[arg-type]
+    s1 = surge_of(api, old)
+    stale = str(api.rv)
+    api.annotations["x"] = "y"
+    api.spec_write()  # the Deployment changed between the choice and the scale-up
+    assert a.start(Chosen(None, surges={KEY: (s1, stale)}))[KEY]  # type: ignore[arg-type]  # 409: not begun
+    ended: list[Ended] = []
+    ledger = run(b, Ledger(surges={KEY: s1}), api, T0 + 31, ended)  # another process ends it after 30 s
+    assert KEY not in ledger.surges and api.replicas == 1
+    api.controller_observes()
+    s2 = surge_of(api, old, at=T0 + 60)
+    version = str(api.rv)
+    ledger = run(a, Ledger(surges={KEY: s2}), api, T0 + 60.5, ended)  # before c's scale-up lands
+    assert KEY in ledger.surges, f"the new move was ended: {outcomes(ended)}"
+    assert c.start(Chosen(None, surges={KEY: (s2, version)})) == {KEY: ""}  # type: ignore[arg-type]
+    web(api, "web-2", "node-b", created=61, ready=False)  # the surge pod starting
+    drive(a, ledger, api, T0 + 61, ended)
+    assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"

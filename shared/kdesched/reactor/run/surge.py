@@ -99,7 +99,9 @@ class Surges:
         self.timeout_seconds = timeout_seconds
         self.events = SurgeEvents(client)
         self._lock = threading.Lock()
-        self._not_started: set[str] = set()  # moves this process recorded and could not scale up: ended at once
+        # moves this process recorded and could not scale up (ended at once), by the move (its pod's
+        # uid and when it began, :func:`_move_of`): a later move of the same pod is another move
+        self._not_started: set[tuple[str, float]] = set()
         # moves whose pod this process evicted, with when: a ledger write that lost its
         # race (the run decides again on the same snapshot, which still shows the pod) does not make
         # the next attempt evict it again or take it for alive
@@ -117,8 +119,11 @@ class Surges:
         timeout, the replicas restored)."""
         if not settled.ledger.surges:
             return settled
+        with self._lock:  # marks of moves the ledger no longer has (another process ended them)
+            self._not_started &= {_move_of(s) for s in settled.ledger.surges.values()}
+            marked = set(self._not_started)
         observed = self._observe(settled.ledger, pods_of)
-        steps = [(o, next_step(o, now, not_started=o.surge.uid in self._not_started, hold=hold)) for o in observed]
+        steps = [(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold)) for o in observed]
         carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment)) for o, step in steps]
         with self._lock:
             for c in carried:
@@ -175,10 +180,14 @@ class Surges:
             if (deployment is not None and deployment.replicas == s.surged
                     and not _scale(self.client, namespace, s.deployment, s.original, deployment.resource_version)):
                 return None
-            self._not_started.discard(s.uid)
+            self._forget(s)
             return False
-        self._not_started.discard(s.uid)  # END
+        self._forget(s)  # END
         return False
+
+    def _forget(self, s: Surge) -> None:
+        with self._lock:
+            self._not_started.discard(_move_of(s))
 
     # -- admission: which pods move surge-first ---------------------------------------------------
     def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: ScopeOf, now: float,
@@ -241,11 +250,13 @@ class Surges:
                 why = ("its Deployment changed after it was read (an HPA, a rollout, a GitOps sync)"
                        if isinstance(exc, Conflict) else str(exc))
                 out[key] = why
-                self._not_started.add(s.uid)
+                with self._lock:
+                    self._not_started.add(_move_of(s))
                 m.SURGE_MOVES.labels("not-started").inc()
                 log.info("surge-first move of %s (%s) not begun: %s", key, s.pod, why)
                 continue
             out[key] = ""
+            self._forget(s)
             m.SURGE_MOVES.labels("started").inc()
             self.events.post(namespace, s.deployment, "SurgeMoveStarted", f"moving {s.pod} off node {s.node} "
                              f"surge-first: replicas {s.original} -> {s.surged} until the new pod is Ready on another "
@@ -331,6 +342,11 @@ def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) 
                         note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
                         f"{s.deployment} goes back to {s.original} replicas")
     return True
+
+
+def _move_of(s: Surge) -> tuple[str, float]:
+    """A move's identity: its pod and when it began (as the ledger keeps it, to the millisecond)."""
+    return s.uid, round(s.started, 3)
 
 
 def _certainly_unapplied(exc: ApiError) -> bool:
