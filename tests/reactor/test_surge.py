@@ -233,3 +233,38 @@ def test_a_workload_whose_owner_changed_during_the_move_waits_for_the_next_run(f
     finally:
         reactor.stop.set()
         reactor.continuations.cancel_all()
+
+
+def test_a_node_run_keeps_repeating_while_a_move_off_its_node_is_under_way(fake_api: FakeApiServer,
+                                                                            kube: KubeClient) -> None:
+    """The maintenance is cancelled mid-move (the taint removed): the node's plan no longer wants the
+    pod, but the move is still in the ledger with the Deployment at +1. The node's run goes on
+    repeating (each repeat settles the move) until the move ends, not until the next sweep."""
+    fake_api.add(node_obj("node-a"), node_obj("spare-1"),
+                 pod_obj("web-1", "node-a", owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
+                         conditions=READY))
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
+    policy = default_like_policy(kdesched=block)
+    reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+    try:
+        old = Pod.from_api(fake_api.get("Pod", "web-1", "default"))  # type: ignore[arg-type]
+
+        class Moving(StubClient):
+            def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:
+                return [old]  # the workload's pods: the surge pod not created yet
+
+        client = Moving(2, generation=6)  # the Deployment at kdesched's surged value
+        reactor.execution.surges = surges(client)
+        store = reactor.execution.store
+        now = time.time()
+        f = InFlight(old.uid, old.key, old.node_name, now - 2, scope="node:node-a:RemovePodsViolatingNodeTaints")
+        s = Surge(old.uid, old.key, old.node_name, "web", "web-abc", 1, 2, now - 2, now + 118,
+                  "RemovePodsViolatingNodeTaints", 6)
+        assert store.write(store.read(), Ledger(
+            moves={KEY: Move("RemovePodsViolatingNodeTaints", now - 2, now - 2, 1, 1, (f,))}, surges={KEY: s}))
+        out = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "e-1"), parse_node_event({"node": "node-a"}))
+        assert out["evictions"] == [] and KEY in store.read().ledger.surges  # the surge pod not Ready yet
+        assert any("repeated" in n for n in out["notes"]), out["notes"]
+    finally:
+        reactor.stop.set()
+        reactor.continuations.cancel_all()

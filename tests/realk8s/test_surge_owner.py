@@ -102,3 +102,20 @@ def test_a_move_given_up_under_the_health_brake_deletes_no_pod_behind_the_evicti
         evictions = [e for e in real.events("default") if e.get("reason") == "Descheduled"]
     assert not gone, f"{gone} deleted by the ReplicaSet's scale-down (no eviction, brake on)"
     assert replicas == 3 and not evictions  # the +1 kept while the brake holds
+
+
+def test_a_taint_removed_mid_move_still_gets_the_replicas_back_promptly(
+        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+    """The maintenance is cancelled (the taint removed) right after the scale-up: the node's run keeps
+    repeating while the move is in the ledger, so the move is settled within its timeout (10 s) and a
+    few seconds, not at the next sweep (the harness's serve has none)."""
+    on_node_a(control_plane, real, "web", 1)
+    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 10})
+    wait_leading(control_plane, real, s)
+    with logged(s):
+        set_taints(real, "node-a", [GPU])
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.02,
+                               what="the scale-up")
+        set_taints(real, "node-a", [])
+        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 25,
+                               what="the replicas back")

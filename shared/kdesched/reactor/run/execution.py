@@ -176,8 +176,13 @@ class Execution:
         # the replacement is seen Ready, or the move given up at its timeout, within a second)
         chosen = decided.chosen.surges if decided.chosen is not None else {}
         begun = {(chosen[k][0].node if k in chosen else "", k) for k, why in decided.surges_started.items() if not why}
+        # (a move off one of the scope's nodes keeps the chain going whatever the plan says: a taint
+        # removed mid-move drops its workload from the plan, and nothing else would settle it before
+        # the sweep, with the Deployment at +1 meanwhile)
         surges = decided.settled.ledger.surges
-        surging = {(surges[k].node, k) for k in set(surges) & _scope_workloads(decided)}
+        wanted, nodes = _scope_workloads(decided), set(scope.nodes or ())
+        surging = {(s.node, k) for k, s in surges.items()
+                   if k in wanted or (s.node in nodes and (not scope.strategies or s.strategy in scope.strategies))}
         evicted |= begun | surging | {(e.surge.node, e.workload) for e in decided.surges_ended}
         held |= begun | surging
         until = decided.admission.until if cooldown_repeat else None
