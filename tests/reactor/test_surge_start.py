@@ -78,3 +78,21 @@ def test_a_move_not_begun_does_not_end_a_later_move_of_the_same_pod() -> None:
     web(api, "web-2", "node-b", created=61, ready=False)  # the surge pod starting
     drive(a, ledger, api, T0 + 61, ended)
     assert api.replicas == 1, f"left at {api.replicas} replicas after {outcomes(ended)}"
+
+
+def test_a_given_up_move_keeps_its_block_when_the_ledger_write_loses_a_race() -> None:
+    """A settle gives the move up at its timeout (scaled back, the workload blocked 300 s); its ledger
+    write then loses a race and the settle is tried again on the ledger as it was, with the replicas
+    now back at the original. The move must end as it was given up, with its block (else the workload
+    is surged again at once, for a quota churning a failing extra pod), not as overridden."""
+    api = Api(replicas=1)
+    old = web(api, "web-1", "node-a")
+    driver, before, _ = begun(api, old)
+    ended: list[Ended] = []
+    after = run(driver, before, api, T0 + 121, ended)
+    assert api.replicas == 1 and KEY in after.surge_blocks
+    again: list[Ended] = []
+    retried = run(driver, before, api, T0 + 121.05, again)
+    assert KEY in retried.surge_blocks and KEY not in retried.surges, outcomes(again)
+    assert [e.outcome for e in again] == ["gave-up"]
+    assert [c for c in api.calls if c[0] == "scale"] == [("scale", 2), ("scale", 1)]  # scaled back once

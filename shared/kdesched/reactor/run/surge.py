@@ -106,6 +106,9 @@ class Surges:
         # race (the run decides again on the same snapshot, which still shows the pod) does not make
         # the next attempt evict it again or take it for alive
         self._evicted: dict[str, float] = {}
+        # moves this process put back (scaled back and ended), with the step that did: until the move
+        # has left the ledger, a settle tried again ends it the same way (its block, its checked move)
+        self._restored: dict[tuple[str, float], Step] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -117,13 +120,19 @@ class Surges:
         was turned off is still finished or restored. ``hold``: whether the run's brakes or a closed
         window defer an eviction now; the move's eviction then waits (and the move is given up at its
         timeout, the replicas restored)."""
+        with self._lock:  # what it remembers of moves the ledger no longer has (ended, here or elsewhere)
+            moves = {_move_of(s) for s in settled.ledger.surges.values()}
+            self._not_started &= moves
+            self._restored = {m: st for m, st in self._restored.items() if m in moves}
+            marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
-        with self._lock:  # marks of moves the ledger no longer has (another process ended them)
-            self._not_started &= {_move_of(s) for s in settled.ledger.surges.values()}
-            marked = set(self._not_started)
         observed = self._observe(settled.ledger, pods_of)
-        steps = [(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold)) for o in observed]
+        # a move this process already put back (a give-up whose ledger write then lost its race, the
+        # settle tried again on the ledger as it was): it ends as it was decided, its block and
+        # checked move kept, not re-judged as replicas put back by someone else
+        steps = [(o, replace(restored[_move_of(o.surge)], action=Action.END) if _move_of(o.surge) in restored
+                  else next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold)) for o in observed]
         carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment)) for o, step in steps]
         with self._lock:
             for c in carried:
@@ -133,6 +142,8 @@ class Surges:
                     self._evicted[c.observed.surge.uid] = now
                 elif c.done is False:
                     self._evicted.pop(c.observed.surge.uid, None)
+                    if c.step.action == Action.RESTORE and len(self._restored) < MAX_REMEMBERED:
+                        self._restored[_move_of(c.observed.surge)] = c.step
         new, gone = settle_moves(settled, carried, now)
         ended.extend(gone)
         return new
