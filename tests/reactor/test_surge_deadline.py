@@ -12,7 +12,7 @@ from dataclasses import replace
 from kdesched.evictor.ledger import Settled
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.kube.errors import TooManyRequests
-from kdesched.reactor.run.surge import Ended
+from kdesched.reactor.run.surge import LATE_EVICT_SECONDS, Ended
 
 from tests.builders import NOW
 from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
@@ -45,7 +45,9 @@ def test_a_move_whose_eviction_is_always_refused_is_given_up_at_its_deadline() -
 def test_a_refused_move_keeps_the_extra_replica_while_a_scale_back_would_delete_an_original_pod() -> None:
     """Two pods on the node being left: the ReplicaSet ranks those doubled-up pods before the extra one,
     so a scale-back would delete an original Ready pod behind the Eviction API. Past the deadline the
-    +1 stays and the eviction is tried on; once it is allowed, the move finishes as usual."""
+    +1 stays and the eviction is tried on, every LATE_EVICT_SECONDS past the deadline (not at every
+    run: a PDB refusing for hours must not cost a request a second); once it is allowed, the move
+    finishes as usual."""
     api = Api(replicas=2)
     api.refuse = PDB_429
     old = web(api, "web-1", "node-a")
@@ -53,14 +55,20 @@ def test_a_refused_move_keeps_the_extra_replica_while_a_scale_back_would_delete_
     driver, ledger, _ = begun(api, old)
     web(api, "web-2", "node-b", created=2)
     ended: list[Ended] = []
-    ledger = drive(driver, ledger, api, T0 + 5, ended, until=T0 + 200)
+    ledger = drive(driver, ledger, api, T0 + 5, ended, until=T0 + 120)  # a run every second: tried at each
+    before_deadline = evictions(api)
+    assert before_deadline == 115
+    ledger = drive(driver, ledger, api, T0 + 120, ended, until=T0 + 200)
+    assert evictions(api) - before_deadline == 3  # at T0 + 120, 150 and 180 (LATE_EVICT_SECONDS)
     assert KEY in ledger.surges and api.replicas == 3 and not ended
     assert [c for c in api.calls if c[0] == "scale"] == [("scale", 3)]  # never scaled back
     api.refuse = None  # the PDB allows it again
     ledger = run(driver, ledger, api, T0 + 200, ended)
+    assert not ledger.surges[KEY].evicted  # 20 s after the last try: not yet
+    ledger = run(driver, ledger, api, T0 + 180 + LATE_EVICT_SECONDS, ended)
     assert ledger.surges[KEY].evicted and ("evict", "web-1") == api.calls[-1]
     api.pods["web-1"] = replace(old, deletion_time=NOW)
-    drive(driver, ledger, api, T0 + 201, ended)
+    drive(driver, ledger, api, T0 + 211, ended)
     assert api.replicas == 2 and [e.outcome for e in ended] == ["done"]
 
 

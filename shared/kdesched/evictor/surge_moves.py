@@ -112,10 +112,6 @@ def next_step(o: Observed, now: float, *, not_started: bool,
         # move goes its normal way, given up and put back at worst)
         return Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
     late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
-    if step.action == Action.EVICT and late:
-        log.info("surge-first move of %s: past its timeout with %s Ready, kept at %d replicas until its eviction is "
-                 "allowed: a scale-back now could delete an original pod (the ReplicaSet ranks one before the extra "
-                 "pod), not through the Eviction API", o.key, s.pod, s.surged)
     if hold is not None and (step.action == Action.EVICT or (step.action == Action.RESTORE and late)):
         marked = next((p for p in o.pods or () if p.uid == s.uid), None)
         verdict = hold(PlannedEviction(marked, s.node, s.strategy, "", "surge-first")) if marked else None

@@ -69,6 +69,7 @@ __all__ = ["Candidate", "Chosen", "Ended", "SurgeEvents", "Surges"]
 log = logging.getLogger("kdesched.reactor.surge")
 
 EVENT_INTERVAL_SECONDS = 60.0
+LATE_EVICT_SECONDS = 30.0  # past its timeout with the +1 kept: how often the refused eviction is tried again
 MAX_REMEMBERED = 10000  # per-process memory of the moves it evicted for (a few hundred bytes each)
 EVICT_TIMEOUT_SECONDS = 5.0  # the eviction inside a settle (the process's admission lock is held): one bounded
 # attempt, the next run retries
@@ -109,6 +110,10 @@ class Surges:
         # moves this process put back (scaled back and ended), with the step that did: until the move
         # has left the ledger, a settle tried again ends it the same way (its block, its checked move)
         self._restored: dict[tuple[str, float], Step] = {}
+        # moves past their timeout kept at +1 (evictor.surge.advance): when this process last tried
+        # the eviction, so that a PDB refusing for hours costs one request every LATE_EVICT_SECONDS,
+        # not one a second
+        self._late: dict[tuple[str, float], float] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -124,6 +129,7 @@ class Surges:
             moves = {_move_of(s) for s in settled.ledger.surges.values()}
             self._not_started &= moves
             self._restored = {m: st for m, st in self._restored.items() if m in moves}
+            self._late = {m: at for m, at in self._late.items() if m in moves}
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
@@ -131,8 +137,10 @@ class Surges:
         # a move this process already put back (a give-up whose ledger write then lost its race, the
         # settle tried again on the ledger as it was): it ends as it was decided, its block and
         # checked move kept, not re-judged as replicas put back by someone else
-        steps = [(o, replace(restored[_move_of(o.surge)], action=Action.END) if _move_of(o.surge) in restored
-                  else next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold)) for o in observed]
+        steps = [(o, self._spaced(o, replace(restored[_move_of(o.surge)], action=Action.END)
+                                  if _move_of(o.surge) in restored
+                                  else next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now))
+                 for o in observed]
         carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment)) for o, step in steps]
         with self._lock:
             for c in carried:
@@ -147,6 +155,23 @@ class Surges:
         new, gone = settle_moves(settled, carried, now)
         ended.extend(gone)
         return new
+
+    def _spaced(self, o: Observed, step: Step, now: float) -> Step:
+        """A move past its timeout, kept at +1 (a scale-back would delete an original pod), tries its
+        refused eviction again every :data:`LATE_EVICT_SECONDS` in this process, not at every run."""
+        if step.action != Action.EVICT or now < o.surge.deadline:
+            return step
+        move = _move_of(o.surge)
+        with self._lock:
+            if now - self._late.get(move, float("-inf")) < LATE_EVICT_SECONDS:
+                return Step(Action.WAIT)
+            if len(self._late) < MAX_REMEMBERED:
+                self._late[move] = now
+        log.info("surge-first move of %s: past its timeout with %s's replacement Ready, kept at %d replicas until its "
+                 "eviction is allowed (tried every %gs): a scale-back now could delete an original pod (the "
+                 "ReplicaSet ranks one before the extra pod), not through the Eviction API", o.key, o.surge.pod,
+                 o.surge.surged, LATE_EVICT_SECONDS)
+        return step
 
     def _observe(self, ledger: Ledger, pods_of: Mapping[str, Sequence[Pod]] | None) -> list[Observed]:
         """Each move's owners and pods as the cluster shows them now (a move whose owner cannot be read
