@@ -152,13 +152,48 @@ def test_pdb_budget_shared_across_profiles() -> None:
 
 def test_pod_under_two_pdbs_is_refused() -> None:
     objects = PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=5),
-                          pdb_obj("all", {}, disruptions_allowed=1)]
+                          pdb_obj("also-x", {"app": "x"}, disruptions_allowed=1)]
     state, counter, (ev,) = setup(objects)
     pods = pods_by_name(state)
     # x1 is selected by both PDBs: the API server would refuse it (500), so the planner does
     assert evict(ev, pods["x1"]) is False
     assert "covered by 2 PodDisruptionBudgets" in counter.refusals[0].reason
-    assert "default/all" in counter.refusals[0].reason and "default/x" in counter.refusals[0].reason
+    assert "default/also-x" in counter.refusals[0].reason and "default/x" in counter.refusals[0].reason
+
+
+def test_a_pdb_with_an_empty_selector_is_ignored_as_the_eviction_api_ignores_it() -> None:
+    """kubernetes' eviction.go, getPodDisruptionBudgets: "If a PDB with a nil or empty selector
+    creeps in, it should match nothing, not everything". Neither its budget nor "two PDBs" applies
+    (tests/realk8s/test_differential_edges.py decides it against the upstream binary too)."""
+    objects = PDB_PODS + [pdb_obj("x", {"app": "x"}, disruptions_allowed=5), pdb_obj("all", {}, disruptions_allowed=0)]
+    state, counter, (ev,) = setup(objects)
+    pods = pods_by_name(state)
+    assert [evict(ev, pods[n]) for n in ("x1", "x2", "y")] == [True, True, True]
+    assert counter.refusals == []
+    assert [b.name for b in state.snapshot.pdbs_for(pods["y"])] == ["all"]  # PodsWithoutPDB still counts it
+
+
+def test_a_pdb_whose_status_lags_its_spec_refuses_as_the_eviction_api_does() -> None:
+    """After a PDB's spec changes and before the disruption controller catches up
+    (status.observedGeneration < metadata.generation), the Eviction API answers 429 "still being
+    processed" whatever disruptionsAllowed says (eviction.go, checkAndDecrement). A not-Ready pod
+    the API lets go without spending the budget is not refused."""
+    stale = pdb_obj("x", {"app": "x"}, disruptions_allowed=2)
+    stale["metadata"]["generation"] = 2
+    stale["status"].update({"observedGeneration": 1, "currentHealthy": 3, "desiredHealthy": 1})
+    ready = [pod_obj(f"x{i}", "a", labels={"app": "x"}, conditions=[{"type": "Ready", "status": "True"}])
+             for i in (1, 2, 3)]
+    unready = pod_obj("x4", "a", labels={"app": "x"}, conditions=[{"type": "Ready", "status": "False"}])
+    state, counter, (ev,) = setup([*ready, unready, stale])
+    pods = pods_by_name(state)
+    assert evict(ev, pods["x1"]) is False
+    assert counter.refusals[0].kind == Reason.PDB and "still being processed" in counter.refusals[0].reason
+    assert evict(ev, pods["x4"]) is True
+    caught_up = pdb_obj("x", {"app": "x"}, disruptions_allowed=2)
+    caught_up["metadata"]["generation"] = 2
+    caught_up["status"]["observedGeneration"] = 2
+    state, counter, (ev,) = setup([*ready, caught_up])
+    assert evict(ev, pods_by_name(state)["x1"]) is True
 
 
 def test_pod_without_uid_is_refused_before_limits() -> None:

@@ -151,7 +151,7 @@ class PlanningEvictor:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused.message, refused.reason))
                 log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, refused.reason, refused.message)
                 return False
-        pdbs = [] if api_ignores_pdbs(pod) else self.state.snapshot.pdbs_for(pod)
+        pdbs = [] if api_ignores_pdbs(pod) else self.state.snapshot.eviction_pdbs_for(pod)
         if len(pdbs) > 1:
             names = ", ".join(f"{b.namespace}/{b.name}" for b in pdbs)
             why = f"pod is covered by {len(pdbs)} PodDisruptionBudgets ({names}); the API server refuses to evict it"
@@ -160,6 +160,13 @@ class PlanningEvictor:
             return False
         pdbs = [pdb for pdb in pdbs if spends_budget(pod, pdb)]
         for pdb in pdbs:
+            if pdb.stale:
+                why = (f"PodDisruptionBudget {pdb.namespace}/{pdb.name} is still being processed (status.observedGeneration "
+                       f"{pdb.observed_generation} < metadata.generation {pdb.generation}): the API server refuses "
+                       "evictions under it until its status catches up")
+                self.counter.refusals.append(Refusal(pod, strategy, profile, why, Reason.PDB))
+                log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.PDB, why)
+                return False
             if pdb.disruptions_allowed is None:
                 continue
             used = self.counter.pdb_used.get((pdb.namespace, pdb.name), 0)

@@ -292,7 +292,7 @@ def choose(wanted: Mapping[str, Candidate], owners: Mapping[str, Owners], ledger
         refusal = busy(key, ledger, now)
         deployment, replicaset = owners.get(key, (None, None))
         if refusal is None:
-            refusal = surge_refusal(c.pod, kind, deployment, replicaset, index.get(key, []), snapshot.pdbs_for(c.pod))
+            refusal = surge_refusal(c.pod, kind, deployment, replicaset, index.get(key, []), snapshot.eviction_pdbs_for(c.pod))
         if refusal is None and not c.admitted and admit is not None:
             verdict = admit(PlannedEviction(c.pod, c.pod.node_name, c.strategy, c.profile, c.reason))
             if verdict is not None:

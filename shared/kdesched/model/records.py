@@ -743,6 +743,23 @@ class PodDisruptionBudget:
     # the budget allow an eviction (surge-first moves, kdesched.evictor.surge)
     min_available: str = ""
     max_unavailable: str = ""
+    # metadata.generation / status.observedGeneration: while the disruption controller has not
+    # caught up with a spec change, the Eviction API refuses every eviction the budget would count
+    # ("still being processed by the server", 429) whatever disruptionsAllowed says
+    generation: int | None = None
+    observed_generation: int | None = None
+
+    @property
+    def stale(self) -> bool:
+        """Is its status older than its spec (the Eviction API refuses what it would count)?"""
+        return (self.generation is not None and self.observed_generation is not None
+                and self.observed_generation < self.generation)
+
+    @property
+    def seen_by_eviction_api(self) -> bool:
+        """The Eviction API ignores a PDB whose selector is empty ("it should match nothing, not
+        everything"), though the disruption controller and the descheduler's PodsWithoutPDB count it."""
+        return self.selector is not None and not self.selector.empty
 
     @classmethod
     def from_api(cls, raw: Any) -> PodDisruptionBudget:
@@ -761,6 +778,8 @@ class PodDisruptionBudget:
             _int(status.get("currentHealthy"), "status.currentHealthy"),
             _int(status.get("desiredHealthy"), "status.desiredHealthy"),
             _intstr(spec.get("minAvailable")), _intstr(spec.get("maxUnavailable")),
+            _int(meta.get("generation"), "metadata.generation"),
+            _int(status.get("observedGeneration"), "status.observedGeneration"),
         )
 
     def selects(self, pod: Pod) -> bool:

@@ -107,10 +107,17 @@ class LabelSelector:
             raw_exprs = []
         if not isinstance(raw_exprs, list):
             raise ModelError(f"{where}.matchExpressions", "must be a list of requirements")
+        for k, v in labels.items():
+            if not isinstance(v, str):
+                # as the API (and the upstream descheduler's decoder) refuses it; YAML reads an
+                # unquoted true, 2 or n as a boolean or a number
+                raise ModelError(f"{where}.matchLabels.{k}", f"must be a string, got the {type(v).__name__} {v!r}: quote "
+                                 "the value (in YAML an unquoted y, n, yes, no, on, off, true or false is a boolean, "
+                                 "digits a number)")
         exprs = []
         for i, item in enumerate(raw_exprs):
             exprs.append(requirement_from_api(item, f"{where}.matchExpressions[{i}]", LABEL_OPERATORS))
-        return cls(tuple(sorted((str(k), str(v)) for k, v in labels.items())), tuple(exprs))
+        return cls(tuple(sorted((str(k), v) for k, v in labels.items())), tuple(exprs))
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -205,6 +205,11 @@ class Snapshot:
             buckets["Namespace"], buckets["PersistentVolumeClaim"], all_notes,
         )
 
+    def eviction_pdbs_for(self, pod: Pod) -> list[PodDisruptionBudget]:
+        """The PDBs the Eviction API checks for ``pod``: those selecting it, less any with an empty
+        selector (the API skips those; :attr:`PodDisruptionBudget.seen_by_eviction_api`)."""
+        return [b for b in self.pdbs_for(pod) if b.seen_by_eviction_api]
+
     def pdbs_for(self, pod: Pod) -> list[PodDisruptionBudget]:
         """The PDBs selecting ``pod``, in snapshot order.
 

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -101,7 +102,13 @@ METRICS_SOURCES = ("KubernetesMetrics", "Prometheus")
 # --------------------------------------------------------------------------- YAML reading
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys in a mapping."""
+    """SafeLoader that rejects duplicate keys in a mapping, and reads the plain scalars ``y``, ``Y``,
+    ``n`` and ``N`` as booleans, as the upstream descheduler's decoder does (sigs.k8s.io/yaml on
+    go-yaml v2, YAML 1.1): PyYAML reads them as strings, so ``nodeFit: y`` was refused here and ran
+    upstream, and ``matchLabels: {pick: n}`` ran here and was refused upstream. Quote them
+    (``"y"``) for the string, in both."""
+
+    bool_values: ClassVar[dict[str, bool]] = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -111,6 +118,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 
 
 def parse_yaml(text: str, source: str) -> Any:
