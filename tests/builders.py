@@ -127,3 +127,19 @@ def snapshot(objects: list[dict[str, Any]]) -> Snapshot:
 
 def state(objects: list[dict[str, Any]], now: datetime = NOW) -> ClusterState:
     return ClusterState(snapshot(objects), now)
+
+
+POD_LIFETIME_POLICY_YAML = """apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+profiles:
+- name: p
+  pluginConfig:
+  - name: DefaultEvictor
+    args: {EVICTOR}
+  - name: PodLifeTime
+    args: {states: [Running]}
+  plugins:
+    deschedule: {enabled: [PodLifeTime]}
+"""
+"""A v1alpha2 policy as a person writes it (flow style, unquoted scalars), ``{EVICTOR}`` the
+DefaultEvictor's args: how YAML reads a scalar is part of what is tested."""

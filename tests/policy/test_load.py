@@ -38,6 +38,8 @@ from kdesched.policy.types import (
     RemovePodsViolatingTopologySpreadConstraintArgs,
 )
 
+from tests.builders import POD_LIFETIME_POLICY_YAML
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "policies"
 V2 = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy"}
 V1 = {"apiVersion": "descheduler/v1alpha1", "kind": "DeschedulerPolicy"}
@@ -764,29 +766,15 @@ def test_policy_error_rendering() -> None:
     assert textwrap.dedent(str(PolicyError([]))) == "policy:\n  invalid policy"
 
 
-YN_POLICY = """apiVersion: descheduler/v1alpha2
-kind: DeschedulerPolicy
-profiles:
-- name: p
-  pluginConfig:
-  - name: DefaultEvictor
-    args: {EVICTOR}
-  - name: PodLifeTime
-    args: {states: [Running]}
-  plugins:
-    deschedule: {enabled: [PodLifeTime]}
-"""
-
-
 def test_unquoted_y_and_n_are_booleans_as_the_upstream_decoder_reads_them() -> None:
     """go-yaml v2 (under the upstream descheduler's decoder) reads y, Y, n and N as booleans and
     PyYAML as strings: ``nodeFit: y`` ran upstream and was refused here, and ``matchLabels: {pick:
     n}`` was refused upstream and ran here (tests/realk8s/test_differential_edges.py asks the
     binary). A label value that is not a string is refused, naming the field."""
-    policy = load_policy_text(YN_POLICY.replace("{EVICTOR}", "{nodeFit: y}"), "yn.yaml")
+    policy = load_policy_text(POD_LIFETIME_POLICY_YAML.replace("{EVICTOR}", "{nodeFit: y}"), "yn.yaml")
     assert policy.profiles[0].evictor_args.node_fit is True
     with pytest.raises(PolicyError) as err:
-        load_policy_text(YN_POLICY.replace("{EVICTOR}", "{labelSelector: {matchLabels: {pick: n}}}"), "yn.yaml")
+        load_policy_text(POD_LIFETIME_POLICY_YAML.replace("{EVICTOR}", "{labelSelector: {matchLabels: {pick: n}}}"), "yn.yaml")
     assert "labelSelector.matchLabels.pick: must be a string, got the bool False: quote the value" in str(err.value)
-    quoted = load_policy_text(YN_POLICY.replace("{EVICTOR}", '{labelSelector: {matchLabels: {pick: "n"}}}'), "yn.yaml")
+    quoted = load_policy_text(POD_LIFETIME_POLICY_YAML.replace("{EVICTOR}", '{labelSelector: {matchLabels: {pick: "n"}}}'), "yn.yaml")
     assert str(quoted.profiles[0].evictor_args.label_selector) == "pick=n"

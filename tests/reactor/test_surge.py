@@ -103,6 +103,13 @@ def surges(client: StubClient) -> Surges:
     return Surges(client, enabled=True, timeout_seconds=120)  # type: ignore[arg-type]
 
 
+def quick_reactor(kube: KubeClient) -> Reactor:
+    """A Reactor with the shipped policy's strategies, settling and waiting for the Lease briefly."""
+    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
+    policy = default_like_policy(kdesched=block)
+    return Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+
+
 def test_a_pod_already_going_is_not_evicted_again_whatever_the_runs_snapshot_says() -> None:
     """The run's snapshot (serve's cache) still shows the marked pod Running, but the API server has
     it terminating (another eviction just landed): read first, no second eviction."""
@@ -207,9 +214,7 @@ def test_a_workload_whose_owner_changed_during_the_move_waits_for_the_next_run(f
                          conditions=READY),
                  pod_obj("web-2", "spare-1", owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
                          conditions=READY))
-    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
-    policy = default_like_policy(kdesched=block)
-    reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+    reactor = quick_reactor(kube)
     try:
         hpa = StubClient(5, generation=8)  # the Deployment as an HPA left it: 5 replicas, a new generation
         reactor.execution.surges = surges(hpa)
@@ -243,9 +248,7 @@ def test_a_node_run_keeps_repeating_while_a_move_off_its_node_is_under_way(fake_
     fake_api.add(node_obj("node-a"), node_obj("spare-1"),
                  pod_obj("web-1", "node-a", owner_name="web-abc", labels={"app": "web", "pod-template-hash": "abc"},
                          conditions=READY))
-    block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2}
-    policy = default_like_policy(kdesched=block)
-    reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+    reactor = quick_reactor(kube)
     try:
         old = Pod.from_api(fake_api.get("Pod", "web-1", "default"))  # type: ignore[arg-type]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kdesched.evictor.ledger import Settled
+from kdesched.evictor.ledger import Ledger, Settled
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.kube.errors import TooManyRequests
-from kdesched.reactor.run.surge import LATE_EVICT_SECONDS, Ended
+from kdesched.reactor.run.surge import LATE_EVICT_SECONDS, Ended, Surges
 
 from tests.builders import NOW
 from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
@@ -72,14 +72,20 @@ def test_a_refused_move_keeps_the_extra_replica_while_a_scale_back_would_delete_
     assert api.replicas == 2 and [e.outcome for e in ended] == ["done"]
 
 
+def braked_move(sibling_node: str) -> tuple[Api, Surges, Ledger]:
+    """web-1 moving off node-a, its sibling web-0 on ``sibling_node``, the extra pod web-2 Ready on node-b."""
+    api = Api(replicas=2)
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", sibling_node)
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    return api, driver, ledger
+
+
 def test_a_brake_past_the_deadline_keeps_the_extra_replica_while_a_scale_back_would_delete_an_original() -> None:
     """The health brake holds the eviction past the deadline, two original pods on the node being left:
     no pod may leave while the brake holds, and a scale-back would delete one of them. The +1 stays."""
-    api = Api(replicas=2)
-    old = web(api, "web-1", "node-a")
-    web(api, "web-0", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-2", "node-b", created=2)
+    api, driver, ledger = braked_move(sibling_node="node-a")
     ended: list[Ended] = []
     for now in (T0 + 5, T0 + 121, T0 + 300):
         ledger = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, now, ended,
@@ -89,11 +95,7 @@ def test_a_brake_past_the_deadline_keeps_the_extra_replica_while_a_scale_back_wo
 
 def test_a_brake_past_the_deadline_gives_up_when_the_scale_back_removes_the_extra_pod() -> None:
     """The same with one pod per node: the scale-back removes the extra pod, so the move is given up."""
-    api = Api(replicas=2)
-    old = web(api, "web-1", "node-a")
-    web(api, "web-0", "node-c")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-2", "node-b", created=2)
+    api, driver, ledger = braked_move(sibling_node="node-c")
     ended: list[Ended] = []
     ledger = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, T0 + 121, ended,
                             hold=lambda e: BRAKE).ledger

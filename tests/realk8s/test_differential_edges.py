@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import POD_LIFETIME_POLICY_YAML
 from tests.realk8s import diffcorpus as dc
 
 pytestmark = pytest.mark.realk8s
@@ -155,26 +156,12 @@ def test_pods_without_pdb_decides_as_documented(evictor: dict[str, Any], kubecon
     assert evicted(report) == ["b1"]  # the pod a PDB covers; b2 has none
 
 
-POLICY_TEXT = """apiVersion: descheduler/v1alpha2
-kind: DeschedulerPolicy
-profiles:
-- name: p
-  pluginConfig:
-  - name: DefaultEvictor
-    args: {EVICTOR}
-  - name: PodLifeTime
-    args: {states: [Running]}
-  plugins:
-    deschedule: {enabled: [PodLifeTime]}
-"""
-
-
 @pytest.mark.parametrize("evictor", ["{nodeFit: y}", "{labelSelector: {matchLabels: {pick: n}}}",
                                      '{labelSelector: {matchLabels: {pick: "n"}}}'])
 def test_a_policy_is_accepted_or_refused_as_upstream_decodes_it(evictor: str, kubeconfig: Path,
                                                                  tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY_TEXT.replace("{EVICTOR}", evictor))
+    policy.write_text(POD_LIFETIME_POLICY_YAML.replace("{EVICTOR}", evictor))
     found = dc.k8s_bin_dir()
     assert found is not None
     upstream = subprocess.run([str(found / "descheduler"), "--policy-config-file", str(policy), "--kubeconfig",

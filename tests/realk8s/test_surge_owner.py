@@ -22,19 +22,32 @@ from tests.realk8s.test_surge import (
 )
 
 
+def leading_serve(control_plane: ControlPlane, real: Cluster, serves: list[Serve], tmp_path: Path,
+                  safety: dict[str, float] | None = None) -> Serve:
+    """A ``kdesched serve`` started with ``safety`` and leading."""
+    kubeconfig = control_plane.admin_kubeconfig
+    s = start_serve(serves, tmp_path, kubeconfig, safety=safety) if safety else start_serve(serves, tmp_path, kubeconfig)
+    wait_leading(control_plane, real, s)
+    return s
+
+
+def taint_node_a_until_surged(control_plane: ControlPlane, real: Cluster, app: str, surged: int) -> None:
+    """The maintenance taint on node-a; returns once ``app``'s Deployment is scaled up to ``surged``."""
+    set_taints(real, "node-a", [GPU])
+    control_plane.wait_for(lambda: deployment(real, app)["spec"]["replicas"] == surged, 15, interval=0.02,
+                           what="the scale-up")
+
+
 def test_an_annotation_mid_move_does_not_leave_the_deployment_surged(
         control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
     """An annotation written to the Deployment mid-move (Argo CD, Flux, a person) moves its generation
     but not spec.replicas, whose managedFields entry stays kdesched's scale write: the move finishes and
     the replicas go back to 1, and no second move of the workload begins on top of the first."""
     before = on_node_a(control_plane, real, "web", 1)
-    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig)
-    wait_leading(control_plane, real, s)
+    s = leading_serve(control_plane, real, serves, tmp_path)
     leaving = {p["metadata"]["uid"] for p in app_pods(real, "web")}
     with logged(s):
-        set_taints(real, "node-a", [GPU])
-        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.02,
-                               what="the scale-up")
+        taint_node_a_until_surged(control_plane, real, "web", 2)
         real.api.patch("/apis/apps/v1/namespaces/default/deployments/web",
                        {"metadata": {"annotations": {"team": "payments"}}})
         annotated = deployment(real, "web")
@@ -58,13 +71,10 @@ def test_a_move_whose_eviction_a_pdb_keeps_refusing_is_given_up_at_the_timeout(
     # the original pod Ready well before the move: the ReplicaSet compares Ready times in power-of-two
     # buckets (then by uid), and kdesched gives up only when the extra pod's bucket is certainly lower
     time.sleep(20)
-    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 10})
-    wait_leading(control_plane, real, s)
+    s = leading_serve(control_plane, real, serves, tmp_path, safety={"replacementTimeoutSeconds": 10})
     original = {p["metadata"]["uid"] for p in app_pods(real, "web")}
     with logged(s):
-        set_taints(real, "node-a", [GPU])
-        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.02,
-                               what="the scale-up")
+        taint_node_a_until_surged(control_plane, real, "web", 2)
         real.pdb("web", {"app": "web"}, max_unavailable=0)
         control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 30, what="the give-up")
         time.sleep(3)
@@ -81,13 +91,10 @@ def test_a_move_given_up_under_the_health_brake_deletes_no_pod_behind_the_evicti
     on_node_a(control_plane, real, "shop", 2)
     real.pdb("shop", {"app": "shop"}, min_available=2)
     real.wait_pdb_observed("default", "shop")
-    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 15})
-    wait_leading(control_plane, real, s)
+    s = leading_serve(control_plane, real, serves, tmp_path, safety={"replacementTimeoutSeconds": 15})
     original = {p["metadata"]["uid"]: p["metadata"]["name"] for p in app_pods(real, "shop")}
     with logged(s):
-        set_taints(real, "node-a", [GPU])
-        control_plane.wait_for(lambda: deployment(real, "shop")["spec"]["replicas"] == 3, 15, interval=0.02,
-                               what="the scale-up")
+        taint_node_a_until_surged(control_plane, real, "shop", 3)
 
         def surge_node() -> str | None:
             extra = [p for p in app_pods(real, "shop") if p["metadata"]["uid"] not in original]
@@ -110,12 +117,9 @@ def test_a_taint_removed_mid_move_still_gets_the_replicas_back_promptly(
     repeating while the move is in the ledger, so the move is settled within its timeout (10 s) and a
     few seconds, not at the next sweep (the harness's serve has none)."""
     on_node_a(control_plane, real, "web", 1)
-    s = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, safety={"replacementTimeoutSeconds": 10})
-    wait_leading(control_plane, real, s)
+    s = leading_serve(control_plane, real, serves, tmp_path, safety={"replacementTimeoutSeconds": 10})
     with logged(s):
-        set_taints(real, "node-a", [GPU])
-        control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 2, 15, interval=0.02,
-                               what="the scale-up")
+        taint_node_a_until_surged(control_plane, real, "web", 2)
         set_taints(real, "node-a", [])
         control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 25,
                                what="the replicas back")
