@@ -304,6 +304,16 @@ def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
     return AlertVerdict(False)
 
 
+def fail_open_note(reading: AlertsReading | None, settings: AlertBrakeSettings) -> str:
+    """What a run reports and logs when it could not read the alerts and went on because
+    ``alertBrake.failClosed`` is false (docs/safety.md, "Fail closed"); "" otherwise. Without it an
+    outage of Prometheus let evictions run with no trace of the unread brake."""
+    if reading is None or not settings.enabled or settings.fail_closed or not reading.error:
+        return ""
+    verdict = judge(reading, settings)
+    return "" if verdict.holds else verdict.message
+
+
 # --- the pipeline's control ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)

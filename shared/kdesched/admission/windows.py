@@ -148,7 +148,9 @@ def _field(part: str, name: str, low: int, high: int, names: dict[str, int]) -> 
                 raise CronError(f"{name}: range {rng!r} goes backwards")
         else:
             a = _value(rng, name, low, high, names)
-            b = high if _ else a  # "5/15" = from 5 to the end, every 15
+            # "5/15" = from 5 to the end, every 15; a day of week ends at Saturday (robfig/cron), or
+            # "1/2" would reach 7, Sunday again: Sun, Mon, Wed, Fri where Mon, Wed, Fri was written
+            b = (6 if name == "day of week" and a <= 6 else high) if _ else a
         out.update(range(a, b + 1, step))
     return frozenset(out)
 

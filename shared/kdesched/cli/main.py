@@ -329,6 +329,12 @@ def _health_refusal(loaded: LoadedPolicy, snapshot: Any, *, ignore: bool, client
         alerts = read_brake_alerts(client, s.url, secret_namespace=s.token_secret_namespace,
                                    secret_name=s.token_secret_name, token_file=s.token_file, ca_file=s.ca_file,
                                    timeout=s.timeout_seconds, settle_seconds=s.settle_seconds)
+    if alerts is not None:
+        from kdesched.admission.alerts import fail_open_note
+
+        unread = fail_open_note(alerts, settings.alert_brake)
+        if unread:
+            log.warning("%s", unread)
     now = client.clock.now() if client is not None and hasattr(client, "clock") else time.time()
     brake = Pipeline.build(settings.admission).begin(RunContext(Ledger(), snapshot, now, alerts=alerts)).brake
     if brake is None:

@@ -17,6 +17,7 @@ other strategies go on; the alert brake holds (fail closed).
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import math
 import os
@@ -105,11 +106,15 @@ def _get_json(url: str, base: str, *, token: str, ca_file: str, timeout: float, 
         return None, f"cannot reach {where}: {exc.reason}"
     except (OSError, ssl.SSLError) as exc:
         return None, f"cannot reach {where}: {exc}"
+    except http.client.HTTPException as exc:
+        # not an OSError: something on the port that does not speak HTTP (BadStatusLine), an answer cut
+        # off mid-chunk (IncompleteRead), a header line too long: an error like any other, never raised
+        return None, f"cannot read the answer of {where} to {what}: {type(exc).__name__}: {exc!s:.200}"
     if len(body) > max_bytes:
         return None, f"{where} answered more than {max_bytes >> 20} MiB to {what}"
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not JSON, or JSON no parser should take (4,300-digit numbers, deep nesting)
         snippet = body[:BODY_SNIPPET].decode("utf-8", "replace")
         return None, f"{where} answered HTTP {status} with something that is not JSON: {snippet!r}"
     if not isinstance(doc, Mapping):

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kdesched.admission.alerts import fail_open_note
 from kdesched.admission.pipeline import Pipeline
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor
@@ -92,10 +93,11 @@ class Execution:
                 if self.stop.is_set():
                     raise ShuttingDown("shutting down: plan abandoned before evicting")
 
+            alerts = self.readings.alerts()
             decided = decide(self.store, policy, snapshot, scope, safety=self.safety, dry_run=dry_run, now=now,
                              pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
                              checkpoint=checkpoint, trigger=label, origin=origin, clock=self.wall_clock,
-                             namespace_labels=self.namespace_labels, alerts=self.readings.alerts(),
+                             namespace_labels=self.namespace_labels, alerts=alerts,
                              brake_status=self.brake_status, surges=self.surges)
             for verdict in decided.admission.refused:
                 m.REFUSALS.labels(verdict.reason.value).inc()
@@ -115,6 +117,10 @@ class Execution:
             if decided.controlled is not None:
                 report = with_deferred(report, decided.controlled)  # the evictions the controls deferred
             notes = list(decided.notes)
+            unread = fail_open_note(alerts, self.readings.alert_brake)
+            if unread:
+                log.warning("%s (%s)", unread, label)
+                notes.append(unread)
             note = record_outcomes(self.store, decided, report.outcomes)
             if note:
                 notes.append(note)
