@@ -12,12 +12,14 @@ The renew deadline is judged by a fake clock the test moves (the leader loop run
 from __future__ import annotations
 
 import threading
+import time
 
 from tests.fakeapi import FakeApiServer, Fault
 from tests.reactor.test_serve import TAINT, wait_for
 from tests.reactor.test_serve_failures import LEADER, FakeClock, Running, clock, leader  # noqa: F401
 
 EVICT = "/eviction"
+HANG = 3.0  # seconds the renew's read hangs: past the renew deadline by the fake clock
 
 
 def test_the_leader_stops_evicting_at_its_renew_deadline_while_a_renew_hangs(
@@ -25,7 +27,8 @@ def test_the_leader_stops_evicting_at_its_renew_deadline_while_a_renew_hangs(
     """Past the renew deadline the leader steps down and evicts nothing more, though its renew has
     not answered yet; by then a standby may hold the Lease and act on the same taint."""
     srv = leader.srv
-    fake_api.script("GET", LEADER, [Fault(delay=4.0)])  # the next renew's read hangs 4 s
+    fake_api.script("GET", LEADER, [Fault(delay=HANG)])  # the next renew's read hangs
+    hung_until = time.monotonic() + HANG
     threading.Event().wait(0.8)  # renews come every 0.5 s: one is in flight now, hanging
     clock.t += 10  # past the deadline (1 s) and the duration (5 s): a standby takes the Lease
     lease = fake_api.get("Lease", "kdesched-leader", "kdesched")
@@ -42,6 +45,9 @@ def test_the_leader_stops_evicting_at_its_renew_deadline_while_a_renew_hangs(
     threading.Event().wait(1.0)
     evictions = [r.path for r in fake_api.requests("POST") if r.path.endswith(EVICT)]
     assert evictions == []
+    # the hung renew answers before the fake API server goes (its thread would log a refused
+    # connection into another test's output)
+    threading.Event().wait(max(0.0, hung_until - time.monotonic() + 0.3))
 
 
 def test_a_node_local_run_stops_at_the_leader_renew_deadline(leader: Running, clock: FakeClock) -> None:  # noqa: F811
