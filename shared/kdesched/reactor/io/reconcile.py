@@ -287,11 +287,15 @@ class NodeRecorder:
             log.warning("could not send the %s's %d event(s) (sent again later, or by the next start): %s",
                         what, len(events), exc)
             return False
+        self._let_go(held)
+        return True
+
+    def _let_go(self, held: Mapping[str, NodeMark | None]) -> None:
+        """Stop holding the nodes still held at the marks ``held`` (a newer hold stays)."""
         with self._lock:
             for node, mark in held.items():
                 if node in self._unsent and self._unsent[node] == mark:
                     del self._unsent[node]
-        return True
 
     def hold(self, before: Mapping[str, NodeMark | None]) -> dict[str, NodeMark | None]:
         """Hold nodes at their marks ``before`` (None: not in the record) in every record written
@@ -325,10 +329,7 @@ class NodeRecorder:
                 self._unsent.pop(gone, None)
         events = differences({n: mk for n, mk in held.items() if mk is not None}, current)
         if not events:  # each held node is back as it was recorded: nothing to say
-            with self._lock:
-                for node, mark in held.items():
-                    if node in self._unsent and self._unsent[node] == mark:
-                        del self._unsent[node]
+            self._let_go(held)
             return []
         return events if self.send_held(events, held, send, "held changes") else []
 
