@@ -287,6 +287,9 @@ def plan_run(
                 seconds = time.perf_counter() - started
                 observe_strategy(name, profile.name, seconds)  # kdesched_strategy_duration_seconds
                 runs.append(StrategyRun(profile.name, name, ext, len(state.planned) - before, seconds, error))
+                if counter.ended:  # this strategy alone stopped (DeferralsPlanned): the others run
+                    notes.append(f"{profile.name}/{name}: {counter.ended}")
+                    counter.ended = ""
                 if counter.spent and not spent:  # strategies catch EvictionBudgetSpent like the total limit
                     spent = counter.spent
                     notes.append(f"{profile.name}/{name}: {spent}")

@@ -7,10 +7,13 @@ state (tokens, when) in the disruption ledger's commit record, so every process 
 a run's draw is committed with its admissions. The per-node and per-namespace buckets are gone:
 the node cool-down and namespace budgets say what they meant (docs/safety.md).
 
-Only evictions sent in this run draw (not those pacing holds for a later wave). A balance run
-(``stop_when_spent``) stops planning once the bucket is empty: a run over 150,000 pods may find tens
-of thousands of candidates of which the bucket lets a few dozen go, and planning the rest was most
-of its decision time.
+Only evictions sent in this run draw: not those pacing holds for a later wave, nor those a brake, a
+closed window or a fresh node change defers (they come before the bucket in the pipeline's order, so
+a deferred pod is neither counted nor refused ``rate-limit``). A balance run (``stop_when_spent``)
+stops planning once the bucket is empty: a run over 150,000 pods may find tens of thousands of
+candidates of which the bucket lets a few dozen go, and planning the rest was most of its decision
+time. For the same reason it plans at most ``burst`` deferred evictions of a strategy (as many as
+could go at once when they may), then that strategy returns.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from kdesched.admission.control import Check, RunContext
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Pod
-from kdesched.strategies.framework import EvictionBudgetSpent
+from kdesched.strategies.framework import DeferralsPlanned, EvictionBudgetSpent
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class _Check(Check):
     def __init__(self, s: ClusterBucket, ctx: RunContext) -> None:
         self.s, self.ctx = s, ctx
         self.left = s.tokens(ctx.ledger.bucket, ctx.now)
+        self.deferrals: dict[str, int] = {}  # per strategy, the deferred evictions a balance run planned
 
     def _empty(self) -> Verdict:
         s = self.s
@@ -76,6 +80,16 @@ class _Check(Check):
     def passed(self, pod: Pod, strategy: str, held: bool) -> None:
         if not held:
             self.left -= 1
+
+    def deferred(self, pod: Pod, strategy: str, held: bool) -> None:
+        if held or not self.ctx.stop_when_spent:
+            return
+        n = self.deferrals.get(strategy, 0)
+        if n >= self.s.burst:
+            raise DeferralsPlanned(f"planned {n} deferred eviction(s) (see deferred), as many as the cluster-wide "
+                                   f"eviction bucket (rateLimits.global, burst {self.s.burst}) lets go at once; a "
+                                   "later run decides the rest")
+        self.deferrals[strategy] = n + 1
 
     def record(self, ledger: Ledger, admitted: int, stamp: float) -> Ledger:
         return replace(ledger, bucket=self.s.drawn(self.ctx.ledger.bucket, stamp, admitted))

@@ -8,7 +8,10 @@ once, from the policy's ``kdesched:`` block) and its check; the pipeline
 one or more of three moments, by overriding the method for it:
 
 * :meth:`Check.run`: once, before planning: a brake that holds every eviction of the run;
-* :meth:`Check.pod`: while the planner plans, for each pod a strategy wants evicted;
+* :meth:`Check.pod`: while the planner plans, for each pod a strategy wants evicted. A verdict that
+  *defers* (a closed window, a fresh node change) does not refuse the pod: the planner still plans it
+  (the report shows its wave and destination), its plan check defers it, and the checks after it in
+  the order neither refuse nor count it (:meth:`Check.deferred`): this run does not send it;
 * :meth:`Check.planned`: for each eviction of the finished plan (when a control must see the
   pacing's waves first: windows, budgets).
 
@@ -64,6 +67,11 @@ class Check:
 
     def passed(self, pod: Pod, strategy: str, held: bool) -> None:
         """Every check let ``pod`` through: count it (a bucket's token, a record's room)."""
+
+    def deferred(self, pod: Pod, strategy: str, held: bool) -> None:
+        """A control before this one defers ``pod`` (a brake, a closed window): this run does not send
+        it, so count nothing for it. May raise
+        :class:`~kdesched.strategies.framework.DeferralsPlanned` to end the strategy's planning."""
 
     def planned(self, eviction: PlannedEviction, held: bool) -> Verdict | None:
         """Refuse or defer one eviction of the finished plan, or None."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kdesched.admission.control import Check, RunContext
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Reason, Verdict
+from kdesched.model.records import Pod
 
 CATCH_UP_SECONDS = 3.0
 NODE_EVENT_RUNS = frozenset({"taints", "affinity"})
@@ -52,9 +53,16 @@ class _Check(Check):
     def __init__(self, ctx: RunContext, seconds: float) -> None:
         self.ctx, self.seconds = ctx, seconds
 
+    def pod(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+        # known before the plan: a deferral, so the bucket after it neither refuses nor counts the pod
+        return self._verdict(pod, strategy)
+
     def planned(self, eviction: PlannedEviction, held: bool) -> Verdict | None:
-        watched = WATCHED.get(eviction.strategy)
-        node = self.ctx.snapshot.nodes.get(eviction.pod.node_name) if watched is not None else None
+        return self._verdict(eviction.pod, eviction.strategy)
+
+    def _verdict(self, pod: Pod, strategy: str) -> Verdict | None:
+        watched = WATCHED.get(strategy)
+        node = self.ctx.snapshot.nodes.get(pod.node_name) if watched is not None else None
         written = getattr(node, watched[0]) if node is not None and watched is not None else None
         if written is None or watched is None:
             return None
@@ -67,6 +75,6 @@ class _Check(Check):
         if self.ctx.now >= ready:
             return None
         return Verdict(Reason.FRESH_CHANGE,
-                       f"node {eviction.pod.node_name}'s {watched[1]} were written {max(0.0, self.ctx.now - written):.1f}s "
+                       f"node {pod.node_name}'s {watched[1]} were written {max(0.0, self.ctx.now - written):.1f}s "
                        f"ago: evicting in {ready - self.ctx.now:.1f}s, once the scheduler has seen them (else the "
                        "replacement may land back on the node)", ready)

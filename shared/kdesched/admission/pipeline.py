@@ -16,17 +16,27 @@ order  control                moment      answer
 5      wasted-move back-off   pod         refuse until the back-off ends
 6      cool-downs             pod         refuse until the workload's / node's cool-down ends
 7      ledger capacity        pod         refuse (the workload's record is full)
-8      cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
-9      disruption windows     plan        defer until the window opens
-10     fresh node change      plan        defer a node event's eviction until the scheduler has
+8      disruption windows     pod, plan   defer until the window opens
+9      fresh node change      pod, plan   defer a node event's eviction until the scheduler has
                                           seen the taint or label written seconds ago (3 s)
+10     cluster-wide bucket    pod         refuse (balance runs: stop planning) until a token
 11     disruption budgets     plan        refuse while the budget is spent
 =====  =====================  ==========  =====================================================
 
 The cheap, run-wide answers come first; the pod checks run while the planner plans (its ``gate``:
 the planner itself adds the PodDisruptionBudgets, the per-workload allowance and "somewhere to
 go"); the plan checks see the finished plan's waves (a pod pacing holds for a later wave is counted
-by the run that sends it). A new control is one module and one line in :meth:`Pipeline.build`.
+by the run that sends it).
+
+A control that *defers* (1, 2, 8, 9) answers before the bucket: a pod it holds is still planned
+(and reported ``deferred`` with its wave and destination), but no check after it refuses or counts
+it, since this run does not send it. So a deferred pod spends no token and takes no room in its
+ledger record, and a pod a window holds is never reported ``rate-limit`` (with the bucket before
+the windows, deferred pods drew its tokens: the pods after them were refused ``rate-limit``, and
+the ones that could go, of a strategy the window does not cover, were not sent). A balance run
+plans at most a burst of a strategy's deferred evictions (what the bucket could let go at once when
+they may go), then that strategy returns. A new control is one module and one line in
+:meth:`Pipeline.build`.
 """
 
 from __future__ import annotations
@@ -83,9 +93,9 @@ class Pipeline:
             WastedMoveBackoff(s.backoff_base_seconds, s.backoff_max_seconds),
             Cooldowns(s.cooldown_workload_seconds, s.cooldown_node_seconds),
             RecordCapacity(),
-            s.bucket,
             WindowControl(s.windows),
             FreshChange(),
+            s.bucket,
             BudgetControl(s.budgets),
         ]
         return cls([c for c in controls if c is not None])
@@ -117,9 +127,17 @@ class RunAdmission:
         return next((c.state for c in self.checks if isinstance(c, HealthCheck)), BrakeState(False))
 
     def gate(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
-        """The planner's ``gate``: the pod checks in order, the first refusal wins."""
-        for c in self.checks:
+        """The planner's ``gate``: the pod checks in order, the first refusal wins. A deferral (a
+        brake, or a check whose verdict defers) lets the pod be planned, to be deferred by the plan
+        checks (:meth:`finish`), and the checks after it neither refuse nor count it."""
+        if self.brake is not None:
+            self._deferred(0, pod, strategy, held)
+            return None
+        for i, c in enumerate(self.checks):
             verdict = c.pod(pod, strategy, held)
+            if verdict is not None and verdict.reason.defers:
+                self._deferred(i + 1, pod, strategy, held)
+                return None
             if verdict is not None:
                 self.refused.append(verdict)
                 # (the bucket's next token too: a node run it refused is repeated then, not left
@@ -131,6 +149,10 @@ class RunAdmission:
         for c in self.checks:
             c.passed(pod, strategy, held)
         return None
+
+    def _deferred(self, after: int, pod: Pod, strategy: str, held: bool) -> None:
+        for c in self.checks[after:]:
+            c.deferred(pod, strategy, held)  # may end the strategy's planning (DeferralsPlanned)
 
     def finish(self, evictions: Sequence[PlannedEviction], held: Sequence[bool]) -> list[Verdict | None]:
         """The plan checks over the finished plan, in plan order: a verdict per eviction (a brake

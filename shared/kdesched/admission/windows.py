@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from kdesched.admission.control import Check, RunContext
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Reason, Verdict
+from kdesched.model.records import Pod
 
 MONTHS = {n: i + 1 for i, n in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
                                            "nov", "dec"))}
@@ -339,13 +340,20 @@ class _WindowCheck(Check):
         self.windows, self.ctx = windows, ctx
         self.states: dict[str, WindowState] = {}
 
+    def pod(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+        # known before the plan (it depends on the strategy alone): a deferral, so the bucket after
+        # it neither refuses nor counts the pod (kdesched.admission.pipeline)
+        return self._verdict(strategy)
+
     def planned(self, eviction: PlannedEviction, held: bool) -> Verdict | None:
+        return self._verdict(eviction.strategy)
+
+    def _verdict(self, strategy: str) -> Verdict | None:
         if not self.windows:
             return None
-        st = self.states.get(eviction.strategy)
+        st = self.states.get(strategy)
         if st is None:
-            st = self.states[eviction.strategy] = self.windows.state(eviction.strategy, self.ctx.trigger, self.ctx.now,
-                                                                     self.ctx.origin)
+            st = self.states[strategy] = self.windows.state(strategy, self.ctx.trigger, self.ctx.now, self.ctx.origin)
         if st.open:
             return None
         when = ("it re-decides then" if st.opens_at is not None else

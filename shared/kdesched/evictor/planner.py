@@ -26,6 +26,7 @@ from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Pod, PodDisruptionBudget
 from kdesched.strategies.framework import (
     ClusterState,
+    DeferralsPlanned,
     EvictionBudgetSpent,
     NamespaceLimitReached,
     NodeLimitReached,
@@ -71,6 +72,7 @@ class LimitCounter:
     pdb_used: dict[tuple[str, str], int] = field(default_factory=dict)
     refusals: list[Refusal] = field(default_factory=list)
     spent: str = ""  # why the run-wide eviction budget ran out (EvictionBudgetSpent), if it did
+    ended: str = ""  # why the strategy in progress stopped planning deferred evictions (DeferralsPlanned)
 
     def check(self, pod: Pod) -> None:
         lim = self.limits
@@ -146,6 +148,9 @@ class PlanningEvictor:
                 refused = self.gate(pod, strategy, self.pacer is not None and self.pacer.held(pod))
             except EvictionBudgetSpent as exc:
                 self.counter.spent = str(exc)  # the engine runs no further strategy
+                raise
+            except DeferralsPlanned as exc:
+                self.counter.ended = str(exc)  # this strategy returns; the engine notes why
                 raise
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused.message, refused.reason))

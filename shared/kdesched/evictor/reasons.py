@@ -29,9 +29,9 @@ class Reason(enum.StrEnum):
     COOLDOWN_WORKLOAD = "cooldown-workload"
     COOLDOWN_NODE = "cooldown-node"
     LEDGER_FULL = "ledger-full"
-    RATE_LIMIT = "rate-limit"
     WINDOW = "window"
     FRESH_CHANGE = "fresh-node-change"  # the node's taints or labels were written seconds ago
+    RATE_LIMIT = "rate-limit"
     BUDGET = "budget"
     # the planner
     NO_UID = "no-uid"

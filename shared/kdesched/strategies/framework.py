@@ -48,6 +48,13 @@ class EvictionBudgetSpent(TotalLimitReached):
     strategies (each would only plan evictions to refuse). Never raised on the parity path."""
 
 
+class DeferralsPlanned(TotalLimitReached):
+    """The event path's balance run has planned, for this strategy, as many evictions a brake or a
+    closed disruption window defers as the cluster-wide bucket could let go at once: the strategy
+    returns (planning more would decide nothing this run sends), the other strategies still run.
+    Never raised on the parity path."""
+
+
 class StrategyError(Exception):
     """A strategy could not run (logged; the other strategies still run)."""
 
