@@ -44,3 +44,38 @@ def test_a_dry_run_is_not_refused(fake_api: FakeApiServer, tmp_path: Path, capsy
     outage(fake_api)
     code = main(["run", "--dry-run", "--kubeconfig", kubeconfig(tmp_path / "kc", fake_api.url), "-o", "json", "-q"])
     assert code == 0 and json.loads(capsys.readouterr().out)["evictions"]
+
+
+POLICY_SAFETY_OFF = """\
+apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+profiles:
+- name: default
+  pluginConfig:
+  - name: DefaultEvictor
+  - name: RemovePodsViolatingNodeTaints
+  plugins:
+    deschedule:
+      enabled: [RemovePodsViolatingNodeTaints]
+kdesched:
+  safety:
+    enabled: false
+"""
+
+
+def test_simulate_event_with_safety_off_judges_every_node_of_the_snapshot(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate --event`` plans from a whole snapshot file: the brake judges its Nodes whatever the
+    safety defaults say (a node run over the API reads only its node's pods: tests/reactor/test_controls.py)."""
+    from tests.builders import pod_obj
+
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    items = [node_obj("t", taints=[taint]), node_obj("a"), *(node_obj(f"down-{i}", ready=False) for i in range(2)),
+             pod_obj("web-1", "t", owner_name="web")]  # 2 of 4 NotReady
+    (tmp_path / "cluster.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    (tmp_path / "policy.yaml").write_text(POLICY_SAFETY_OFF)
+    code = main(["simulate", str(tmp_path / "cluster.json"), "--policy", str(tmp_path / "policy.yaml"),
+                 "--event", "dev.kdesched.node.taints.changed:t", "-o", "json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["summary"]["safety"]["enabled"] is False
+    assert [(e["pod"], e["result"], e["cause"]) for e in report["evictions"]] == [("web-1", "deferred", "health-brake")]

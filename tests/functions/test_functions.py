@@ -182,6 +182,22 @@ def test_taints_function_evicts_and_reports(fake_api: FakeApiServer, kube: KubeC
     assert fake_api.get("Pod", "intolerant", "default") is None
 
 
+def test_taints_function_with_safety_off_is_braked_when_half_the_nodes_are_not_ready(fake_api: FakeApiServer,
+                                                                                      kube: KubeClient) -> None:
+    """The function reads only its node's pods (and, without the cache, a few Nodes); the health brake
+    still judges every Node (tests/reactor/test_controls.py has the reads)."""
+    cluster(fake_api)
+    fake_api.add(*(node_obj(f"down{i}", ready=False) for i in range(3)))  # 3 of 6 nodes NotReady
+    c = FUNCTIONS["taints"].create_app(reactor=make_reactor(kube, safety={"enabled": False})).test_client()
+    resp = post(c, *ce_request(ev.TAINTS_CHANGED, {"node": "n1", "before": {"taints": []},
+                                                   "after": {"taints": [TAINT]}}, id="t1"))
+    assert resp.status_code == 200
+    data = reply_event(resp).get_data()
+    assert [(e["pod"], e["result"], e.get("cause")) for e in data["evictions"]] == [
+        ("intolerant", "deferred", "health-brake")]
+    assert fake_api.get("Pod", "intolerant", "default") is not None
+
+
 def test_affinity_function_runs_node_affinity_only_without_topology_change(fake_api: FakeApiServer,
                                                                           kube: KubeClient) -> None:
     cluster(fake_api)

@@ -14,9 +14,11 @@ import pytest
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
+from kdesched.model.snapshot import Snapshot
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.events.requests import Trigger, parse_node_event, parse_sweep_data
 from kdesched.reactor.io.ledger_store import LedgerStore
+from kdesched.reactor.io.loaders import SnapshotLoader, default_loader
 from kdesched.reactor.run.continuation import node_scope
 from kdesched.reactor.run.controls import HEALTH_BRAKE
 from kdesched.reactor.run.runner import Reactor
@@ -50,10 +52,11 @@ def _stop_reactors() -> Iterator[None]:
         r.continuations.cancel_all()
 
 
-def reactor(kube: KubeClient, clock: Clock, **block: Any) -> Reactor:
+def reactor(kube: KubeClient, clock: Clock, *, loader: SnapshotLoader = default_loader, **block: Any) -> Reactor:
     block = {"settleSeconds": 0.05, "leaseWaitSeconds": 2, **block}
     policy = default_like_policy(kdesched=block)
-    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test", wall_clock=clock)
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test", wall_clock=clock,
+                loader=loader)
     STARTED.append(r)
     return r
 
@@ -141,6 +144,39 @@ def test_a_zone_down_brakes_and_disabling_the_brake_lets_evictions_through(fake_
     out = taint_event(reactor(kube, clock), "p0")
     assert results(out) == [("web-7d9f8-0", "deferred")] and "zone(s) z9" in out["evictions"][0]["message"]
     out = taint_event(reactor(kube, clock, healthBrake={"enabled": False}), "p0", 1)
+    assert results(out) == [("web-7d9f8-0", "evicted")]
+
+
+def listing_loader(client: KubeClient, pod_nodes: Any, include: Any) -> Snapshot:
+    """Reads as the watch cache serves a node run: every Node, the node's pods (not the node-local read)."""
+    return default_loader(client, pod_nodes, include)
+
+
+@pytest.mark.parametrize("loader", [default_loader, listing_loader], ids=["node-local", "cache-like"])
+def test_a_node_event_with_safety_off_is_braked_by_every_nodes_health(fake_api: FakeApiServer, kube: KubeClient,
+                                                                       loader: SnapshotLoader) -> None:
+    """With the safety defaults off a taint run reads only its node's pods and, without the watch
+    cache, only a few Nodes: the brake did not judge (it went by the pods' completeness), and half the
+    cluster NotReady evicted anyway. A run with something to evict now judges every Node (node-local:
+    one LIST of them more); the pods stay the node's."""
+    pool(fake_api, 1, spares=2, down=3)  # 3 of 6 nodes NotReady: 50% > 20%
+    fake_api.add(web("web-7d9f8-9", "s0"))  # another node's pod: not read
+    r = reactor(kube, Clock(THU_10), loader=loader, safety={"enabled": False})
+    fake_api.clear_journal()
+    out = taint_event(r, "p0")
+    assert results(out) == [("web-7d9f8-0", "deferred")] and evicted(fake_api) == []
+    row = out["evictions"][0]
+    assert row["cause"] == "health-brake" and "3 of 6 nodes (50%)" in row["message"]
+    assert ledger_of(fake_api).unhealthy_at == pytest.approx(THU_10, abs=0.01)
+    assert any(n.startswith("pods read: node p0") for n in out["notes"]), out["notes"]
+    pod_lists = [r.query.get("fieldSelector") for r in fake_api.requests("GET", "/api/v1/pods")]
+    assert pod_lists and set(pod_lists) == {"spec.nodeName=p0"}  # the pods stay the node's
+    assert any(r.query.get("limit") != "4" for r in fake_api.requests("GET", "/api/v1/nodes"))  # every Node
+
+    healthy = reactor(kube, Clock(THU_10 + 120), loader=loader, safety={"enabled": False})  # the nodes come back
+    for i in range(3):
+        fake_api.update(node_obj(f"d{i}"))
+    out = taint_event(healthy, "p0", 1)
     assert results(out) == [("web-7d9f8-0", "evicted")]
 
 

@@ -56,16 +56,41 @@ def test_same_decisions_as_with_every_node(fake_api: FakeApiServer, kube: KubeCl
     assert [p.key for p in small.pods] == [p.key for p in full.pods]
 
 
-def test_a_taint_event_reads_a_few_nodes_not_the_list(fake_api: FakeApiServer, kube: KubeClient) -> None:
+def taint_run(fake_api: FakeApiServer, kube: KubeClient, pods: list[dict[str, Any]],
+              brake: bool) -> tuple[dict[str, Any], list[tuple[str, str | None]]]:
     fake_api.add(*(node_obj(f"n{i:02}") for i in range(20)))
     fake_api.add(node_obj("n05", taints=[TAINT]))  # replaces n05
-    fake_api.add(pod_obj("intolerant", "n05", owner_name="web"), pod_obj("p", "n06", owner_name="db"))
-    block = {"settleSeconds": 0.02, "leaseWaitSeconds": 0.1, "safety": {"enabled": False}}
+    fake_api.add(*pods, pod_obj("p", "n06", owner_name="db"))
+    block = {"settleSeconds": 0.02, "leaseWaitSeconds": 0.1, "safety": {"enabled": False},
+             "healthBrake": {"enabled": brake}}
     policy = make_policy(TAINTS, kdesched=block)
     reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="t")
     fake_api.clear_journal()
     report = reactor.node_event(Trigger(ev.TAINTS_CHANGED, "e1", "/t"), parse_node_event({"node": "n05"}))
+    return report, [(r.path, r.query.get("limit")) for r in fake_api.requests("GET") if r.path.startswith("/api/v1/nodes")]
+
+
+def test_a_taint_event_reads_a_few_nodes_not_the_list(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    report, node_reads = taint_run(fake_api, kube, [pod_obj("intolerant", "n05", owner_name="web")], brake=False)
     assert [e["pod"] for e in report["evictions"]] == ["intolerant"]
-    node_reads = [(r.path, r.query.get("limit")) for r in fake_api.requests("GET") if r.path.startswith("/api/v1/nodes")]
     assert node_reads == [("/api/v1/nodes/n05", None), ("/api/v1/nodes", "4")]
     assert any(n.startswith("nodes read: n05 and 4 other(s)") for n in report["notes"])
+
+
+def test_with_the_health_brake_a_taint_run_that_evicts_reads_every_node(fake_api: FakeApiServer,
+                                                                        kube: KubeClient) -> None:
+    """The brake judges every Node (tests/reactor/test_controls.py: half of them NotReady brakes the
+    run); the pods stay the node's."""
+    report, node_reads = taint_run(fake_api, kube, [pod_obj("intolerant", "n05", owner_name="web")], brake=True)
+    assert [e["pod"] for e in report["evictions"]] == ["intolerant"]
+    assert node_reads == [("/api/v1/nodes/n05", None), ("/api/v1/nodes", "4"), ("/api/v1/nodes", "500")]
+    assert any(n.startswith("nodes read: every Node") for n in report["notes"]), report["notes"]
+    assert any(n.startswith("pods read: node n05") for n in report["notes"]), report["notes"]
+
+
+def test_with_the_health_brake_a_taint_run_with_nothing_to_evict_reads_a_few_nodes(fake_api: FakeApiServer,
+                                                                                   kube: KubeClient) -> None:
+    tolerant = pod_obj("tolerant", "n05", owner_name="web", tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    report, node_reads = taint_run(fake_api, kube, [tolerant], brake=True)
+    assert report["evictions"] == []
+    assert node_reads == [("/api/v1/nodes/n05", None), ("/api/v1/nodes", "4")]

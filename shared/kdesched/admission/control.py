@@ -45,13 +45,14 @@ class RunContext:
     ledger: Ledger
     snapshot: Snapshot
     now: float  # epoch seconds, the API server's clock
-    complete: bool = True  # the snapshot holds every node and pod
+    complete: bool = True  # the snapshot holds every pod (and node)
     trigger: str = ""  # taints, affinity, rebalance, sweep, manual, continuation (windows filter on it)
     stop_when_spent: bool = False  # balance runs stop planning once the bucket is empty
     namespace_labels: Callable[[str], Mapping[str, str] | None] = _no_labels  # for namespace budgets
     alerts: AlertsReading | None = None  # Prometheus' alerts, read for the alert brake
     owners_changed: frozenset[str] = frozenset()  # workloads whose owner changed during a surge-first move
     origin: str = ""  # a continuation: the label of the run it repeats (sweep, manual...; windows filter on it too)
+    all_nodes: bool = True  # the snapshot holds every Node, whatever its pods (the health brake judges them)
 
 
 class Check:

@@ -117,12 +117,12 @@ class BrakeState:
 
 
 def brake_state(settings: HealthBrakeSettings, ctx: RunContext) -> BrakeState:
-    """Judge the run's snapshot (when it holds every node), else go by the ledger's "last
-    unhealthy" alone; then the settle time."""
+    """Judge the run's snapshot (when it holds every node: a node run's pods may be only its node's),
+    else go by the ledger's "last unhealthy" alone; then the settle time."""
     s, ledger, now = settings, ctx.ledger, ctx.now
     if not s.enabled:
         return BrakeState(False)
-    verdict = judge(ctx.snapshot.nodes.values(), s) if ctx.complete else None
+    verdict = judge(ctx.snapshot.nodes.values(), s) if ctx.all_nodes else None
     if verdict is not None and verdict.unhealthy:
         due = ledger.unhealthy_at is None or now - ledger.unhealthy_at >= min(UNHEALTHY_WRITE_SECONDS,
                                                                               s.settle_seconds / 4)

@@ -101,34 +101,53 @@ class CachedLoader:
 
 @dataclass(frozen=True, slots=True)
 class NodeRunRead:
-    """What a node-scoped run read: its snapshot, whether it holds every pod, and why."""
+    """What a node-scoped run read: its snapshot, whether it holds every pod, and why; and whether it
+    holds every Node (what the health brake judges)."""
 
     snapshot: Snapshot
     all_pods: bool
     why: str
+    all_nodes: bool = True
+
+
+def with_every_node(client: KubeClient, snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` (a node's pods, a few Nodes: :func:`node_local_snapshot`) with every Node instead:
+    one LIST of the Nodes, the pods left as they were read."""
+    nodes = load_live_snapshot(client, include=("Node",)).nodes.values()
+    notes = tuple(n for n in snapshot.notes if not n.startswith("nodes read: "))
+    return Snapshot.build(nodes, snapshot.pods, snapshot.pdbs, snapshot.priority_classes.values(),
+                          snapshot.namespaces.values(), snapshot.pvcs.values(),
+                          (*notes, "nodes read: every Node (the health brake judges them; the pods are the node's)"))
 
 
 def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy, strategies: Sequence[str],
-                      node: str, scoped_nodes: Sequence[str] | None, *, safety_on: bool, now: float) -> NodeRunRead:
+                      node: str, scoped_nodes: Sequence[str] | None, *, safety_on: bool, now: float,
+                      health_brake: bool = True) -> NodeRunRead:
     """The least a node-scoped run needs to decide exactly: the node's pods (and, for a taint run
     without the watch cache, only enough Nodes), unless a strategy reads every pod. With the
     safety defaults on, or RemovePodsViolatingNodeAffinity (which evicts only a pod that fits some
     node), the node's pods are first planned alone (a probe); only when that finds something to
     evict is every pod read and the decision made again. Exact: other nodes' pods only add usage
     and anti-affinity, so they can only turn an eviction planned from the node's pods into none,
-    never the reverse."""
+    never the reverse. With only enough Nodes read and ``health_brake`` on, the same probe decides
+    whether every Node is read (one LIST; the pods stay the node's): the brake judges them, and a run
+    with nothing to evict has nothing to brake."""
     all_pods, why = needs_all_pods(policy, strategies)
+    all_nodes = True
     if not all_pods and loader is default_loader and set(strategies) <= NODE_LOCAL_STRATEGIES:
         snapshot = node_local_snapshot(client, node, kinds_needed(policy), policy.node_selector)
+        all_nodes = False
     else:
         snapshot = loader(client, None if all_pods else [node], kinds_needed(policy))
     fits_elsewhere = sorted(set(strategies) & FITS_ANOTHER_NODE)
-    if not all_pods and (safety_on or fits_elsewhere):
+    if not all_pods and (safety_on or fits_elsewhere or (health_brake and not all_nodes)):
         probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
                          nodes=scoped_nodes)
-        if probe.evictions:
+        if probe.evictions and (safety_on or fits_elsewhere):
             why = ("safety defaults: somewhere to go and per-workload pacing read every pod" if safety_on else
                    f"{', '.join(fits_elsewhere)} evicts only a pod that fits another node: that needs every "
                    "node's pods")
             return NodeRunRead(loader(client, None, kinds_needed(policy)), True, why)
-    return NodeRunRead(snapshot, all_pods, why)
+        if probe.evictions:
+            return NodeRunRead(with_every_node(client, snapshot), False, why)
+    return NodeRunRead(snapshot, all_pods, why, all_nodes)

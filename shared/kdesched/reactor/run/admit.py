@@ -99,6 +99,7 @@ class RunScope:
     # a batch of node-scoped repeats decided as one run (Reactor.continue_batch): each pod it holds
     # or admits belongs to its own node's scope, so that node's repeat (or a restart) continues it
     per_node: bool = False
+    all_nodes: bool = True  # the snapshot holds every Node (the health brake judges them)
 
     def key_for(self, pod: Pod) -> str:
         """The scope the ledger records ``pod``'s admission under (what continues its move)."""
@@ -177,7 +178,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                 # what the cluster shows now, by whichever process settles (a restart, another
                 # replica). Its eviction waits while the run's brakes or a closed window would defer one
                 held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
-                                                    namespace_labels or (lambda _ns: None), alerts, origin=origin))
+                                                    namespace_labels or (lambda _ns: None), alerts, origin=origin,
+                                                    all_nodes=scope.all_nodes))
                 settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
@@ -186,7 +188,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             changed = frozenset(e.workload for e in ended if e.outcome == OVERRIDDEN)
             admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
                                                   namespace_labels or (lambda _ns: None), alerts, changed,
-                                                  origin=origin))
+                                                  origin=origin, all_nodes=scope.all_nodes))
             if brake_status is not None:
                 brake_status.remember(admission.health, now)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,

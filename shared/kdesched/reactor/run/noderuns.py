@@ -101,10 +101,12 @@ class NodeRuns:
             result = self.balanced(kind, policy, strategies, scoped_nodes, dry_run, triggers)
             return result.with_notes(before=[reason])
         read = read_for_node_run(self.client, self.loader(), policy, strategies, node, scoped_nodes,
-                                 safety_on=self.safety.enabled, now=self.wall_clock())
+                                 safety_on=self.safety.enabled, now=self.wall_clock(),
+                                 health_brake=self.settings.admission.health.enabled)
         snapshot, all_pods, why = read.snapshot, read.all_pods, read.why
         scope_key = node_scope(node, strategies)
-        result = self.decide(policy, snapshot, RunScope(scope_key, strategies, scoped_nodes, all_pods),
+        result = self.decide(policy, snapshot, RunScope(scope_key, strategies, scoped_nodes, all_pods,
+                                                        all_nodes=read.all_nodes),
                              dry_run, kind, triggers, cooldown_repeat=True)
         return result.with_notes(before=[reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
                                          *([self.safety_note] if self.safety_note and TAINTS_PLUGIN in strategies
