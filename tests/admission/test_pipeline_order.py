@@ -18,11 +18,11 @@ from kdesched.admission.windows import Cron, Window
 from kdesched.engine import plan_run
 from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.reasons import Reason
-from kdesched.model.records import Node, Pod
+from kdesched.model.records import Node, Pod, PodDisruptionBudget
 from kdesched.model.snapshot import Snapshot
 from kdesched.reactor.run.controls import Controlled, apply_verdicts, held_flags
 
-from tests.builders import node_obj, pod_obj
+from tests.builders import node_obj, pdb_obj, pod_obj
 from tests.reactor.policies import LNU, make_policy
 
 T = datetime(2026, 11, 26, 10, 0, 0, tzinfo=UTC).timestamp()
@@ -49,7 +49,7 @@ def decide(windows: Sequence[Window], burst: int, *, stop_when_spent: bool = Fal
     pipeline = Pipeline.build(AdmissionSettings(bucket=ClusterBucket(60, burst), windows=tuple(windows)))
     snap = snapshot or cluster()
     admission = pipeline.begin(RunContext(Ledger(), snap, T, trigger="taints", stop_when_spent=stop_when_spent))
-    plan = plan_run(policy, snap, now=datetime.fromtimestamp(T, UTC), gate=admission.gate)
+    plan = plan_run(policy, snap, now=datetime.fromtimestamp(T, UTC), gate=admission)
     return apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan))), admission
 
 
@@ -135,3 +135,30 @@ def test_under_the_health_brake_no_pod_is_refused_rate_limit_or_counted() -> Non
     assert admission.brake is not None and admission.brake.reason is Reason.HEALTH_BRAKE
     assert len(c.deferred) == 5 and {o.cause for o in c.deferred} == {"health-brake"}
     assert refused(c) == {}  # before: one deferred, four "rate-limit"
+
+
+def guarded_t0() -> Snapshot:
+    """:func:`cluster` with t0 under a PodDisruptionBudget that allows no disruption."""
+    base = cluster()
+    guarded = Pod.from_api(pod_obj("t0", "t", owner_name="t0", labels={"app": "guarded"}))
+    pods = [guarded, *(p for p in base.pods if p.name != "t0")]
+    return Snapshot.build(list(base.nodes.values()), pods,
+                          [PodDisruptionBudget.from_api(pdb_obj("guard", {"app": "guarded"}, disruptions_allowed=0))])
+
+
+def test_a_pod_the_planner_refuses_after_the_gate_spends_no_token() -> None:
+    """The gate's checks pass t0, then the planner refuses it (its PodDisruptionBudget allows no
+    disruption): the bucket's token and the record's room are counted only for a pod actually
+    planned, so both tokens go to pods that can go (before: t0 drew one, and t2 was refused
+    ``rate-limit`` although a token was left unused)."""
+    c, _ = decide([], burst=2, snapshot=guarded_t0())
+    assert sorted(e.pod.name for e in c.plan.evictions) == ["t1", "t2"]
+    assert refused(c) == {"t0": Reason.PDB, "a0": Reason.RATE_LIMIT, "a1": Reason.RATE_LIMIT}
+
+
+def test_a_pod_the_planner_refuses_after_a_window_defers_it_is_not_counted_as_a_deferral() -> None:
+    """In a closed window a balance run plans at most a burst of deferred evictions: a pod the planner
+    then refuses (nowhere to go, a budget) is not one of them."""
+    c, _ = decide([FORBID_ALL], burst=2, stop_when_spent=True, snapshot=guarded_t0())
+    assert refused(c) == {"t0": Reason.PDB}
+    assert sorted(o.eviction.pod.name for o in c.deferred) == ["a0", "a1", "t1", "t2"]

@@ -251,15 +251,15 @@ def test_the_gate_refuses_a_backed_off_workload_for_that_strategy_only() -> None
     ledger = Ledger(backoffs={backoff_key(KEY, TAINTS): Backoff(2, T0, "landed back on node n1")})
     a = wpod("web-a", "n1")
     run = admission(ledger, T0 + 599)
-    verdict = run.gate(a, TAINTS, False)
+    verdict = run.check(a, TAINTS, False)
     end = datetime.fromtimestamp(T0 + 600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert verdict is not None and verdict.message == (
         f"backed off after 2 wasted move(s) (last: landed back on node n1); next try after {end} (1s)")
     assert run.refused == [verdict] and run.until == T0 + 600  # a node-scoped run is repeated then
     assert verdict.reason == Reason.BACKOFF and classify(verdict.reason) == BACKOFF
     assert verdict.reason.value == "wasted-move-backoff"  # the metric label
-    assert run.gate(a, DUPLICATES, False) is None  # another strategy is not held back
-    assert admission(ledger, T0 + 600).gate(a, TAINTS, False) is None
+    assert run.check(a, DUPLICATES, False) is None  # another strategy is not held back
+    assert admission(ledger, T0 + 600).check(a, TAINTS, False) is None
 
 
 def test_back_offs_round_trip_in_the_record_and_an_older_record_has_none() -> None:

@@ -441,9 +441,14 @@ def test_evictions_held_for_a_later_wave_are_marked_held_at_the_gate() -> None:
     # learns which evictions pacing holds (it still checks their cool-downs)
     asked: list[tuple[str, str, bool]] = []
 
-    def gate(p: Any, strategy: str, held: bool) -> None:
-        asked.append((p.name, strategy, held))
+    class Recording:
+        def check(self, p: Any, strategy: str, held: bool) -> None:
+            asked.append((p.name, strategy, held))
 
+        def passed(self, p: Any, strategy: str, held: bool) -> None:
+            pass
+
+    gate = Recording()
     plan = plan_run(taints_policy(), snapshot(tainted_cluster()), now=NOW, safety=safety(), gate=gate)
     assert waves(plan) == {"web-7d9f8-0": 0, "web-7d9f8-1": 1, "web-7d9f8-2": 2}
     taints = "RemovePodsViolatingNodeTaints"

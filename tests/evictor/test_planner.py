@@ -207,18 +207,24 @@ def test_pod_without_uid_is_refused_before_limits() -> None:
 
 def test_gate_refusal_is_recorded_after_limits() -> None:
     calls: list[str] = []
+    counted: list[str] = []
 
-    def gate(pod: Pod, strategy: str, held: bool) -> Verdict | None:
-        calls.append(pod.name)
-        return Verdict(Reason.COOLDOWN_NODE, "node a is cooling down") if pod.node_name == "a" else None
+    class Cooling:
+        def check(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+            calls.append(pod.name)
+            return Verdict(Reason.COOLDOWN_NODE, "node a is cooling down") if pod.node_name == "a" else None
 
+        def passed(self, pod: Pod, strategy: str, held: bool) -> None:
+            counted.append(pod.name)
+
+    gate = Cooling()
     state, counter, (ev,) = setup(PODS, Limits(per_namespace=2), gate=gate)
     pods = pods_by_name(state)
     assert evict(ev, pods["a1"]) is False
     assert evict(ev, pods["b1"]) is True
     assert [(r.pod.name, r.reason, r.kind) for r in counter.refusals] == [
         ("a1", "node a is cooling down", Reason.COOLDOWN_NODE)]
-    assert counter.total == 1
+    assert counter.total == 1 and counted == ["b1"]  # only the planned pod is counted by the gate
     # a limit error wins before the gate is asked
     assert evict(ev, pods["b2"])
     state2, _, (ev2,) = setup(PODS, Limits(total=0), gate=gate)

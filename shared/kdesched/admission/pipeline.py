@@ -25,7 +25,8 @@ order  control                moment      answer
 
 The cheap, run-wide answers come first; the pod checks run while the planner plans (its ``gate``:
 the planner itself adds the PodDisruptionBudgets, the per-workload allowance and "somewhere to
-go"); the plan checks see the finished plan's waves (a pod pacing holds for a later wave is counted
+go", and counts a pod only once it planned it: a pod it refuses spends no token); the plan checks
+see the finished plan's waves (a pod pacing holds for a later wave is counted
 by the run that sends it).
 
 A control that *defers* (1, 2, 8, 9) answers before the bucket: a pod it holds is still planned
@@ -117,6 +118,7 @@ class RunAdmission:
     checks: tuple[Check, ...]
     refused: list[Verdict] = field(default_factory=list)  # every pod-stage refusal (metrics)
     until: float | None = None  # the earliest time a cool-down, back-off or bucket that held a pod ends
+    _pending: tuple[str, int | None] = ("", None)  # the pod check() let through: its uid, deferred after
 
     def __post_init__(self) -> None:
         self.brake: Verdict | None = next((v for v in (c.run() for c in self.checks) if v is not None), None)
@@ -126,17 +128,19 @@ class RunAdmission:
         """The health brake's state this run (for /readyz and the gauge)."""
         return next((c.state for c in self.checks if isinstance(c, HealthCheck)), BrakeState(False))
 
-    def gate(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
-        """The planner's ``gate``: the pod checks in order, the first refusal wins. A deferral (a
-        brake, or a check whose verdict defers) lets the pod be planned, to be deferred by the plan
-        checks (:meth:`finish`), and the checks after it neither refuse nor count it."""
+    def check(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+        """The planner's gate (:class:`~kdesched.evictor.planner.Gate`): the pod checks in order, the
+        first refusal wins. A deferral (a brake, or a check whose verdict defers) lets the pod be
+        planned, to be deferred by the plan checks (:meth:`finish`), and the checks after it neither
+        refuse nor count it. Nothing is counted here: :meth:`passed` does, once the planner has
+        planned the pod (it may still refuse it: a PodDisruptionBudget, nowhere to go)."""
         if self.brake is not None:
-            self._deferred(0, pod, strategy, held)
+            self._pending = (pod.uid, 0)
             return None
         for i, c in enumerate(self.checks):
             verdict = c.pod(pod, strategy, held)
             if verdict is not None and verdict.reason.defers:
-                self._deferred(i + 1, pod, strategy, held)
+                self._pending = (pod.uid, i + 1)
                 return None
             if verdict is not None:
                 self.refused.append(verdict)
@@ -146,13 +150,23 @@ class RunAdmission:
                                                                     Reason.COOLDOWN_NODE, Reason.RATE_LIMIT):
                     self.until = verdict.until if self.until is None else min(self.until, verdict.until)
                 return verdict
-        for c in self.checks:
-            c.passed(pod, strategy, held)
+        self._pending = (pod.uid, None)
         return None
 
-    def _deferred(self, after: int, pod: Pod, strategy: str, held: bool) -> None:
-        for c in self.checks[after:]:
-            c.deferred(pod, strategy, held)  # may end the strategy's planning (DeferralsPlanned)
+    def passed(self, pod: Pod, strategy: str, held: bool) -> None:
+        """The planner planned ``pod``, which :meth:`check` just let through: every check counts it
+        (a token, a record's room), or, if a check deferred it, the checks after that one note a
+        deferral (which may end the strategy's planning: DeferralsPlanned)."""
+        uid, deferred_after = self._pending
+        if uid != pod.uid:
+            raise RuntimeError(f"admission: passed({pod.key}) without check() just before it")
+        self._pending = ("", None)
+        if deferred_after is not None:
+            for c in self.checks[deferred_after:]:
+                c.deferred(pod, strategy, held)
+            return
+        for c in self.checks:
+            c.passed(pod, strategy, held)
 
     def finish(self, evictions: Sequence[PlannedEviction], held: Sequence[bool]) -> list[Verdict | None]:
         """The plan checks over the finished plan, in plan order: a verdict per eviction (a brake

@@ -203,7 +203,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     admission = _event_admission(loaded, snapshot, now, trigger) if args.event else None
     try:
         plan = plan_run(policy, snapshot, now=now, strategies=strategies, nodes=nodes, safety=safety,
-                        gate=admission.gate if admission is not None else None)
+                        gate=admission)
     except PlanError as exc:
         raise InputError(str(exc)) from None
     controlled = None

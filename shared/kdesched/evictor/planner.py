@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from kdesched.evictor.defaultevictor import DefaultEvictor
 from kdesched.evictor.pacing import Pacer
@@ -107,10 +108,23 @@ def spends_budget(pod: Pod, pdb: PodDisruptionBudget) -> bool:
     return not (current is not None and desired is not None and desired > 0 and current >= desired)
 
 
-Gate = Callable[[Pod, str, bool], "Verdict | None"]
-"""The admission pipeline's per-pod checks (:mod:`kdesched.admission.pipeline`), called with the
-pod, the strategy that wants it evicted, and whether pacing holds it for a later wave: the verdict
-that refuses it, or None."""
+_T = TypeVar("_T")
+
+
+class Gate(Protocol):
+    """The admission pipeline's per-pod checks (:mod:`kdesched.admission.pipeline`), asked with the
+    pod, the strategy that wants it evicted, and whether pacing holds it for a later wave.
+
+    Two calls, because the planner has refusals of its own after the gate's (PodDisruptionBudgets,
+    "somewhere to go"): :meth:`check` answers, :meth:`passed` counts (a bucket's token, a record's
+    room, a deferral) once the pod is planned, so a pod the planner refuses costs nothing."""
+
+    def check(self, pod: Pod, strategy: str, held: bool) -> Verdict | None:
+        """The verdict that refuses ``pod``, or None (it may be planned; nothing counted yet)."""
+
+    def passed(self, pod: Pod, strategy: str, held: bool) -> None:
+        """``pod``, which :meth:`check` just let through, is planned: count it. May raise
+        :class:`~kdesched.strategies.framework.DeferralsPlanned` (the pod is then not planned)."""
 
 
 class PlanningEvictor:
@@ -143,15 +157,9 @@ class PlanningEvictor:
         # a paced eviction held for a later wave is not sent in this run: the gate checks its
         # cool-downs (a held pod continues a move only if it could have started it) but it spends
         # no tokens (the run that sends it passes the gate again then)
+        held = self.pacer is not None and self.pacer.held(pod)
         if self.gate is not None:
-            try:
-                refused = self.gate(pod, strategy, self.pacer is not None and self.pacer.held(pod))
-            except EvictionBudgetSpent as exc:
-                self.counter.spent = str(exc)  # the engine runs no further strategy
-                raise
-            except DeferralsPlanned as exc:
-                self.counter.ended = str(exc)  # this strategy returns; the engine notes why
-                raise
+            refused = self._gate(self.gate.check, pod, strategy, held)
             if refused is not None:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, refused.message, refused.reason))
                 log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, refused.reason, refused.message)
@@ -188,6 +196,8 @@ class PlanningEvictor:
                 self.counter.refusals.append(Refusal(pod, strategy, profile, nowhere, Reason.NOWHERE_TO_GO))
                 log.info("not evicting %s (%s/%s) [%s]: %s", pod.key, profile, strategy, Reason.NOWHERE_TO_GO, nowhere)
                 return False
+        if self.gate is not None:
+            self._gate(self.gate.passed, pod, strategy, held)  # counted only now: the pod is planned
         for pdb in pdbs:
             key = (pdb.namespace, pdb.name)
             self.counter.pdb_used[key] = self.counter.pdb_used.get(key, 0) + 1
@@ -197,3 +207,14 @@ class PlanningEvictor:
             self.pacer.admit(pod, destination)
         log.debug("planned eviction of %s from %s (%s/%s): %s", pod.key, pod.node_name, profile, strategy, reason)
         return True
+
+    def _gate(self, call: Callable[[Pod, str, bool], _T], pod: Pod, strategy: str, held: bool) -> _T:
+        """Ask the gate; an answer that ends planning is noted on the counter for the engine."""
+        try:
+            return call(pod, strategy, held)
+        except EvictionBudgetSpent as exc:
+            self.counter.spent = str(exc)  # the engine runs no further strategy
+            raise
+        except DeferralsPlanned as exc:
+            self.counter.ended = str(exc)  # this strategy returns; the engine notes why
+            raise

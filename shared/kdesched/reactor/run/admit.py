@@ -192,7 +192,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if brake_status is not None:
                 brake_status.remember(admission.health, now)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,
-                            nodes=scope.nodes, gate=admission.gate, safety=safety, ledger=ledger)
+                            nodes=scope.nodes, gate=admission, safety=safety, ledger=ledger)
             controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
             plan = controlled.plan
             chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, plan_check(admission))
