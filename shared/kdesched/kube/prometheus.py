@@ -29,6 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from kdesched.kube.bounded_http import open_by
 from kdesched.model.alerts import AlertsReading, parse_alerts, parse_recent
 from kdesched.model.errors import ModelError
 from kdesched.model.usage import PrometheusReadings, parse_prometheus_vector
@@ -74,15 +75,15 @@ def _get_json(url: str, base: str, *, token: str, ca_file: str, timeout: float, 
     except (OSError, ssl.SSLError) as exc:
         return None, (f"cannot load the CA for {where} ({settings}.{CA_KEYS.get(settings, 'caFile')} "
                       f"{ca_file!r}): {exc}")
+    # one deadline for the whole request: the socket timeout bounds each read, not the answer, and a
+    # server (or proxy) that trickles header lines or body bytes would hold the run as long as it liked
     deadline = time.monotonic() + timeout
     try:
         if opener is not None:
             response = opener(request, timeout=timeout)
         else:
-            response = urllib.request.urlopen(request, timeout=timeout, context=context)
+            response = open_by(request, deadline, context)  # connect, headers and body by the deadline
         with response:
-            # the socket timeout bounds each read, not the answer: a server (or proxy) that trickles
-            # bytes would hold the run for as long as it likes, so the whole body has the deadline too
             read = getattr(response, "read1", response.read)  # read1: what has arrived, not a full chunk
             chunks: list[bytes] = []
             size = 0
