@@ -11,6 +11,7 @@ from kdesched.admission.alerts import (
     AlertBrakeSettings,
     AlertReason,
     AlertsReading,
+    fail_open_note,
     judge,
     parse_alert_brake,
 )
@@ -220,3 +221,60 @@ def test_no_filter_in_hand_built_settings_counts_every_alert() -> None:
     s = AlertBrakeSettings(enabled=True, url=URL)
     assert judge(reading(alert("Anything")), s).holds
     assert "firing in Prometheus at" in judge(reading(alert("Anything")), s).message
+
+
+# --- an answer with entries that cannot be read ----------------------------------------------------
+
+SKIPPED = ("GET /api/v1/alerts: data.alerts[1].labels: must be a map of strings",
+           "GET /api/v1/alerts: data.alerts[3].state: must be firing or pending, got 1")
+
+
+def partly(*alerts: Alert, recent: dict[tuple[str, str], float] | None = None) -> AlertsReading:
+    """A reading whose answer held ``alerts`` and two entries that could not be read."""
+    return AlertsReading(tuple(alerts), "", URL, recent or {}, SKIPPED)
+
+
+def test_a_readable_firing_match_holds_even_when_other_entries_cannot_be_read() -> None:
+    """Before, one malformed entry made the whole answer unreadable: with failClosed: false the brake
+    opened although EtcdMembersDown, readable and matching, was firing in the same answer."""
+    r = partly(alert("EtcdMembersDown"), alert("Watchdog"))
+    for fail_closed in (True, False):
+        v = judge(r, settings(failClosed=fail_closed))
+        assert v.holds and v.reason is AlertReason.FIRING and v.alerts == ("EtcdMembersDown",), v
+        assert v.message.endswith(
+            f"re-checked every 30s; 2 of 4 alert entries answered by Prometheus at {URL} cannot be read "
+            f"(skipped; the first: {SKIPPED[0]})"), v.message
+    assert fail_open_note(r, settings(failClosed=False)) == ""  # held: nothing went on unread
+
+
+def test_entries_that_cannot_be_read_and_no_readable_match_fail_closed() -> None:
+    r = partly(alert("Watchdog"))
+    v = judge(r, settings())
+    assert v.holds and v.reason is AlertReason.UNREADABLE and v.retry_after == 30.0
+    assert v.message == (
+        f"alert brake: cannot read every alert (2 of 3 alert entries answered by Prometheus at {URL} cannot be "
+        f"read (skipped; the first: {SKIPPED[0]})); no eviction is admitted while one of them might be an "
+        "alert that holds (alertBrake.failClosed); re-checked every 30s")
+
+
+def test_with_fail_closed_false_they_let_evictions_go_and_say_how_many_and_why() -> None:
+    r = partly(alert("Watchdog"))
+    opened = judge(r, settings(failClosed=False))
+    assert not opened.holds and opened.message == (
+        f"alert brake: cannot read every alert (2 of 3 alert entries answered by Prometheus at {URL} cannot be "
+        f"read (skipped; the first: {SKIPPED[0]})); alertBrake.failClosed is false: evictions go on")
+    assert fail_open_note(r, settings(failClosed=False)) == opened.message
+
+
+def test_a_settling_alert_is_a_readable_reason_too() -> None:
+    r = partly(recent={("CephHealthError", "firing"): 20.0})
+    assert judge(r, settings(failClosed=False, settleSeconds=60)).reason is AlertReason.SETTLING
+    assert judge(r, settings(settleSeconds=60)).reason is AlertReason.UNREADABLE  # as an unreadable answer
+
+
+def test_a_failed_read_and_skipped_entries_are_both_named() -> None:
+    r = AlertsReading((alert("Watchdog"),), "the settle query failed", URL, {}, SKIPPED[:1])
+    v = judge(r, settings())
+    assert v.reason is AlertReason.UNREADABLE and v.message.startswith(
+        f"alert brake: cannot read the alerts (the settle query failed; 1 of 2 alert entries answered by Prometheus "
+        f"at {URL} cannot be read (skipped; the first: {SKIPPED[0]})); no eviction is admitted until Prometheus")

@@ -167,14 +167,7 @@ def test_huge_body_is_bounded(stub: Any) -> None:
     (200, [1, 2], "answered a JSON list, not an object"),
     (200, {"status": "error", "error": "nope"}, "GET /api/v1/alerts: status: the request did not succeed"),
     (200, {"status": "success", "data": {"alerts": {}}}, "GET /api/v1/alerts: data.alerts: must be a list"),
-    (200, {"status": "success", "data": {"alerts": [{"labels": {}, "state": "firing"}]}},
-     "data.alerts[0].labels.alertname: is missing"),
-    (200, {"status": "success", "data": {"alerts": [{"labels": {"alertname": "X"}, "state": "inactive"}]}},
-     "data.alerts[0].state: must be firing or pending, got 'inactive'"),
-    (200, {"status": "success", "data": {"alerts": [{"labels": {"alertname": 1}, "state": "firing"}]}},
-     "data.alerts[0].labels: must be a map of strings"),
-], ids=["503", "500-json", "404", "not-json", "json-list", "status-error", "alerts-not-list", "no-name",
-        "bad-state", "bad-labels"])
+], ids=["503", "500-json", "404", "not-json", "json-list", "status-error", "alerts-not-list"])
 def test_bad_answers_are_errors_and_the_brake_holds(stub: Any, code: int, body: Any, message: str) -> None:
     server = stub(reply(code, body))
     r = read_alerts(server.url)
@@ -182,6 +175,39 @@ def test_bad_answers_are_errors_and_the_brake_holds(stub: Any, code: int, body: 
     assert r.alerts == ()
     s = parse_alert_brake({"enabled": True, "url": server.url, "alertFilterRegexp": "^X$"})
     assert judge(r, s).reason is AlertReason.UNREADABLE
+
+
+@pytest.mark.parametrize("entry, why", [
+    ({"labels": {}, "state": "firing"}, "data.alerts[1].labels.alertname: is missing"),
+    ({"labels": {"alertname": "X"}, "state": "inactive"}, "data.alerts[1].state: must be firing or pending, got 'inactive'"),
+    ({"labels": {"alertname": 1}, "state": "firing"}, "data.alerts[1].labels: must be a map of strings"),
+    ({"labels": "EtcdMembersDown", "state": "firing"}, "data.alerts[1].labels: must be a map of strings"),
+], ids=["no-name", "bad-state", "bad-labels", "labels-not-object"])
+def test_an_entry_that_cannot_be_read_is_skipped_and_named(stub: Any, entry: Any, why: str) -> None:
+    """One malformed entry no longer hides the rest of the answer: EtcdMembersDown, firing and
+    readable, holds evictions even with failClosed: false (before, the whole answer was an error and
+    the brake opened)."""
+    firing = ALERTS["data"]["alerts"][0]
+    server = stub(reply(200, {"status": "success", "data": {"alerts": [firing, entry]}}))
+    r = read_alerts(server.url)
+    assert r.error == "" and [a.name for a in r.alerts] == ["EtcdMembersDown"]
+    assert r.skipped == (f"GET /api/v1/alerts: {why}",)
+    for fail_closed in (True, False):
+        s = parse_alert_brake({"enabled": True, "url": server.url, "alertFilterRegexp": "^EtcdMembersDown$",
+                               "failClosed": fail_closed})
+        v = judge(r, s)
+        assert v.holds and v.reason is AlertReason.FIRING and v.alerts == ("EtcdMembersDown",)
+        assert f"1 of 2 alert entries answered by Prometheus at {server.url} cannot be read" in v.message
+    # the same entry beside no readable match: unreadable, the brake holds (fail closed)
+    alone = read_alerts(stub(reply(200, {"status": "success", "data": {"alerts": [entry]}})).url)
+    s = parse_alert_brake({"enabled": True, "url": server.url, "alertFilterRegexp": "^EtcdMembersDown$"})
+    assert alone.alerts == () and judge(alone, s).reason is AlertReason.UNREADABLE
+
+
+def test_skipped_entries_do_not_stop_the_settle_query(stub: Any) -> None:
+    bad = {"status": "success", "data": {"alerts": [{"labels": {"alertname": "X"}, "state": 2}]}}
+    r = read_alerts(stub(routes(alerts=bad)).url, settle_seconds=30)
+    assert r.error == "" and len(r.skipped) == 1 and r.recent == {("CephHealthError", "firing"): 12.5}
 
 
 def test_a_failed_settle_query_is_an_error_too(stub: Any) -> None:

@@ -19,6 +19,10 @@ on Prometheus alerts for the same reason (``--alert-filter-regexp``, ``--alert-f
   and the brake must hold on what the operator named, not on everything;
 * Prometheus unreachable, or an answer that cannot be read: the brake holds (fail closed, as kured:
   "Reboot blocked: prometheus query error"), saying why; ``failClosed: false`` lets evictions go on.
+  An answer read entry by entry: an entry that cannot be read is skipped and counted, the others are
+  judged. A counted alert among those that were read holds whatever ``failClosed`` says (a clear
+  reason to hold is never dropped for another entry's sake); without one, skipped entries are an
+  incomplete answer, held like an unreadable one unless ``failClosed: false`` (:func:`judge`).
 
 Pure: the reading comes from :func:`kdesched.kube.usage.read_brake_alerts` (the token as
 ``metricsProviders`` takes it, then :func:`kdesched.kube.prometheus.read_alerts`); :func:`judge`
@@ -39,7 +43,7 @@ import enum
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -261,11 +265,17 @@ def _filter_words(settings: AlertBrakeSettings) -> str:
     return f"{verb} alertBrake.alertFilterRegexp {_show(settings.filter_source)}"
 
 
-def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
-    """The brake's verdict on one reading of Prometheus' alerts."""
-    if not settings.enabled:
-        return AlertVerdict(False)
-    where = reading.source or settings.url
+def _skipped_words(reading: AlertsReading, where: str) -> str:
+    """How many entries of the answer could not be read, of how many, and why the first ("" if none)."""
+    if not reading.skipped:
+        return ""
+    total = len(reading.skipped) + len(reading.alerts)
+    return (f"{len(reading.skipped)} of {total} alert entries answered by Prometheus at {where} cannot be read "
+            f"(skipped; the first: {reading.skipped[0]})")
+
+
+def _holding(reading: AlertsReading, settings: AlertBrakeSettings, where: str) -> AlertVerdict | None:
+    """Held on what was read: a counted alert active now, or within the settle time (None: neither)."""
     holding: dict[str, int] = {}
     for alert in reading.alerts:
         if counts(alert.name, alert.state, settings):
@@ -279,15 +289,6 @@ def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
             + (f" nor for alertBrake.settleSeconds ({settings.settle_seconds:g}s) after" if settings.settle_seconds
                else "") + f"; re-checked every {settings.recheck_seconds:g}s"),
             settings.recheck_seconds, tuple(sorted(holding)))
-    if reading.error:
-        if not settings.fail_closed:
-            return AlertVerdict(False, message=(
-                f"alert brake: cannot read the alerts ({reading.error}); alertBrake.failClosed is false: "
-                "evictions go on"))
-        return AlertVerdict(True, AlertReason.UNREADABLE, (
-            f"alert brake: cannot read the alerts ({reading.error}); no eviction is admitted until "
-            f"Prometheus at {where} answers (alertBrake.failClosed); re-checked every {settings.recheck_seconds:g}s"),
-            settings.recheck_seconds)
     if settings.settle_seconds > 0:
         left: dict[str, float] = {}
         for (name, state), ago in reading.recent.items():
@@ -301,14 +302,50 @@ def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
                 f"alertBrake.settleSeconds ({settings.settle_seconds:g}s): {_named(dict.fromkeys(left, 1))}; "
                 f"evictions resume in {math.ceil(wait)}s if they stay resolved"),
                 max(wait, 1.0), tuple(sorted(left)))
-    return AlertVerdict(False)
+    return None
+
+
+def judge(reading: AlertsReading, settings: AlertBrakeSettings) -> AlertVerdict:
+    """The brake's verdict on one reading of Prometheus' alerts.
+
+    In this order: a counted alert that was read, firing (or, with ``alertFiringOnly: false``,
+    pending), holds, whatever else the answer held and whatever ``failClosed`` says. Then an
+    incomplete reading (the read failed: ``error``; or entries of the answer could not be read:
+    ``skipped``) holds when ``failClosed`` is true. Then a counted alert active within
+    ``settleSeconds`` holds. Then, with ``failClosed: false``, an incomplete reading lets evictions go
+    on, saying so. A held message names the entries that were skipped, if any."""
+    if not settings.enabled:
+        return AlertVerdict(False)
+    where = reading.source or settings.url
+    skipped = _skipped_words(reading, where)
+    verdict = _holding(reading, settings, where)
+    if verdict is not None and verdict.reason is AlertReason.FIRING:
+        return _with_skipped(verdict, skipped)
+    if reading.error or skipped:
+        what = "the alerts" if reading.error else "every alert"
+        problem = "; ".join(p for p in (reading.error, skipped) if p)
+        if settings.fail_closed:
+            until = (f"until Prometheus at {where} answers" if reading.error
+                     else "while one of them might be an alert that holds")
+            return AlertVerdict(True, AlertReason.UNREADABLE, (
+                f"alert brake: cannot read {what} ({problem}); no eviction is admitted {until} "
+                f"(alertBrake.failClosed); re-checked every {settings.recheck_seconds:g}s"),
+                settings.recheck_seconds)
+        if verdict is None:
+            return AlertVerdict(False, message=(
+                f"alert brake: cannot read {what} ({problem}); alertBrake.failClosed is false: evictions go on"))
+    return AlertVerdict(False) if verdict is None else _with_skipped(verdict, skipped)
+
+
+def _with_skipped(verdict: AlertVerdict, skipped: str) -> AlertVerdict:
+    return replace(verdict, message=f"{verdict.message}; {skipped}") if skipped else verdict
 
 
 def fail_open_note(reading: AlertsReading | None, settings: AlertBrakeSettings) -> str:
-    """What a run reports and logs when it could not read the alerts and went on because
-    ``alertBrake.failClosed`` is false (docs/safety.md, "Fail closed"); "" otherwise. Without it an
-    outage of Prometheus let evictions run with no trace of the unread brake."""
-    if reading is None or not settings.enabled or settings.fail_closed or not reading.error:
+    """What a run reports and logs when it could not read the alerts, or some entries of the answer,
+    and went on because ``alertBrake.failClosed`` is false (docs/safety.md, "Fail closed"); ""
+    otherwise. Without it an outage of Prometheus let evictions run with no trace of the unread brake."""
+    if reading is None or not settings.enabled or settings.fail_closed or not (reading.error or reading.skipped):
         return ""
     verdict = judge(reading, settings)
     return "" if verdict.holds else verdict.message

@@ -154,7 +154,8 @@ def read_alerts(base_url: str, *, token: str = "", token_file: str = "", ca_file
                 max_bytes: int = MAX_ALERTS_BYTES) -> AlertsReading:
     """Prometheus' active alerts (``GET /api/v1/alerts``), and with ``settle_seconds`` the alerts
     active within that time (:func:`settle_query`, one instant query). Every failure is
-    ``AlertsReading.error`` naming the URL, never an exception. ``token`` wins over ``token_file``
+    ``AlertsReading.error`` naming the URL, never an exception; an entry of the answer that cannot be
+    read is left out and named in ``AlertsReading.skipped``. ``token`` wins over ``token_file``
     (read on each call, so a rotated service account token is picked up)."""
     base = base_url.rstrip("/")
     if not token and token_file:
@@ -170,21 +171,25 @@ def read_alerts(base_url: str, *, token: str = "", token_file: str = "", ca_file
     if doc is None:
         return AlertsReading(source=base, error=error)
     try:
-        alerts = parse_alerts(doc, "GET /api/v1/alerts: ")
+        entries = parse_alerts(doc, "GET /api/v1/alerts: ")
     except ModelError as exc:
         return AlertsReading(source=base, error=f"Prometheus at {base} answered something unexpected: {exc}")
+    # entries that cannot be read are skipped and named (the brake judges the rest, and holds on them
+    # unless failClosed is false); the settle query still runs: a settling alert is a reason to hold too
+    alerts, skipped = entries.alerts, entries.skipped
     if settle_seconds <= 0:
-        return AlertsReading(alerts, source=base)
+        return AlertsReading(alerts, source=base, skipped=skipped)
     query = settle_query(settle_seconds)
     doc, error = get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}",
                      what="the settle query (alertBrake.settleSeconds)")
     if doc is None:
-        return AlertsReading(alerts, source=base, error=error)
+        return AlertsReading(alerts, source=base, error=error, skipped=skipped)
     try:
         recent = parse_recent(doc, "the settle query: ")
     except ModelError as exc:
-        return AlertsReading(alerts, source=base, error=f"Prometheus at {base} answered something unexpected: {exc}")
-    return AlertsReading(alerts, source=base, recent=recent)
+        return AlertsReading(alerts, source=base, skipped=skipped,
+                             error=f"Prometheus at {base} answered something unexpected: {exc}")
+    return AlertsReading(alerts, source=base, recent=recent, skipped=skipped)
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:

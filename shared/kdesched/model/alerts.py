@@ -42,15 +42,26 @@ class Alert:
 
 @dataclass(frozen=True, slots=True)
 class AlertsReading:
-    """What one read of Prometheus' alerts gave: the active alerts, or ``error`` (then nothing is
-    known: the brake fails closed by default). ``recent``: (alertname, state) -> seconds since
+    """What one read of Prometheus' alerts gave: the active alerts that could be read, and
+    ``error`` when the read failed (the alerts then hold what was read before it failed, often
+    nothing: the brake fails closed by default). ``recent``: (alertname, state) -> seconds since
     Prometheus last saw it active, for the alerts active within the settle time (empty when no
-    settle time was asked for)."""
+    settle time was asked for). ``skipped``: why each entry of the answer that could not be read was
+    left out (``alerts`` holds the others): the answer is incomplete, as with ``error``."""
 
     alerts: tuple[Alert, ...] = ()
     error: str = ""
     source: str = ""  # the Prometheus base URL
     recent: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEntries:
+    """The entries of a ``/api/v1/alerts`` answer: the alerts read, and why each other one was not."""
+
+    alerts: tuple[Alert, ...] = ()
+    skipped: tuple[str, ...] = ()  # "<where>data.alerts[i].<field>: <problem>", in the answer's order
 
 
 def _labels(raw: Any, where: str) -> dict[str, str]:
@@ -72,30 +83,45 @@ def _success_data(doc: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return data
 
 
-def parse_alerts(doc: Mapping[str, Any], where: str = "") -> tuple[Alert, ...]:
-    """The alerts of a ``/api/v1/alerts`` answer. An alert without a name or with a state other
-    than firing/pending is an error: a brake that skipped what it cannot read would fail open."""
+def _alert(raw: Any, at: str) -> Alert:
+    """One entry; ModelError when its name or its state cannot be read (what the brake judges).
+    ``annotations`` and ``activeAt`` only feed messages: when they cannot be read the alert keeps
+    its name and state and loses its summary."""
+    if not isinstance(raw, Mapping):
+        raise ModelError(at, "must be an object")
+    labels = _labels(raw.get("labels"), f"{at}.labels")
+    name = labels.get("alertname", "")
+    if not name:
+        raise ModelError(f"{at}.labels.alertname", "is missing")
+    state = raw.get("state")
+    if state not in ALERT_STATES:
+        raise ModelError(f"{at}.state", f"must be firing or pending, got {state!r}")
+    notes = raw.get("annotations")
+    notes = notes if isinstance(notes, Mapping) else {}
+    summary = next((v for v in (notes.get("summary"), notes.get("description")) if isinstance(v, str) and v), "")
+    active_at = raw.get("activeAt")
+    return Alert(name, str(state), labels, active_at if isinstance(active_at, str) else "", summary)
+
+
+def parse_alerts(doc: Mapping[str, Any], where: str = "") -> AlertEntries:
+    """The alerts of a ``/api/v1/alerts`` answer, entry by entry. An answer that is not that API's
+    (not a success, no ``data.alerts`` list) is a ModelError. An entry without a name, with a state
+    other than firing/pending or labels that are not strings is skipped and named in
+    ``AlertEntries.skipped``, never dropped silently: a brake that ignored what it cannot read would
+    fail open; one that dropped every readable alert for one bad entry would too (with
+    ``failClosed: false``), even while a readable entry says an alert that holds is firing."""
     data = _success_data(doc, where)
     items = data.get("alerts")
     if not isinstance(items, list):
         raise ModelError(f"{where}data.alerts", "must be a list")
-    out: list[Alert] = []
+    alerts: list[Alert] = []
+    skipped: list[str] = []
     for i, raw in enumerate(items):
-        at = f"{where}data.alerts[{i}]"
-        if not isinstance(raw, Mapping):
-            raise ModelError(at, "must be an object")
-        labels = _labels(raw.get("labels"), f"{at}.labels")
-        name = labels.get("alertname", "")
-        if not name:
-            raise ModelError(f"{at}.labels.alertname", "is missing")
-        state = raw.get("state")
-        if state not in ALERT_STATES:
-            raise ModelError(f"{at}.state", f"must be firing or pending, got {state!r}")
-        notes = _labels(raw.get("annotations"), f"{at}.annotations")
-        active_at = raw.get("activeAt")
-        out.append(Alert(name, str(state), labels, active_at if isinstance(active_at, str) else "",
-                         notes.get("summary") or notes.get("description") or ""))
-    return tuple(out)
+        try:
+            alerts.append(_alert(raw, f"{where}data.alerts[{i}]"))
+        except ModelError as exc:
+            skipped.append(str(exc))
+    return AlertEntries(tuple(alerts), tuple(skipped))
 
 
 def parse_recent(doc: Mapping[str, Any], where: str = "") -> dict[tuple[str, str], float]:
