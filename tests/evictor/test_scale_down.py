@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kdesched.evictor.scale_down import DELETION_COST, ranked_before
+from kdesched.evictor.scale_down import DELETION_COST, ranked_before, ranked_before_all
 from kdesched.model.records import Pod
 
 from tests.builders import NOW, pod, ts
@@ -74,3 +74,15 @@ def test_terminating_pods_are_not_ranked() -> None:
     extra = member("web-9", "spare-1", ready_at=5, created=1)
     going = member("web-2", "node-a", deleting=True)
     assert ranked_before(extra, [member("web-1", "node-a"), going, extra], T0 + 130) is None
+
+
+def test_a_pod_of_several_going_first_is_judged_against_each_of_them() -> None:
+    """30 s after an accepted eviction: the scale-back may delete the evicted pod or the extra pod, not
+    another. Two pods on node-a: the one Ready for less time goes first, so whether the scale-back is
+    safe depends on which of them was evicted."""
+    extra = member("web-9", "spare-1", ready_at=5, created=1)
+    long_ready, recent = member("web-1", "node-a", ready_at=-3000), member("web-2", "node-a", ready_at=-100)
+    pods = [long_ready, recent, extra]
+    assert ranked_before_all([recent, extra], pods, T0 + 130) is None
+    assert ranked_before_all([long_ready, extra], pods, T0 + 130) == recent
+    assert ranked_before_all([], pods, T0 + 130) == long_ready

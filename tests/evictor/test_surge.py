@@ -8,10 +8,12 @@ from dataclasses import replace
 
 import pytest
 from kdesched.evictor.ledger import InFlight, Ledger, Move, WorkloadRecord
+from kdesched.evictor.scale_down import ranked_before
 from kdesched.evictor.surge import (
     DONE,
     GAVE_UP,
     OVERRIDDEN,
+    SCALE_DOWN_GRACE_SECONDS,
     START_GRACE_SECONDS,
     Action,
     Fallback,
@@ -28,17 +30,21 @@ from kdesched.model.owners import (
 )
 from kdesched.model.records import Pod, PodDisruptionBudget
 
-from tests.builders import NOW, pod
+from tests.builders import NOW, pod, ts
 
 T0 = NOW.timestamp()
 READY = [{"type": "Ready", "status": "True"}]
 
 
 def web(name: str, node: str, *, created: float = -3600, ready: bool = True, deleting: bool = False,
-        template: str = "abc", annotations: dict[str, str] | None = None) -> Pod:
+        template: str = "abc", annotations: dict[str, str] | None = None, ready_at: float | None = None) -> Pod:
+    """A pod of ``web`` (``created``, ``ready_at``: seconds after T0; ``ready_at`` None: Ready with no
+    transition time)."""
+    conditions = ([{**READY[0], "lastTransitionTime": ts(ready_at)}] if ready_at is not None else READY) if ready \
+        else [{"type": "Ready", "status": "False"}]
     return pod(name, node, owner_kind="ReplicaSet", owner_name=f"web-{template}",
                labels={"app": "web", "pod-template-hash": template}, created=created, deleting=deleting,
-               conditions=READY if ready else [{"type": "Ready", "status": "False"}], annotations=annotations)
+               conditions=conditions, annotations=annotations)
 
 
 def dep(replicas: int = 1, *, generation: int = 5, observed: int | None = None, updated: int | None = None,
@@ -187,6 +193,48 @@ def test_the_pod_gone_after_the_scale_back_ends_the_move_done() -> None:
     s = surge_of(old, evicted=T0 + 5)
     step = advance(s, dep(1, generation=7), RS, [new], T0 + 6)
     assert step.action == Action.END and step.outcome == DONE
+
+
+def doubled_up_move() -> tuple[Surge, Pod, Pod, Pod]:
+    """web-1 moving off node-a, where its sibling web-0 also runs (Ready for less time: restarted two
+    minutes ago); the extra pod web-2 Ready on spare-1; the eviction of web-1 accepted at T0 + 5."""
+    old = web("web-1", "node-a", ready_at=-3000)
+    sibling = web("web-0", "node-a", created=-120, ready_at=-100)
+    extra = web("web-2", "spare-1", created=1, ready_at=4)
+    return surge_of(old, original=2, surged=3, evicted=T0 + 5), old, sibling, extra
+
+
+def test_a_pod_not_seen_going_after_its_eviction_is_not_scaled_back_over_an_original_pod() -> None:
+    """30 s after an accepted eviction the pod still looks alive. A scale-back now is a deletion by the
+    ReplicaSet of the pod it ranks first, and that is web-0: doubled up on node-a (before the extra
+    pod, alone on its node) and Ready for less time than web-1 (before the evicted pod). So no
+    scale-back: the +1 is kept and the eviction tried again (it reads the pod first)."""
+    s, old, sibling, extra = doubled_up_move()
+    pods = [old, sibling, extra]
+    now = T0 + 5 + SCALE_DOWN_GRACE_SECONDS + 1
+    # the ReplicaSet's order (evictor.scale_down): web-0 certainly goes before web-1 and web-2
+    assert ranked_before(sibling, pods, now) is None
+    step = advance(s, dep(3, generation=6), RS, pods, now)
+    assert step.action != Action.RESTORE, f"scaled back over {sibling.name}: {step.why}"
+    assert step.action == Action.EVICT and "web-0" in step.why and "kept at 3" in step.why
+    assert advance(s, dep(3, generation=6), RS, pods, T0 + 20).action == Action.WAIT  # within the grace
+
+
+def test_a_pod_not_seen_going_after_its_eviction_is_scaled_back_when_the_extra_or_evicted_pod_goes_first() -> None:
+    """One pod per node: the ReplicaSet ranks the extra pod (Ready for the shortest time) first, so the
+    scale-back 30 s after the eviction removes no original pod and goes ahead as before."""
+    s, old, _, extra = doubled_up_move()
+    alone = web("web-0", "node-c", ready_at=-3000)
+    step = advance(s, dep(3, generation=6), RS, [old, alone, extra], T0 + 5 + SCALE_DOWN_GRACE_SECONDS)
+    assert step.action == Action.RESTORE and step.outcome == OVERRIDDEN and "still there" in step.why
+
+
+def test_a_pod_not_seen_going_after_its_eviction_without_its_pods_keeps_the_extra_replica() -> None:
+    """Without the workload's pods (a node's run that could not list them) the order is unknown: no
+    scale-back, the eviction tried again."""
+    s, *_ = doubled_up_move()
+    step = advance(s, dep(3, generation=6), RS, None, T0 + 5 + SCALE_DOWN_GRACE_SECONDS)
+    assert step.action == Action.EVICT
 
 
 def test_replicas_changed_by_an_hpa_are_left_as_the_owner_set_them() -> None:

@@ -1,9 +1,11 @@
 """Surge-first moves whose eviction does not happen in time: refused on every attempt (a
-PodDisruptionBudget that allows nothing any more, a webhook) or held (a brake, a closed window).
-The move is given up at its deadline (replacementTimeoutSeconds), but only by a scale-back that
-removes the extra pod: the ReplicaSet deletes the pod it ranks first, directly, past every PDB and
+PodDisruptionBudget that allows nothing any more, a webhook) or held (a brake, a closed window), or
+accepted but the pod not seen going. The move is given up at its deadline (replacementTimeoutSeconds),
+or scaled back 30 s after an accepted eviction, but only by a scale-back that removes the extra pod
+(or the evicted one): the ReplicaSet deletes the pod it ranks first, directly, past every PDB and
 brake (kdesched.evictor.scale_down). Where that would be an original pod, the +1 is kept (capacity,
-not availability) until the eviction is allowed. Driven run after run against tests/reactor/surge_api.py."""
+not availability) until the eviction is allowed or the pod seen going. Driven run after run against
+tests/reactor/surge_api.py."""
 
 from __future__ import annotations
 
@@ -101,3 +103,43 @@ def test_a_brake_past_the_deadline_gives_up_when_the_scale_back_removes_the_extr
                             hold=lambda e: BRAKE).ledger
     assert KEY not in ledger.surges and api.replicas == 2 and not evictions(api)
     assert [e.outcome for e in ended] == ["overridden"] and "health brake" in ended[0].why
+
+
+def evicted_doubled_up() -> tuple[Api, Surges, Ledger, list[Ended]]:
+    """web-1 and its sibling web-0 on node-a, the extra pod web-2 Ready on node-b, web-1's eviction
+    accepted at T0 + 5; the pods the runs see still show web-1 alive (a lagging watch cache, or an
+    eviction that did not take)."""
+    api = Api(replicas=2)
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 5, ended)
+    assert ledger.surges[KEY].evicted == T0 + 5 and evictions(api) == 1
+    return api, driver, ledger, ended
+
+
+def test_a_pod_not_seen_going_after_its_eviction_keeps_the_extra_replica_over_doubled_up_originals() -> None:
+    """30 s after the eviction web-1 still looks alive. A scale-back could make the ReplicaSet delete
+    web-0 (doubled up on node-a, it ranks before the extra pod): the +1 stays and the eviction is tried
+    again every LATE_EVICT_SECONDS (it reads the pod first, so a pod already going is not evicted
+    twice). Once web-1 is seen terminating, the replicas go back and the move is done."""
+    api, driver, ledger, ended = evicted_doubled_up()
+    ledger = drive(driver, ledger, api, T0 + 6, ended, until=T0 + 100)
+    assert KEY in ledger.surges and api.replicas == 3 and not ended, [(e.outcome, e.why) for e in ended]
+    assert [c for c in api.calls if c[0] == "scale"] == [("scale", 3)]  # never scaled back
+    assert evictions(api) == 1 + 3  # tried again at T0 + 35, 65 and 95
+    api.pods["web-1"] = replace(api.pods["web-1"], deletion_time=NOW)
+    drive(driver, ledger, api, T0 + 100, ended)
+    assert api.replicas == 2 and [e.outcome for e in ended] == ["done"]
+
+
+def test_the_eviction_tried_again_after_it_was_not_seen_going_is_spaced_when_refused() -> None:
+    """The eviction tried again is refused (the PDB allows nothing any more): one request every
+    LATE_EVICT_SECONDS, not one a run, and still no scale-back."""
+    api, driver, ledger, ended = evicted_doubled_up()
+    api.refuse = PDB_429
+    ledger = drive(driver, ledger, api, T0 + 6, ended, until=T0 + 100)
+    assert KEY in ledger.surges and api.replicas == 3 and not ended
+    assert evictions(api) == 1 + 3  # at T0 + 35, 65 and 95

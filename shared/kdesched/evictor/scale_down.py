@@ -1,8 +1,10 @@
-"""Which pod a ReplicaSet deletes when its replicas go down by one: whether a surge-first move may be
-given up by scaling back while its extra pod is Ready.
+"""Which pod a ReplicaSet deletes when its replicas go down by one: whether a surge-first move may
+scale back while its extra pod is Ready (a give-up at the timeout) or its evicted pod is not seen
+going yet (30 s after the eviction).
 
 Why: a scale-back is a deletion by the ReplicaSet controller, not an eviction: no PodDisruptionBudget,
-no brake, no window. It is harmless only when the pod it deletes is the move's extra pod. The
+no brake, no window. It is harmless only when the pod it deletes is one the move made (the extra pod)
+or the one whose eviction the API server already accepted. The
 controller deletes the pod that ranks first (kubernetes pkg/controller/controller_utils.go,
 ``ActivePodsWithRanks.Less``): unassigned before assigned; Pending before Unknown before Running;
 not Ready before Ready; a lower ``controller.kubernetes.io/pod-deletion-cost`` first; more pods of
@@ -11,9 +13,12 @@ buckets of the time since it became Ready (``LogarithmicScaleDown``, on by defau
 the lower uid first within a bucket; then restarts and creation time. A Ready extra pod alone on its
 node therefore loses to two original pods that share a node: scaling back deletes an original, Ready
 pod behind the Eviction API (a move that keeps being refused, a brake or a closed window holding its
-eviction). :func:`ranked_before` tells whether any pod might go before the extra one; judged
-conservatively (a pod whose order is not certain counts as going first), so a give-up never deletes
-an original pod, and at worst keeps the extra replica (capacity, not availability) a while longer.
+eviction; or an evicted pod the runs do not see going yet, when the scale-back would not be removing
+a pod the ReplicaSet made for it). :func:`ranked_before` tells whether any pod might go before the
+extra one, and :func:`ranked_before_all` whether any pod but a few (the pods made during the move,
+the pod whose eviction was accepted) might go first; judged conservatively (a pod whose order is not certain
+counts as going first), so a scale-back never deletes an original pod, and at worst keeps the extra
+replica (capacity, not availability) a while longer.
 """
 
 from __future__ import annotations
@@ -35,10 +40,18 @@ _MARGIN_SECONDS = 3.0
 def ranked_before(extra: Pod, pods: Sequence[Pod], now: float) -> Pod | None:
     """An active pod of ``pods`` (the workload's) that a scale-down by one might delete before
     ``extra``, or None when ``extra`` certainly goes first. ``now``: epoch seconds."""
+    return ranked_before_all((extra,), pods, now)
+
+
+def ranked_before_all(spare: Sequence[Pod], pods: Sequence[Pod], now: float) -> Pod | None:
+    """An active pod of ``pods`` (the workload's), not one of ``spare``, that a scale-down by one might
+    delete, or None when the pod deleted is certainly one of ``spare``: every other active pod ranks
+    certainly after one of them (then none of them is the first). ``spare`` empty: any active pod."""
     active = [p for p in pods if not p.terminating and not p.terminal]
     on_node = Counter(p.node_name for p in active if p.node_name)
+    uids = {p.uid for p in spare}
     for other in active:
-        if other.uid != extra.uid and not _certainly_after(extra, other, on_node, now):
+        if other.uid not in uids and not any(_certainly_after(e, other, on_node, now) for e in spare):
             return other
     return None
 

@@ -15,7 +15,10 @@ leaves it on the node forever. With the stock controllers a move can cost nothin
    Ready yet and is the first the ReplicaSet removes. Not at the moment of the eviction: a
    ReplicaSet that has not seen the eviction yet counts the evicted pod as active and removes one
    of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at once
-   where its budget allowed 2).
+   where its budget allowed 2). A pod still not seen going :data:`SCALE_DOWN_GRACE_SECONDS` after
+   its eviction was accepted (a lagging snapshot, an eviction that did not take) is scaled back over
+   only when the ReplicaSet certainly deletes it or a pod made during the move
+   (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried again.
 
 Why not the ``controller.kubernetes.io/pod-deletion-cost`` way (mark the pod, scale up, scale back
 and let the ReplicaSet controller delete the marked pod): the ReplicaSet controller deletes pods
@@ -48,7 +51,13 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
   keep the normal rules;
 * **the eviction refused or held until the timeout** (a PDB that allows nothing any more, a brake):
   given up likewise, but only when the scale-back removes the extra pod
-  (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried on.
+  (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried on;
+* **the evicted pod not seen going** :data:`SCALE_DOWN_GRACE_SECONDS` after its accepted eviction:
+  scaled back (the move ends overridden) only when the ReplicaSet's order puts that pod or a pod
+  made during the move first; else the +1 is kept and the eviction tried again (which reads the pod
+  first), ended by the pod seen going (scaled back: done), the order changing, or the owner taking
+  the replicas over. No time limit: kept, it costs capacity; scaled back, it could delete an
+  original pod behind the Eviction API.
 """
 
 from __future__ import annotations
@@ -59,14 +68,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdesched.evictor.scale_down import ranked_before
+from kdesched.evictor.scale_down import ranked_before, ranked_before_all
 from kdesched.model.derived import pod_ready
 from kdesched.model.owners import SURGE_MANAGER, DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod, PodDisruptionBudget
 
 OPT_OUT = "kdesched.dev/surge"  # "false" on the Deployment (or the pod template): never surge it
-# after kdesched evicted the pod and scaled back, how long the pod may still look alive in a
-# snapshot (taken before the eviction) before the move is called over anyway
+# after kdesched evicted the pod, how long it may still look alive in a snapshot (taken before the
+# eviction) before the move is scaled back anyway (only if the ReplicaSet would delete that pod or
+# one made during the move; else the eviction is tried again), or, with the replicas no longer
+# kdesched's, called over
 SCALE_DOWN_GRACE_SECONDS = 30.0
 # a move recorded and not scaled up yet belongs to the process that recorded it this long (it scales
 # up right after its ledger write); after that, replicas still at the original value mean the
@@ -295,8 +306,7 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
         if s.evicted:
             # evicted, and not seen terminating yet (a snapshot from before the eviction)
             if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
-                return Step(Action.RESTORE, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
-                            OVERRIDDEN)
+                return _not_seen_going(s, pods, replacement, now)
             return Step(Action.WAIT)
         if replacement is not None:
             if now >= s.deadline and ranked_before(replacement, pods or (), now) is None:
@@ -339,6 +349,33 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
     return Step(Action.END, f"the replicas of Deployment {s.deployment} were changed to {replicas} during the move "
                 f"(kdesched had set {s.surged}, from {s.original}): the new value is the owner's and stays",
                 OVERRIDDEN)
+
+
+def _not_seen_going(s: Surge, pods: Sequence[Pod] | None, replacement: Pod | None, now: float) -> Step:
+    """The marked pod still looks alive :data:`SCALE_DOWN_GRACE_SECONDS` after kdesched's accepted
+    eviction (a snapshot or watch cache lagging, an eviction that did not take). The scale-back goes
+    ahead only when the ReplicaSet certainly deletes that pod or one made during the move
+    (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried again (it reads
+    the pod first: one already going is not evicted twice), until the pod is seen going (the
+    scale-back, done), the order allows it, or the owner takes the replicas over."""
+    late = f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction"
+    first = _original_first(s, pods, now) if pods is not None else None
+    if pods is not None and first is None:
+        return Step(Action.RESTORE, late, OVERRIDDEN)
+    risk = (f"a scale-back could delete {first.namespace}/{first.name}, an original pod the ReplicaSet may rank "
+            "first" if first is not None else "its pods are not known, so neither is the pod a scale-back would delete")
+    return Step(Action.EVICT, f"{late}, and {risk}: kept at {s.surged} replicas, its eviction tried again", "",
+                replacement)
+
+
+def _original_first(s: Surge, pods: Sequence[Pod], now: float) -> Pod | None:
+    """A pod of the workload that was there before the move, other than the marked one, that a
+    scale-back might make the ReplicaSet delete; None when it certainly deletes the marked pod (its
+    eviction accepted) or a pod made during the move."""
+    second = math.floor(s.started)
+    spare = [p for p in pods if not p.terminating and not p.terminal and (p.uid == s.uid or (
+        p.creation_time is not None and p.creation_time.timestamp() >= second))]
+    return ranked_before_all(spare, pods, now)
 
 
 def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:

@@ -69,7 +69,7 @@ __all__ = ["Candidate", "Chosen", "Ended", "SurgeEvents", "Surges"]
 log = logging.getLogger("kdesched.reactor.surge")
 
 EVENT_INTERVAL_SECONDS = 60.0
-LATE_EVICT_SECONDS = 30.0  # past its timeout with the +1 kept: how often the refused eviction is tried again
+LATE_EVICT_SECONDS = 30.0  # a move kept at +1 (past its timeout, or its evicted pod not seen going): how often its eviction is tried again
 MAX_REMEMBERED = 10000  # per-process memory of the moves it evicted for (a few hundred bytes each)
 EVICT_TIMEOUT_SECONDS = 5.0  # the eviction inside a settle (the process's admission lock is held): one bounded
 # attempt, the next run retries
@@ -157,9 +157,10 @@ class Surges:
         return new
 
     def _spaced(self, o: Observed, step: Step, now: float) -> Step:
-        """A move past its timeout, kept at +1 (a scale-back would delete an original pod), tries its
-        refused eviction again every :data:`LATE_EVICT_SECONDS` in this process, not at every run."""
-        if step.action != Action.EVICT or now < o.surge.deadline:
+        """A move kept at +1 because a scale-back would delete an original pod (past its timeout, or its
+        evicted pod not seen going) tries its eviction again every :data:`LATE_EVICT_SECONDS` in this
+        process, not at every run."""
+        if step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted):
             return step
         move = _move_of(o.surge)
         with self._lock:
@@ -167,6 +168,9 @@ class Surges:
                 return Step(Action.WAIT)
             if len(self._late) < MAX_REMEMBERED:
                 self._late[move] = now
+        if o.surge.evicted:
+            log.info("surge-first move of %s: %s (every %gs until it is seen going)", o.key, step.why, LATE_EVICT_SECONDS)
+            return step
         log.info("surge-first move of %s: past its timeout with %s's replacement Ready, kept at %d replicas until its "
                  "eviction is allowed (tried every %gs): a scale-back now could delete an original pod (the "
                  "ReplicaSet ranks one before the extra pod), not through the Eviction API", o.key, o.surge.pod,
