@@ -268,11 +268,57 @@ def test_original_replicas_put_back_by_someone_else_end_the_move_after_the_start
     assert step.action == Action.END and step.outcome == OVERRIDDEN
 
 
-def test_a_rollout_begun_during_the_move_restores_the_replicas() -> None:
+def test_a_rollout_begun_during_the_move_waits_with_the_replicas_kept() -> None:
+    """Any sign of a rollout (a pod of another template, pods not updated, a spec write the controller
+    has not observed): the move waits at +1; the replicas go back once it is over."""
     old = web("web-1", "node-a")
     rolled = web("web-3", "spare-1", created=2, ready=False, template="def")
     step = advance(surge_of(old), dep(2, generation=7, updated=1, status=2), RS, [old, rolled], T0 + 3)
-    assert step.action == Action.RESTORE and "rollout" in step.why
+    assert step.action == Action.WAIT and "rollout" in step.why
+    assert advance(surge_of(old), dep(2, generation=7, observed=6), RS, [old], T0 + 3).action == Action.WAIT
+    assert advance(surge_of(old), dep(2, generation=7), RS, [old], T0 + 121).action == Action.RESTORE
+
+
+def rollout_mid_move() -> tuple[Surge, list[Pod], Pod]:
+    """web-1 (Ready long) and web-0 (Ready for less time) on node-a, replicas surged 2 -> 3; then
+    ``kubectl set image``: the Deployment controller syncs the new template with the replicas at 3, so
+    the new ReplicaSet gets the room (maxSurge 1: web-3 and web-4, not Ready yet) and the old one
+    (web-abc) keeps the two originals; there is no extra pod in it."""
+    old = web("web-1", "node-a", ready_at=-3000)
+    sibling = web("web-0", "node-a", created=-120, ready_at=-100)
+    new = [web(f"web-{i}", f"node-{i}", created=2, ready=False, template="def") for i in (3, 4)]
+    return surge_of(old, original=2, surged=3), [old, sibling, *new], sibling
+
+
+def test_a_rollout_mid_move_keeps_the_extra_replica_instead_of_scaling_back() -> None:
+    """A scale-back now is a scaling event for the Deployment controller: with two active ReplicaSets
+    it spreads the -1 over them (pkg/controller/deployment/sync.go ``scale``: allowed 2 + 1 = 3 against
+    4, both sizes 2, so the older, web-abc, takes the leftover -1), and web-abc's controller deletes the
+    pod it ranks first: web-0, an original Ready pod (the owner's maxUnavailable for 2 replicas is 0).
+    kdesched does not read or model that spread, so it scales nothing back while the rollout runs."""
+    s, pods, sibling = rollout_mid_move()
+    now = T0 + 10
+    # in web-abc, the ReplicaSet that proportional scaling shrinks here, web-0 certainly goes first
+    assert ranked_before(sibling, [p for p in pods if p.labels["pod-template-hash"] == "abc"], now) is None
+    rolling = dep(3, generation=7, updated=2, status=4)
+    step = advance(s, rolling, RS, pods, now)
+    assert step.action != Action.RESTORE, f"scaled back during the rollout: {step.why}"
+    assert step.action == Action.WAIT and "rollout" in step.why and "kept at 3" in step.why
+    # nor at the deadline, nor once the pod is gone (the rollout replaced it) while it still runs
+    assert advance(s, rolling, RS, pods, T0 + 121).action == Action.WAIT
+    gone = [replace(pods[0], deletion_time=NOW), *pods[1:]]
+    assert advance(s, rolling, RS, gone, T0 + 30).action == Action.WAIT
+    # the pod gone and the Deployment's status caught up for a moment: pods of two templates still run
+    assert advance(s, dep(3, generation=7), RS, pods[1:], T0 + 30).action == Action.WAIT
+
+
+def test_after_the_rollout_the_replicas_go_back() -> None:
+    """The rollout over (one template, the controller caught up): web-1 was replaced by it, and the
+    scale-back removes one of the pods made during the move (all of them are now)."""
+    s, _, _ = rollout_mid_move()
+    done = [web(f"web-{i}", f"node-{i}", created=2, ready_at=8, template="def") for i in (3, 4, 5)]
+    step = advance(s, dep(3, generation=7), RS, done, T0 + 60)
+    assert step.action == Action.RESTORE and step.outcome == DONE
 
 
 def test_the_deployment_gone_ends_the_move() -> None:

@@ -37,12 +37,14 @@ class Api:
         self.replicas, self.generation, self.rv = replicas, generation, 40
         self.observed = generation
         self.paused = False
+        self.updated: int | None = None  # status.updatedReplicas during a rollout (None: all pods updated)
         self.annotations: dict[str, str] = {}
         self.managed_fields = managed_fields
         self.replicas_manager = "kubectl-client-side-apply"  # who created it with its replicas
         self.fail_after_write: Exception | None = None  # the scale lands, the answer is lost
         self.refuse: Exception | None = None  # every eviction refused with it (a PDB's 429, a webhook)
         self.calls: list[tuple[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # the Events posted
         self.pods: dict[str, Pod] = {}
 
     # someone else's writes
@@ -82,7 +84,7 @@ class Api:
                     "spec": {"replicas": self.replicas, "paused": self.paused,
                              "selector": {"matchLabels": {"app": "web"}}},
                     "status": {"observedGeneration": self.observed, "replicas": self.replicas,
-                               "updatedReplicas": self.replicas}}
+                               "updatedReplicas": self.replicas if self.updated is None else self.updated}}
         return {"metadata": {"name": name, "namespace": namespace,
                              "ownerReferences": [{"kind": "Deployment", "name": "web", "controller": True}]},
                 "spec": {"replicas": self.replicas}, "status": {}}
@@ -118,6 +120,7 @@ class Api:
             raise self.refuse
 
     def create_event(self, **kw: Any) -> bool:
+        self.events.append(kw)
         return True
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:

@@ -16,9 +16,16 @@ pod behind the Eviction API (a move that keeps being refused, a brake or a close
 eviction; or an evicted pod the runs do not see going yet, when the scale-back would not be removing
 a pod the ReplicaSet made for it). :func:`ranked_before` tells whether any pod might go before the
 extra one, and :func:`ranked_before_all` whether any pod but a few (the pods made during the move,
-the pod whose eviction was accepted) might go first; judged conservatively (a pod whose order is not certain
-counts as going first), so a scale-back never deletes an original pod, and at worst keeps the extra
-replica (capacity, not availability) a while longer.
+the pod whose eviction was accepted) might go first; judged conservatively (a pod whose order is
+not certain counts as going first), so a scale-back never deletes an original pod, and at worst keeps
+the extra replica (capacity, not availability) a while longer.
+
+Only for a Deployment with one active ReplicaSet: during a rollout, a scale-down of the Deployment
+is spread over its ReplicaSets by the Deployment controller (proportional scaling: by their sizes
+and the replicas annotated on them, the leftover to the largest; kubernetes
+pkg/controller/deployment/sync.go ``scale``), which kdesched neither reads nor models. Which
+ReplicaSet loses a pod, and so which pod goes, is not known then (:mod:`kdesched.evictor.surge`
+scales nothing back while a rollout is under way).
 """
 
 from __future__ import annotations

@@ -43,8 +43,10 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
   version it read. Any other value, or the same value written by someone else, is the owner's
   decision and wins: the move ends there (the pod that had to go stays, and the strategy decides
   again on the next run). Other writes to the Deployment (an annotation, ``paused``) are not;
-* **a rollout** (a pod of another ReplicaSet appears): the move is given up and the replicas
-  restored;
+* **a rollout** (a pod of another ReplicaSet, pods not updated, a spec write not observed yet): no
+  scale-back while it runs: the Deployment controller would spread it over the ReplicaSets
+  (proportional scaling), which kdesched cannot rank, and it could delete an original Ready pod. The
+  +1 is kept until the rollout is over, then the move goes on by the usual rules (:func:`_held`);
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
   up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
   ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
@@ -294,22 +296,32 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
     marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)
     replacement = replacement_of(s, pods) if pods is not None else None
     mine = s.ours(deployment)
+    # a rollout under way: no scale-back (the Deployment controller would spread it over the
+    # ReplicaSets, which kdesched cannot rank); the +1 is kept until the rollout ends (_held)
+    rolling = mine and _rollout(s, deployment, pods)
     if marked_gone:
         if mine:
+            if rolling:
+                return _held(s, f"{s.pod} is gone", replacement)
             # evicted (by kdesched at the last step, or by something else): only now, with the pod seen
             # terminating, do the replicas go back: the ReplicaSet then removes the pod it may have
             # made for the evicted one (not Ready yet), never one of the Ready pods (scaling back at the
-            # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling)
+            # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling).
+            # After a rollout, every pod left was made during the move (by the rollout): one of them goes
             return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if mine:
         if s.evicted:
             # evicted, and not seen terminating yet (a snapshot from before the eviction)
             if now - s.evicted >= SCALE_DOWN_GRACE_SECONDS:
+                if rolling:
+                    return _held(s, f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction",
+                                 replacement)
                 return _not_seen_going(s, pods, replacement, now)
             return Step(Action.WAIT)
         if replacement is not None:
-            if now >= s.deadline and ranked_before(replacement, pods or (), now) is None:
+            # (a rollout does not stop the eviction: the Eviction API checks its PDB as ever)
+            if now >= s.deadline and not rolling and ranked_before(replacement, pods or (), now) is None:
                 # the eviction kept being refused (a PDB, a webhook) or held (a brake, a window): give up,
                 # but only by a scale-back that removes the extra pod (evictor.scale_down); else the
                 # eviction is tried on and the +1 kept (capacity, not availability)
@@ -318,6 +330,8 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
                             f"{replacement.node_name})", GAVE_UP, replacement, block=True)
             return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
                         f"{replacement.node_name}", "", replacement)
+        if rolling:
+            return _held(s, f"Deployment {s.deployment} began a rollout during the move", None)
         back = _landed_back(s, pods)
         if back is not None:
             return Step(Action.RESTORE, f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, "
@@ -325,8 +339,6 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
         failure = replica_failure(deployment, replicaset)
         if failure:
             return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
-        if _rollout(s, deployment, pods):
-            return Step(Action.RESTORE, f"Deployment {s.deployment} began a rollout during the move", OVERRIDDEN)
         if now >= s.deadline:
             return Step(Action.RESTORE, f"no replacement was Ready on another node within "
                         f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
@@ -378,6 +390,25 @@ def _original_first(s: Surge, pods: Sequence[Pod], now: float) -> Pod | None:
     return ranked_before_all(spare, pods, now)
 
 
+def _held(s: Surge, why: str, replacement: Pod | None) -> Step:
+    """A rollout of the Deployment is under way (:func:`_rollout`): the move scales nothing back. A
+    scale-down of a Deployment with several active ReplicaSets is spread over them by the Deployment
+    controller (proportional scaling, kubernetes pkg/controller/deployment/sync.go ``scale``: by their
+    sizes and the replicas annotated on them, the leftover to the largest, the older first among
+    equals), and the ReplicaSet that loses a replica deletes the pod it ranks first among its own: an
+    original Ready pod of the old ReplicaSet when the extra pod is not in it (the template changed
+    before the controller made it), a Ready pod of the new one. kdesched reads neither the other
+    ReplicaSets nor their annotations, so it cannot rank that. The +1 is kept instead: the rollout runs
+    on original + 1 replicas, whose available floor (replicas - maxUnavailable) is never below the
+    owner's own, and replaces the marked pod anyway. Once the rollout is over (one template, the
+    controller caught up) the move goes on by the usual rules, each scale-back with its checks; also
+    ended by the owner writing the replicas, or the Deployment gone. No time limit: a stalled or paused
+    rollout keeps the +1 (capacity) until the owner resumes, fixes or undoes it."""
+    return Step(Action.WAIT, f"{why}; Deployment {s.deployment} is rolling out: kept at {s.surged} replicas until "
+                "the rollout ends (a scale-back now is spread over its ReplicaSets by the Deployment controller, "
+                "and could delete a Ready pod)", "", replacement)
+
+
 def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
     """A pod made by the surge that became Ready on the node the move leaves (a strategy whose node the
     scheduler does not avoid): the move cannot succeed."""
@@ -387,22 +418,24 @@ def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
 
 
 def _rollout(s: Surge, deployment: DeploymentInfo, pods: Sequence[Pod] | None) -> bool:
-    """Has a rollout (maybe) begun since the move did? A pod of another ReplicaSet than the marked
-    pod's, the Deployment counting pods it has not updated, or a spec write after kdesched's scale-up
+    """Has a rollout (maybe) begun since the move did, and is it not over? Pods of two templates, a
+    pod of another ReplicaSet than the marked pod's, the Deployment counting pods it has not updated, or a spec write after kdesched's scale-up
     (``generation`` past the move's) that the Deployment controller has not observed yet: a template
     change looks so before the controller makes its ReplicaSet, and a later settle might not see it
-    any more as a rollout. (An annotation or ``paused`` looks the same for a moment: the move is then
-    given up, the replicas restored, which costs the move, not the owner's value.)"""
+    any more as a rollout. (An annotation or ``paused`` looks the same for a moment: the move then
+    waits until the controller has observed it.)"""
     if deployment.updated_replicas != deployment.status_replicas and deployment.status_replicas:
         return True
     if s.generation and deployment.generation > s.generation and deployment.observed_generation < deployment.generation:
         return True
     if pods is None:
         return False
+    live = {p.labels.get("pod-template-hash", "") for p in pods if not p.terminating and not p.terminal}
+    if len(live) > 1:  # (also once the marked pod is gone: the rollout deleted it)
+        return True
     marked = next((p for p in pods if p.uid == s.uid), None)
     mine = marked.labels.get("pod-template-hash", "") if marked is not None else ""
-    return bool(mine) and any(p.labels.get("pod-template-hash", "") != mine for p in pods
-                              if not p.terminating and not p.terminal)
+    return bool(mine) and any(h != mine for h in live)
 
 
 def summary(steps: Mapping[str, Step]) -> dict[str, int]:

@@ -24,8 +24,9 @@ what it did:
 * :meth:`Surges.start` (after the ledger write): scale the Deployment up by one, on the version the
   choice was made on.
 
-:class:`SurgeEvents` tells operators (``SurgeMoveStarted``, ``SurgeMoveEnded``, ``NoSurge`` on the
-owner); the writes a step carries out (the eviction, the scale back) are the module's functions.
+:class:`SurgeEvents` tells operators (``SurgeMoveStarted``, ``SurgeMoveEnded``, ``SurgeMoveHeld``
+while a move keeps its +1 through a rollout, ``NoSurge`` on the owner); the writes a step carries
+out (the eviction, the scale back) are the module's functions.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ class Surges:
         # the eviction, so that a PDB refusing for hours costs one request every LATE_EVICT_SECONDS,
         # not one a second
         self._late: dict[tuple[str, float], float] = {}
+        # moves kept at +1 while their Deployment rolls out: when this process last said so
+        self._told: dict[tuple[str, float], float] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -130,6 +133,7 @@ class Surges:
             self._not_started &= moves
             self._restored = {m: st for m, st in self._restored.items() if m in moves}
             self._late = {m: at for m, at in self._late.items() if m in moves}
+            self._told = {m: at for m, at in self._told.items() if m in moves}
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
@@ -159,7 +163,10 @@ class Surges:
     def _spaced(self, o: Observed, step: Step, now: float) -> Step:
         """A move kept at +1 because a scale-back would delete an original pod (past its timeout, or its
         evicted pod not seen going) tries its eviction again every :data:`LATE_EVICT_SECONDS` in this
-        process, not at every run."""
+        process, not at every run. A move that waits saying why (kept at +1 while its Deployment rolls
+        out) says so as often (:meth:`_tell`)."""
+        if step.action == Action.WAIT and step.why:
+            self._tell(o, step, now)
         if step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted):
             return step
         move = _move_of(o.surge)
@@ -176,6 +183,19 @@ class Surges:
                  "ReplicaSet ranks one before the extra pod), not through the Eviction API", o.key, o.surge.pod,
                  o.surge.surged, LATE_EVICT_SECONDS)
         return step
+
+    def _tell(self, o: Observed, step: Step, now: float) -> None:
+        """A log line every :data:`LATE_EVICT_SECONDS` at most, and a ``SurgeMoveHeld`` Event on the
+        Deployment (at most one a minute), while a move keeps the +1 and waits (evictor.surge._held)."""
+        move = _move_of(o.surge)
+        with self._lock:
+            if now - self._told.get(move, float("-inf")) < LATE_EVICT_SECONDS:
+                return
+            if len(self._told) < MAX_REMEMBERED:
+                self._told[move] = now
+        log.info("surge-first move of %s: %s", o.key, step.why)
+        self.events.post(o.key.split("/", 2)[1], o.surge.deployment, "SurgeMoveHeld",
+                         f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}")
 
     def _observe(self, ledger: Ledger, pods_of: Mapping[str, Sequence[Pod]] | None) -> list[Observed]:
         """Each move's owners and pods as the cluster shows them now (a move whose owner cannot be read
@@ -216,7 +236,7 @@ class Surges:
             return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
         if step.action == Action.RESTORE:
             # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
-            # or a rollout begun on top of it, evicted.advance)
+            # evictor.surge.advance; never while a rollout is under way)
             if (deployment is not None and deployment.replicas == s.surged
                     and not _scale(self.client, namespace, s.deployment, s.original, deployment.resource_version)):
                 return None
