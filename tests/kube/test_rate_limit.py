@@ -10,8 +10,11 @@ the variable.
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
+import urllib3
 from kdesched.kube.client import KubeClient, TokenBucket
 from kdesched.kube.config import (
     DEFAULT_BURST,
@@ -210,7 +213,9 @@ def test_a_bounded_write_is_timed_after_its_wait_for_a_token(fake_api: FakeApiSe
         client.evict_pod("default", "b", uid=None, grace_period_seconds=None, annotations={}, timeout=5,
                          deadline=Deadline(clock.now + 30, clock))  # waits 1 s more
         sent = [r.query["timeout"] for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
-        assert sent == ["7s", "5s"]  # a: 10.5 - 3 waited, floored; b: 29 left, capped at its 5
+        # a: 10.5 - 3 waited = 7.5, less two connects of 7.5/8 s each (a connect retry), floored;
+        # b: 29 left, capped at its 5
+        assert sent == ["5s", "5s"]
         bucket.reserve()
         with pytest.raises(DeadlinePassed):
             client.evict_pod("default", "b", uid=None, grace_period_seconds=None, annotations={},
@@ -218,3 +223,37 @@ def test_a_bounded_write_is_timed_after_its_wait_for_a_token(fake_api: FakeApiSe
         assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 2  # not sent
     finally:
         client.close()
+
+
+def test_a_bounded_write_lands_before_its_deadline_even_after_a_connect_retry(
+        fake_api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """urllib3 retries a connect that failed (nothing was sent) with the same request: its
+    ``?timeout=`` was fixed before the first attempt. A first connect that hangs until its timeout
+    (a SYN to a dead endpoint behind the Service) must leave the retried eviction enough of its
+    deadline: it arrives after that connect timeout and the API server may still carry it out for
+    its whole ``?timeout=``."""
+    fake_api.add(pod_obj("a", node="n1"))
+    client = KubeClient.for_host(fake_api.url)
+    arrived: list[float] = []
+    real_new_conn = urllib3.connection.HTTPConnection._new_conn
+
+    def blackholed_once(conn: Any) -> Any:
+        if not arrived:  # the first connect: no answer until its connect timeout
+            arrived.append(float("nan"))
+            connect = conn.timeout
+            time.sleep(connect)
+            raise urllib3.exceptions.ConnectTimeoutError(conn, f"connect timed out ({connect})")
+        arrived.append(time.monotonic())
+        return real_new_conn(conn)
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "_new_conn", blackholed_once)
+    deadline = Deadline(time.monotonic() + 4.0)
+    try:
+        client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={}, deadline=deadline)
+    finally:
+        client.close()
+    (sent,) = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    server_timeout = float(sent.query["timeout"].removesuffix("s"))
+    assert len(arrived) == 2  # one connect timed out, the retry went through
+    # the API server may carry it out until it arrived + its ?timeout= (before: 4 s of connect, then 3 s more)
+    assert arrived[1] + server_timeout <= deadline.at + 0.1

@@ -43,7 +43,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from kdesched.kube.clock import ServerClock, answered_by_api_server
 from kdesched.kube.config import ClientLimits, Impersonation
-from kdesched.kube.deadline import Deadline
+from kdesched.kube.deadline import DEADLINE_CONNECT_SECONDS, Deadline
 from kdesched.kube.errors import (
     ApiError,
     StopAfterBudget,
@@ -74,6 +74,19 @@ def lane(name: str) -> Iterator[None]:
         yield
     finally:
         _LANE.reset(token)
+
+
+def connect_attempts(retries: Any) -> int:
+    """How many connects urllib3 may make for one request under the pool's ``retries`` (a
+    :class:`urllib3.Retry`, a number, or None for urllib3's default of 3)."""
+    if isinstance(retries, urllib3.Retry):
+        left = [n for n in (retries.connect, retries.total) if isinstance(n, int) and not isinstance(n, bool)]
+        return 1 + max(0, min(left)) if left else 1 + 3
+    if isinstance(retries, bool):
+        return 1 + (3 if retries else 0)
+    if isinstance(retries, int):
+        return 1 + max(0, retries)
+    return 1 + 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +263,20 @@ class Transport:
             TRAFFIC.waited(bucket.acquire())
         if server_timeout is not None or deadline is not None:
             limit = max(1, int(server_timeout)) if server_timeout is not None else None
-            seconds = deadline.server_timeout() if deadline is not None else limit  # raises DeadlinePassed
+            connect: float | None = None
+            if deadline is not None:
+                # urllib3 retries a failed connect with this same request (nothing was sent): each
+                # connect gets a share of what is left, and ?timeout= what is left after all of them,
+                # so a retried request still ends by the deadline
+                attempts = connect_attempts(self.api_client.configuration.retries)
+                connect = min(DEADLINE_CONNECT_SECONDS, max(deadline.remaining(), 0.0) / (4 * attempts))
+                seconds: int | None = deadline.server_timeout(reserve=attempts * connect)  # raises DeadlinePassed
+            else:
+                seconds = limit
             seconds = min(x for x in (seconds, limit) if x is not None)
             query = [*(query or []), ("timeout", f"{seconds}s")]
-            timeout = seconds + 0.5  # the API server answers by then (a timeout error at worst)
+            # the API server answers by then (a timeout error at worst)
+            timeout = (connect, seconds + 0.5) if connect is not None else seconds + 0.5
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
