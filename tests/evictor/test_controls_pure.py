@@ -215,11 +215,13 @@ def test_an_unreadable_namespace_is_treated_as_selected() -> None:
 
 def test_daylight_saving_days_in_the_windows_time_zone() -> None:
     ws = Windows([window("30 2 * * *", "1h", zone="Europe/Berlin", name="night")])
-    # the clock goes back on 2026-10-25 (03:00 CEST -> 02:00 CET): 02:30 comes twice, the window
-    # opens once, at the first (00:30 UTC), and its opening is never reported in the past
+    # the clock goes back on 2026-10-25 (03:00 CEST -> 02:00 CET): 02:30 comes twice; the forbid
+    # window starts at the first (00:30 UTC) and holds until the second's end (03:30 CET, 02:30 UTC),
+    # and its opening is never reported in the past
     st = ws.state("X", "taints", ts(2026, 10, 25, 1, 15))  # 02:15 CET, the second time round
-    assert not st.open and st.opens_at == ts(2026, 10, 25, 1, 30)
-    assert ws.state("X", "taints", ts(2026, 10, 25, 1, 35)).open
+    assert not st.open and st.opens_at == ts(2026, 10, 25, 2, 30)
+    assert not ws.state("X", "taints", ts(2026, 10, 25, 1, 35)).open  # 02:35 CET: the second 02:30's hour
+    assert ws.state("X", "taints", ts(2026, 10, 25, 2, 35)).open
     nxt = ws.windows[0].next_start(ts(2026, 10, 25, 1, 35))
     assert nxt == ts(2026, 10, 26, 1, 30)  # 02:30 CET the next day
     # the clock jumps on 2026-03-29 (02:00 CET -> 03:00 CEST): 02:30 does not exist and is read

@@ -233,19 +233,31 @@ class Window:
                 best = self._epoch(wall)
         return best
 
+    def _end(self, start: float) -> float:
+        """When the occurrence starting at ``start`` (epoch seconds, the first time its wall-clock
+        time came) ends. A forbid window whose start time comes twice (the clock went back) holds
+        until the second time's end: evicting in a repeated hour the operator forbade is the worse
+        mistake, and chained occurrences (``0 0-3 * * *`` for 1h) would otherwise leave that hour
+        open. An allow window keeps the first only (widening it would let more evictions through)."""
+        if self.action != "forbid":
+            return start + self.duration_seconds
+        wall = self._wall(start)
+        again = wall.replace(tzinfo=self.zone, fold=1).timestamp()  # the same as start unless repeated
+        return max(start, again) + self.duration_seconds
+
     def active_until(self, now: float) -> float | None:
         """When the active occurrence ends (epoch seconds; occurrences that overlap or touch chain
         into one), or None when the window is not active at ``now``."""
         start = self._latest_start(now)
-        if start is None or start + self.duration_seconds <= now:
+        if start is None or self._end(start) <= now:
             return None
-        end = start + self.duration_seconds
+        end = self._end(start)
         horizon = now + LOOKAHEAD_SECONDS
         while end < horizon:  # a later occurrence that starts before this one ends extends it
             later = self._latest_start(end)
-            if later is None or later + self.duration_seconds <= end:
+            if later is None or self._end(later) <= end:
                 return end
-            end = later + self.duration_seconds
+            end = self._end(later)
         return end
 
     def next_start(self, now: float) -> float | None:
