@@ -69,6 +69,7 @@ from cloudevents.core.bindings.http import (
 )
 from cloudevents.core.v1.event import CloudEvent
 from kdesched import errors
+from kdesched.bounded_http import open_by
 from kdesched.errors import BodyTooLarge, InvalidEvent, KdeschedError, Overloaded
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.reactor import metrics as m
@@ -298,13 +299,18 @@ def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
 
 def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: int = 3, timeout: float = 5.0,
                 sleep: Callable[[float], None] = time.sleep) -> None:
-    """POST events to the broker (binary mode), each with bounded retries; raises on final failure."""
+    """POST events to the broker (binary mode), each with bounded retries; raises on final failure.
+
+    ``timeout`` bounds each attempt as a whole (connect, send, the answer's status line and headers:
+    :func:`kdesched.bounded_http.open_by`), not each read: a broker or proxy that trickled its answer
+    would otherwise hold the function's own request past Knative's timeout. So a post gives up within
+    ``attempts * timeout`` plus the back-off (defaults: 3 x 5 s + 0.6 s), the DNS lookup aside."""
     for reply in replies:
         body, headers = encode(make_event(function, reply), "binary")
         for attempt in range(1, attempts + 1):
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                with open_by(req, time.monotonic() + timeout) as resp:
                     if 200 <= resp.status < 300:
                         m.EMITTED.labels(reply.type).inc()
                         break
@@ -314,7 +320,8 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
                 if exc.code < 500 and exc.code not in (404, 408, 409, 429):
                     raise RuntimeError(f"broker rejected {reply.type}: HTTP {exc.code}") from None
             except (urllib.error.URLError, OSError) as exc:
-                err = exc
+                late = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+                err = TimeoutError(f"the broker did not answer within {timeout:g}s") if late else exc
             if attempt == attempts:
                 raise RuntimeError(f"posting {reply.type} to {url} failed after {attempts} attempts: {err}")
             sleep(0.2 * 2 ** (attempt - 1))

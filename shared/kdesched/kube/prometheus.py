@@ -29,7 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from kdesched.kube.bounded_http import open_by
+from kdesched.bounded_http import open_by
 from kdesched.model.alerts import AlertsReading, parse_alerts, parse_recent
 from kdesched.model.errors import ModelError
 from kdesched.model.usage import PrometheusReadings, parse_prometheus_vector

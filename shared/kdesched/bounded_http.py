@@ -1,5 +1,11 @@
-"""One HTTP(S) GET through ``urllib`` with one deadline for all of it: the TCP connect, the TLS
+"""One HTTP(S) request through ``urllib`` with one deadline for all of it: the TCP connect, the TLS
 handshake, the request, the status line, the header lines and the body.
+
+Used for every outbound HTTP request that is not to the API server: the Prometheus reads of the kube
+layer (the alert brake, the usage query: :mod:`kdesched.kube.prometheus`) and the functions' posts to
+the Knative broker (:func:`kdesched_functions.common.post_events`). A leaf, like
+:mod:`kdesched.httpserver`: the standard library only, no layer (import-linter, pyproject.toml), so
+every layer may import it and a function that imports it loads nothing else (a cold start).
 
 Why: a socket timeout bounds each ``recv``, not the answer. A server (or a proxy in front of it) that
 sends a header line, or a byte of the body, a little faster than the timeout holds the caller for as
@@ -9,8 +15,12 @@ when nothing is left is a :class:`TimeoutError`. The TLS handshake and ``sendall
 timeout as a bound on the whole operation (Python >= 3.5), so setting it to what is left bounds them
 too. No thread, no signal: the caller's own thread does every read.
 
-Not bounded: the name lookup (``getaddrinfo`` has no timeout; the resolver's own, from
-``resolv.conf``, applies), and a name with several addresses gets what is left for each attempt.
+Not bounded: the name lookup. ``getaddrinfo`` takes no timeout, and the only ways around it are a
+thread left blocked in the resolver after the deadline (a leak at every lookup of a dead DNS) or a
+resolver of our own: neither is worth it. The resolver's own limits (``resolv.conf``: ``timeout``,
+``attempts``, and in a pod each name of the search list that ``ndots`` makes it try) apply; a pod
+bounds them with ``dnsConfig.options``. A name with several addresses gets what is left for each
+connect attempt.
 
 Everything else is ``urllib``'s (proxies from the environment, redirects, ``HTTPError`` for a
 non-2xx answer): only the connection classes are swapped.
