@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import http.client
 import json
 import logging
 import re
@@ -319,7 +320,8 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
                 err = exc
                 if exc.code < 500 and exc.code not in (404, 408, 409, 429):
                     raise RuntimeError(f"broker rejected {reply.type}: HTTP {exc.code}") from None
-            except (urllib.error.URLError, OSError) as exc:
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+                # (an answer that is not HTTP, e.g. a proxy's garbage: BadStatusLine, a failed attempt)
                 late = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
                 err = TimeoutError(f"the broker did not answer within {timeout:g}s") if late else exc
             if attempt == attempts:

@@ -206,3 +206,16 @@ def test_a_resync_change_whose_post_ran_out_of_time_is_held_and_posted_by_the_ne
     now[0] += 301
     fn.resync_if_due()
     assert broker.requests == []
+
+
+def test_an_answer_that_is_not_http_is_retried_like_any_failed_attempt(broker: Broker) -> None:
+    """A proxy or half-started broker answering garbage (``BadStatusLine``) is a failed attempt, retried
+    like a refused connection, not an error that skips the retries (before: it escaped on the first)."""
+    answers = iter([lambda c, stop: c.sendall(b"HELLO\r\n\r\n"), lambda c, stop: c.sendall(ACCEPTED)])
+    broker.answer = lambda c, stop: next(answers)(c, stop)
+    slept: list[float] = []
+    post_events(broker.url, "classifier", [REPLY], attempts=2, timeout=2.0, sleep=slept.append)
+    assert len(broker.requests) == 2 and slept == [0.2]
+    broker.answer = lambda c, stop: c.sendall(b"HELLO\r\n\r\n")
+    with pytest.raises(RuntimeError, match="failed after 2 attempts"):
+        post_events(broker.url, "classifier", [REPLY], attempts=2, timeout=2.0, sleep=slept.append)
