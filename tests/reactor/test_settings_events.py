@@ -44,7 +44,7 @@ def test_values_and_env() -> None:
     assert s.settle_seconds == 0.5 and s.balance_delay_seconds == 0 and s.cooldown_workload_seconds == 60 and s.cooldown_node_seconds == 300
     assert s.rate_limits.global_ == BucketSettings(6, 2)
     assert s.topology_keys == ("rack",) and s.lease_name == "ds" and s.lease_namespace == "ops"
-    assert s.dry_run and s.broker_url == "http://b"
+    assert s.dry_run
     assert s.events[ev.TAINTS_CHANGED] == ("RemovePodsViolatingNodeTaints", "RemoveDuplicates")
     assert s.events_overridden == {ev.TAINTS_CHANGED}
 

@@ -116,7 +116,6 @@ class ReactorSettings:
     history_max_entries: int = 1000
     dry_run: bool = False
     dry_run_why: str = ""  # what made it a dry run (the policy, the environment, --dry-run); "" when live
-    broker_url: str = ""
     safety: SafetySettings = field(default_factory=SafetySettings)  # kdesched.policy.safety: resolved per command
     health_brake: HealthBrakeSettings = field(default_factory=HealthBrakeSettings)
     alert_brake: AlertBrakeSettings = field(default_factory=AlertBrakeSettings)  # kdesched.admission.alerts
@@ -313,7 +312,6 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
             dry_reasons.append(f"${DRY_RUN_ENV}={env_dry}")
         elif env_dry.lower() not in ("0", "false", "no", "off"):
             errors.append(f"{DRY_RUN_ENV}: must be true or false, got {_show(env_dry)}")
-    broker = next((env[k] for k in BROKER_ENV if env.get(k)), "")
 
     if errors:
         raise PolicyError(errors, source)
@@ -324,7 +322,7 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         cooldown_workload_seconds=cd_workload, cooldown_node_seconds=cd_node, wasted_move_base_seconds=wasted_base,
         wasted_move_max_seconds=wasted_max, rate_limits=rates,
         topology_keys=topo, sweep_interval_seconds=sweep, history_max_entries=history_max, dry_run=dry_run,
-        dry_run_why=" and ".join(dry_reasons), broker_url=broker, safety=safety, health_brake=brake, alert_brake=alert_brake,
+        dry_run_why=" and ".join(dry_reasons), safety=safety, health_brake=brake, alert_brake=alert_brake,
         windows=windows, budgets=budgets, usage=usage, surge_moves=surge_moves,
     )
 
