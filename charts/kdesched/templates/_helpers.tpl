@@ -89,16 +89,25 @@ default policy. `kdesched:` values are merged over the policy's own kdesched blo
 {{- $text -}}
 {{- end -}}
 
-{{/* Seconds of a Go duration as the upstream chart takes deschedulingInterval (e.g. 5m, 90s, 1h30m). */}}
+{{/* Seconds of a Go duration as the upstream chart takes deschedulingInterval (e.g. 5m, 90s, 1h30m),
+at most a week: serve refuses a longer --sweep-interval at start (kdesched.cli.serve.MAX_SWEEP_SECONDS). */}}
 {{- define "kdesched.durationSeconds" -}}
 {{- $d := toString . -}}
 {{- if not (regexMatch "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$" $d) -}}
 {{- fail (printf "deschedulingInterval: %q is not a duration like 5m, 90s or 1h30m" $d) -}}
 {{- end -}}
-{{- $h := regexFind "[0-9]+h" $d | trimSuffix "h" | default "0" | int -}}
-{{- $m := regexFind "[0-9]+m" $d | trimSuffix "m" | default "0" | int -}}
-{{- $s := regexFind "[0-9]+s" $d | trimSuffix "s" | default "0" | int -}}
-{{- add (mul $h 3600) (mul $m 60) $s -}}
+{{- $d = regexReplaceAll "(^|[hms])0+([0-9])" $d "${1}${2}" -}}
+{{- if regexMatch "[0-9]{7,}" $d -}}
+{{- fail (printf "deschedulingInterval: %q is longer than serve's sweep interval may be (604800 s: 168h, a week)" .) -}}
+{{- end -}}
+{{- $h := regexFind "[0-9]+h" $d | trimSuffix "h" | default "0" | int64 -}}
+{{- $m := regexFind "[0-9]+m" $d | trimSuffix "m" | default "0" | int64 -}}
+{{- $s := regexFind "[0-9]+s" $d | trimSuffix "s" | default "0" | int64 -}}
+{{- $total := add (mul $h 3600) (mul $m 60) $s -}}
+{{- if gt $total 604800 -}}
+{{- fail (printf "deschedulingInterval: %q is %d s; serve's sweep interval is at most 604800 s (168h, a week)" (toString .) $total) -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}
 
 {{/* The pod scheduling fields every kdesched pod takes from the values (nodeSelector, tolerations, affinity). */}}
