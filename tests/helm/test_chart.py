@@ -277,6 +277,31 @@ def test_contradictions_fail_with_a_message(helm: Path, binary: str) -> None:
     assert rendered_policy(empty) == (CHART / "files" / "default-policy.yaml").read_text()
 
 
+MT_INGRESS = "http://broker-ingress.knative-eventing.svc.cluster.local/kdesched/kdesched"
+
+
+def classifier_broker_url(objs: list[dict[str, Any]]) -> str:
+    env = find_obj(objs, "Service", "classifier")["spec"]["template"]["spec"]["containers"][0]["env"]
+    return str(next(e["value"] for e in env if e["name"] == "KDESCHED_BROKER_URL"))
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+def test_a_broker_class_needs_its_broker_url(helm: Path, binary: str) -> None:
+    """The classifier posts its extra events (a delete plus an add, several changes in one write, the
+    re-sync's catch-up) to KDESCHED_BROKER_URL, which defaults to the multi-tenant channel broker's
+    ingress. A Broker of another class (Kafka, RabbitMQ) is not served there: every such event would
+    fail its hand-over and end in the dead-letter sink. So another class needs its URL, or no install."""
+    done = template_raw(helm, {"knative": {"brokerClass": "Kafka"}}, binary=binary)
+    assert done.returncode != 0, "a Kafka Broker, and the classifier posting to the MT broker's ingress"
+    assert "knative.brokerClass" in done.stderr and "knative.brokerURL" in done.stderr, done.stderr
+    url = "http://kafka-broker-ingress.knative-eventing.svc.cluster.local/kdesched/kdesched"
+    assert classifier_broker_url(template(helm, {"knative": {"brokerClass": "Kafka", "brokerURL": url}},
+                                          binary=binary)) == url
+    for values in ({}, {"knative": {"brokerClass": "MTChannelBasedBroker"}}):
+        assert classifier_broker_url(template(helm, values, binary=binary)) == MT_INGRESS
+    template(helm, {"mode": "standalone", "knative": {"brokerClass": "Kafka"}}, binary=binary)  # no Broker there
+
+
 @pytest.mark.parametrize("binary", BINARIES)
 @pytest.mark.parametrize(("drain", "grace"), [(None, 30), (60, 75), (7.5, 23)])
 def test_the_grace_period_follows_the_drain(helm: Path, binary: str, drain: float | None, grace: int) -> None:
