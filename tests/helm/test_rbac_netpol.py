@@ -19,7 +19,7 @@ import pytest
 
 from tests.deploy import KNATIVE, Doc
 from tests.deploy import test_rbac as kustomize_rbac
-from tests.helm import find_obj, template
+from tests.helm import CHART, REPO, find_obj, run_helm, template
 
 MODES = ("knative", "standalone", "cronjob")
 ROLES_BY_MODE = {
@@ -71,6 +71,63 @@ def test_rbac_and_accounts_can_be_left_to_the_operator(helm: Path) -> None:
     assert not [o for o in objs if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
                                                  "ServiceAccount")]
     assert find_obj(objs, "Deployment", "kdesched")["spec"]["template"]["spec"]["serviceAccountName"] == "descheduler"
+
+
+KNATIVE_ACCOUNTS = {"kdesched-classifier", "kdesched-deadletter", "kdesched-node-source"}  # fixed names
+OWN_ACCOUNT = "platform-descheduler"
+
+
+def referenced_accounts(objs: list[dict[str, Any]]) -> set[str]:
+    """The ServiceAccounts the rendered objects run as or bind."""
+    out: set[str] = set()
+    for o in objs:
+        spec = o.get("spec") or {}
+        if o["kind"] in ("Deployment", "Job") or o["kind"] == "Service" and "template" in spec:
+            out.add(spec["template"]["spec"]["serviceAccountName"])
+        elif o["kind"] == "CronJob":
+            out.add(spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"])
+        elif o["kind"] == "ApiServerSource":
+            out.add(spec["serviceAccountName"])
+        elif o["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            out.update(s["name"] for s in o["subjects"])
+    return out
+
+
+@pytest.mark.parametrize("binary", ["helm3", "helm"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("accounts", "rbac"), [(True, True), (False, True), (True, False), (False, False)],
+                         ids=["create-all", "own-account", "own-rbac", "own-all"])
+def test_every_account_referenced_is_created_or_left_to_the_operator_as_documented(
+        helm: Path, binary: str, mode: str, accounts: bool, rbac: bool) -> None:
+    """serviceAccount.create=false brings one's own *evicting* identity (serviceAccount.name), as in the
+    upstream chart. The Knative helper identities (classifier, deadletter, ApiServerSource adapter), whose
+    names are fixed, are created whenever the chart creates accounts or the RBAC that binds them; only an
+    operator who manages both (serviceAccount.create=false, rbac.create=false) provides them, as
+    docs/deploying.md and the install notes say."""
+    values = {"mode": mode, "serviceAccount": {"create": accounts, "name": OWN_ACCOUNT}, "rbac": {"create": rbac}}
+    objs = template(helm, values, binary=binary)
+    created = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    operators = set() if accounts else {OWN_ACCOUNT}
+    if mode == "knative" and not accounts and not rbac:
+        operators |= KNATIVE_ACCOUNTS
+    referenced = referenced_accounts(objs)
+    assert referenced - created <= operators, f"referenced, neither created nor the operator's: {referenced - created - operators}"
+    assert not created & operators, f"created although the operator's: {created & operators}"
+    assert created <= referenced, f"created and unused: {created - referenced}"
+
+
+def test_accounts_left_to_the_operator_are_named_in_the_notes_and_the_docs(helm: Path) -> None:
+    done = run_helm(helm, "helm", "install", "kdesched", str(CHART), "--dry-run=client", "-n", "kdesched",
+                    "--set", "serviceAccount.create=false", "--set", "rbac.create=false")
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert all(name in notes for name in KNATIVE_ACCOUNTS), notes
+    for values in (["--set", "serviceAccount.create=false"], ["--set", "mode=standalone", "--set", "rbac.create=false",
+                                                               "--set", "serviceAccount.create=false"]):
+        done = run_helm(helm, "helm", "install", "kdesched", str(CHART), "--dry-run=client", "-n", "kdesched", *values)
+        assert not any(name in done.stdout.split("NOTES:", 1)[1] for name in KNATIVE_ACCOUNTS), values
+    docs = (REPO / "docs" / "deploying.md").read_text()
+    assert all(f"`{name}`" in docs for name in KNATIVE_ACCOUNTS)
 
 
 # -- NetworkPolicies ---------------------------------------------------------------------------------

@@ -51,6 +51,12 @@ app.kubernetes.io/part-of: kdesched
 {{- .Values.serviceAccount.name | default "kdesched" -}}
 {{- end -}}
 
+{{/* "true" when the chart creates the Knative helper accounts (kdesched-classifier, -deadletter,
+-node-source): unless the operator manages both accounts and RBAC. */}}
+{{- define "kdesched.knativeAccounts" -}}
+{{- if or .Values.serviceAccount.create .Values.rbac.create }}true{{ end -}}
+{{- end -}}
+
 {{/*
 The policy file's text. Precedence: the upstream chart's deschedulerPolicy (rendered exactly as the
 upstream chart renders it), else `policy` (a string as it is, or a mapping as YAML), else kdesched's
