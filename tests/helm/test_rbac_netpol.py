@@ -19,7 +19,7 @@ import pytest
 
 from tests.deploy import KNATIVE, Doc
 from tests.deploy import test_rbac as kustomize_rbac
-from tests.helm import CHART, REPO, find_obj, run_helm, template
+from tests.helm import CHART, REPO, find_obj, run_helm, template, template_raw
 
 MODES = ("knative", "standalone", "cronjob")
 ROLES_BY_MODE = {
@@ -233,6 +233,26 @@ def test_cronjob_run_pod_admits_nothing(helm: Path) -> None:
     (run,) = pods(objs).values()
     for ns in [*DATA_PLANE, *OTHERS, "ops"]:
         assert not admitted(policies, run, ns, 8080)
+
+
+@pytest.mark.parametrize("binary", ["helm3", "helm"])
+@pytest.mark.parametrize("mode", ["standalone", "knative"])
+def test_a_scrape_the_network_policy_would_refuse_is_refused_at_install(helm: Path, binary: str, mode: str) -> None:
+    """monitoring.serviceMonitor renders a ServiceMonitor (standalone) or a PodMonitor (knative) on 8080.
+    With the NetworkPolicies on and no networkPolicy.metricsNamespaces, no scraper is admitted there:
+    every target down, every panel empty, no alert ever fires. The chart refuses that, naming the value;
+    with the scraper's namespace named, it reaches every pod the scrape selects."""
+    scrape = {"mode": mode, "monitoring": {"serviceMonitor": {"enabled": True}}}
+    done = template_raw(helm, scrape, binary=binary)
+    assert done.returncode != 0, "a scrape is rendered that the NetworkPolicy refuses"
+    assert "networkPolicy.metricsNamespaces" in done.stderr and "monitoring.serviceMonitor" in done.stderr, done.stderr
+    objs = template(helm, {**scrape, "networkPolicy": {"metricsNamespaces": ["monitoring"]}}, binary=binary)
+    monitor = next(o for o in objs if o["kind"] in ("ServiceMonitor", "PodMonitor"))
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    scraped = [labels for labels in pods(objs).values() if _matches(monitor["spec"]["selector"], labels)]
+    assert scraped and all(admitted(policies, labels, "monitoring", 8080) for labels in scraped)
+    template(helm, {**scrape, "networkPolicy": {"enabled": False}}, binary=binary)  # no policy: nothing refused
+    template(helm, {**scrape, "mode": "cronjob"}, binary=binary)  # a run is not scraped: nothing to refuse
 
 
 def test_the_evaluator_is_not_vacuous(helm: Path) -> None:
