@@ -32,6 +32,13 @@ EVICTOR: frozenset[Grant] = frozenset({
     ("apps", "deployments", "get", None), ("apps", "replicasets", "get", None),
     ("apps", "deployments/scale", "update", None),
 })
+# measured usage (LowNodeUtilization metricsUtilization, source KubernetesMetrics): LIST of the two
+# collections (kdesched.kube.usage), added to the evictor role only when the policy's metricsProviders
+# name KubernetesMetrics, as the upstream chart decides. The chart renders it then; knative/ ships the
+# default policy, which does not (docs/deploying.md, "Permissions").
+METRICS_READER: frozenset[Grant] = frozenset({
+    ("metrics.k8s.io", "nodes", "list", None), ("metrics.k8s.io", "pods", "list", None),
+})
 LEASE: frozenset[Grant] = frozenset({
     ("coordination.k8s.io", "leases", "get", "kdesched"),
     ("coordination.k8s.io", "leases", "get", "kdesched-leader"),  # kdesched serve's leader election

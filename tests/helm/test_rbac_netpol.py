@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kdesched.policy.load import load_policy_text
+from kdesched.policy.usage import needs_usage
 
 from tests.deploy import KNATIVE, Doc
 from tests.deploy import test_rbac as kustomize_rbac
-from tests.helm import CHART, REPO, find_obj, run_helm, template, template_raw
+from tests.helm import CHART, REPO, find_obj, rendered_policy, run_helm, template, template_raw
 
 MODES = ("knative", "standalone", "cronjob")
 ROLES_BY_MODE = {
@@ -54,6 +57,60 @@ def test_rendered_rbac_is_the_documented_least_privilege(helm: Path, mode: str) 
             assert b.obj["roleRef"]["kind"] == "Role"
         for s in b.obj["subjects"]:
             assert s["kind"] == "ServiceAccount" and s["name"] in accounts
+
+
+METRICS_POLICY = yaml.safe_load((REPO / "examples/low-node-utilization/metrics/policy-kubernetes-metrics.yaml")
+                                .read_text())
+POLICY_FILES = sorted([*REPO.glob("examples/*/policy.yaml"), *REPO.glob("examples/policies/*.yaml"),
+                       *REPO.glob("examples/*/metrics/policy-*.yaml")])
+
+
+def _wrapped(policy: dict[str, Any]) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "policy"},
+                           "data": {"policy.yaml": yaml.safe_dump(policy)}})
+
+
+def _collector(policy: dict[str, Any]) -> dict[str, Any]:
+    """The same policy with upstream's deprecated form: metricsCollector.enabled and metricsServer."""
+    doc = {**{k: v for k, v in policy.items() if k != "metricsProviders"}, "metricsCollector": {"enabled": True}}
+    text = yaml.safe_dump(doc).replace("source: KubernetesMetrics", "metricsServer: true")
+    return dict(yaml.safe_load(text))
+
+
+POLICIES: dict[str, dict[str, Any]] = {
+    **{str(p.relative_to(REPO)): {"policy": p.read_text()} for p in POLICY_FILES},
+    "default": {},
+    "configmap-wrapped-metrics": {"policy": _wrapped(METRICS_POLICY)},
+    "metrics-collector": {"policy": _collector(METRICS_POLICY)},
+    "upstream-values": {"kind": "Deployment", "deschedulerPolicy": {
+        k: v for k, v in METRICS_POLICY.items() if k not in ("apiVersion", "kind")}},
+}
+
+
+@pytest.mark.parametrize("binary", ["helm3", "helm"])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_policy_on_kubernetes_metrics_gets_the_metrics_grant(helm: Path, binary: str, name: str) -> None:
+    """LowNodeUtilization on measured usage (metricsUtilization source KubernetesMetrics) LISTs
+    metrics.k8s.io nodes and pods; without the grant every run fails with a 403 and evicts nothing on
+    usage. The upstream chart grants it when deschedulerPolicy.metricsProviders names KubernetesMetrics;
+    the chart does the same for the policy it mounts, in whatever format it comes (kdesched's loader
+    refuses a policy that balances on KubernetesMetrics without such a provider), and only then."""
+    objs = template(helm, POLICIES[name], binary=binary)
+    policy = load_policy_text(rendered_policy(objs), name)
+    declared = any(p.source == "KubernetesMetrics" for p in policy.metrics_providers)
+    role = next(d for d in docs(objs) if (d.kind, d.name) == ("ClusterRole", "kdesched-evictor"))
+    want = kustomize_rbac.EVICTOR | (kustomize_rbac.METRICS_READER if declared else frozenset())
+    got = kustomize_rbac.grants(role)
+    assert got == want, f"{name}: added {sorted(got - want, key=str)}, missing {sorted(want - got, key=str)}"
+    assert declared >= needs_usage(policy)[0], "the policy reads metrics.k8s.io without a grant"
+    kustomize_rbac.test_no_wildcards_secrets_or_pod_deletion(role)
+
+
+def test_the_metrics_grant_follows_the_policy_in_every_format(helm: Path) -> None:
+    """Not vacuous: the policies above include ones that read metrics.k8s.io, in three forms."""
+    readers = [n for n in POLICIES if needs_usage(load_policy_text(rendered_policy(template(helm, POLICIES[n])), n))[0]]
+    assert {"configmap-wrapped-metrics", "metrics-collector", "upstream-values"} <= set(readers)
+    assert "default" not in readers
 
 
 def test_the_rbac_checks_catch_a_widened_chart_role(helm: Path) -> None:

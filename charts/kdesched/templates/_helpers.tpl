@@ -95,6 +95,39 @@ default policy. `kdesched:` values are merged over the policy's own kdesched blo
 {{- $text -}}
 {{- end -}}
 
+{{/*
+"true" when the policy names KubernetesMetrics among its metricsProviders (or carries the deprecated
+metricsCollector.enabled, which means the same): the upstream chart's condition for its metrics.k8s.io
+rule. Read from the policy as mounted, in any format that can carry one: a DeschedulerPolicy, or one
+wrapped in a ConfigMap (data.policy.yaml, or its only key). kdesched's loader refuses a policy that
+balances on KubernetesMetrics without such a provider, so every policy that reads metrics.k8s.io has it.
+*/}}
+{{- define "kdesched.readsKubernetesMetrics" -}}
+{{- $doc := include "kdesched.policyText" . | fromYaml -}}
+{{- if and (eq (toString (get $doc "kind")) "ConfigMap") (kindIs "map" (get $doc "data")) -}}
+{{- $data := get $doc "data" -}}
+{{- $text := get $data "policy.yaml" -}}
+{{- if and (not $text) (eq (len $data) 1) -}}
+{{- $text = first (values $data) -}}
+{{- end -}}
+{{- $doc = toString $text | fromYaml -}}
+{{- end -}}
+{{- $reads := false -}}
+{{- $providers := get $doc "metricsProviders" -}}
+{{- if kindIs "slice" $providers -}}
+{{- range $providers -}}
+{{- if and (kindIs "map" .) (eq (toString (get . "source")) "KubernetesMetrics") -}}
+{{- $reads = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $collector := get $doc "metricsCollector" -}}
+{{- if and (kindIs "map" $collector) (eq (toString (get $collector "enabled")) "true") -}}
+{{- $reads = true -}}
+{{- end -}}
+{{- if $reads }}true{{ end -}}
+{{- end -}}
+
 {{/* Seconds of a Go duration as the upstream chart takes deschedulingInterval (e.g. 5m, 90s, 1h30m),
 at most a week: serve refuses a longer --sweep-interval at start (kdesched.cli.serve.MAX_SWEEP_SECONDS). */}}
 {{- define "kdesched.durationSeconds" -}}
