@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from kdesched.reactor.serve.server import DEFAULT_DRAIN_SECONDS, SHUTDOWN_MARGIN_SECONDS
+from kdesched_functions import FUNCTIONS
 
 from tests.helm import (
     CHART,
@@ -44,7 +45,7 @@ MODES = ("knative", "standalone", "cronjob")
 # kinds only one side renders, and why
 KUSTOMIZE_ONLY = {"Namespace"}       # Helm installs into a namespace (--create-namespace); it is not a release object
 CHART_ONLY = {"NetworkPolicy"}       # who may reach the pods: the chart's default (docs/deploying.md)
-CHECKSUM = "checksum/policy"         # on serve's pod template: `helm upgrade` with a new policy rolls it
+CHECKSUM = "checksum/policy"         # on the pod/revision templates of what reads the policy: `helm upgrade` with a new policy rolls them
 
 # non-default values touching every group of values.yaml
 NON_DEFAULT: dict[str, Any] = {
@@ -197,6 +198,44 @@ def test_template_non_default_values_reach_the_objects(helm: Path, binary: str, 
         assert cron["spec"]["successfulJobsHistoryLimit"] == 1 and cron["spec"]["concurrencyPolicy"] == "Forbid"
         assert "--dry-run" in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
         assert not [o for o in objs if o["kind"] in ("ServiceMonitor", "PodMonitor")]
+
+
+POLICY_READERS = sorted(name for name, f in FUNCTIONS.items() if f.needs_policy)
+
+
+def revision_checksums(objs: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Knative Service -> the policy checksum on its revision template (None: none)."""
+    return {o["metadata"]["name"]: (o["spec"]["template"]["metadata"].get("annotations") or {}).get(CHECKSUM)
+            for o in objs if o["kind"] == "Service" and "template" in o["spec"]}
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+def test_a_policy_change_rolls_the_functions_that_read_it_and_only_then(helm: Path, binary: str) -> None:
+    """The evicting functions read the mounted policy once, at start (build_function_app). A new policy
+    must make a new Revision of each (Knative rolls it without downtime), as the checksum rolls the
+    standalone Deployment: else a warm function (minScale 1, the cached rebalance, one kept busy by
+    events) goes on with the old policy, an emergency kdesched.dryRun: true included. The classifier
+    and deadletter never read it (needs_policy=False): the singleton is not restarted for nothing."""
+    assert POLICY_READERS == ["affinity", "manual", "rebalance", "taints"]
+    before = template(helm, {}, binary=binary)
+    policy_changed = template(helm, {"kdesched": {"dryRun": True}}, binary=binary)
+    assert rendered_policy(before) != rendered_policy(policy_changed)
+    other_changed = template(helm, {"extraEnv": [{"name": "KDESCHED_KUBE_API_QPS", "value": "20"}],
+                                    "functions": {"rebalance": {"minScale": 1, "maxScale": 1, "cache": True,
+                                                                "resources": {"requests": {"cpu": "1"}}}}},
+                             binary=binary)
+    sums = {name: revision_checksums(objs) for name, objs in
+            (("before", before), ("policy", policy_changed), ("other", other_changed))}
+    standalone = find_obj(template(helm, {"mode": "standalone"}, binary=binary), "Deployment", "kdesched")
+    for name in FUNCTIONS:
+        if name in POLICY_READERS:
+            assert sums["before"][name] == standalone["spec"]["template"]["metadata"]["annotations"][CHECKSUM]
+            assert sums["policy"][name] != sums["before"][name], f"{name}: the policy changed, its revision did not"
+            assert sums["other"][name] == sums["before"][name], f"{name}: the checksum changed with the policy unchanged"
+        else:
+            assert sums["before"][name] is sums["policy"][name] is None, f"{name} does not read the policy"
+            assert (find_obj(before, "Service", name)["spec"]["template"]
+                    == find_obj(policy_changed, "Service", name)["spec"]["template"]), name
 
 
 @pytest.mark.parametrize("binary", BINARIES)
