@@ -262,6 +262,9 @@ WRONG = [
     ({"dryRun": "yes"}, "dryRun"),
     ({"kind": "DaemonSet"}, "kind"),
     ({"functions": {"manual": {"maxScale": 0}}}, "maxScale"),
+    # the classifier is a singleton: its node digests live in its process (docs/reactor.md)
+    ({"functions": {"classifier": {"maxScale": 3}}}, "classifier/maxScale|classifier.maxScale"),
+    ({"functions": {"classifier": {"minScale": 0}}}, "classifier/minScale|classifier.minScale"),
     ({"manual": {"allowedNamespaces": ["Not A Namespace"]}}, "allowedNamespaces"),
     ({"kdesched": {"sweepIntervalSeconds": "often"}}, "sweepIntervalSeconds"),
     ({"kdesched": {"settleSecondz": 1}}, "settleSecondz"),
@@ -272,12 +275,12 @@ WRONG = [
 
 
 @pytest.mark.parametrize("binary", BINARIES)
-@pytest.mark.parametrize(("values", "named"), WRONG, ids=[n for _, n in WRONG])
+@pytest.mark.parametrize(("values", "named"), WRONG, ids=[n.split("|")[0] for _, n in WRONG])
 def test_a_wrong_value_is_refused_naming_it(helm: Path, binary: str, values: dict[str, Any], named: str) -> None:
     done = template_raw(helm, values, binary=binary)
     assert done.returncode != 0
     assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
-    assert named in done.stderr, done.stderr
+    assert any(name in done.stderr for name in named.split("|")), done.stderr  # Helm 4's path|Helm 3's
 
 
 def test_every_value_is_typed_in_the_schema() -> None:
