@@ -238,6 +238,39 @@ def test_a_policy_change_rolls_the_functions_that_read_it_and_only_then(helm: Pa
                     == find_obj(policy_changed, "Service", name)["spec"]["template"]), name
 
 
+EXTRA_VOLUMES: dict[str, Any] = {
+    "extraVolumes": [{"name": "prometheus", "secret": {"secretName": "prometheus-token"}},
+                     {"name": "prometheus-ca", "configMap": {"name": "prometheus-ca"}}],
+    "extraVolumeMounts": [{"name": "prometheus", "mountPath": "/etc/kdesched-extra/token", "readOnly": True},
+                          {"name": "prometheus-ca", "mountPath": "/etc/kdesched-extra/ca", "readOnly": True}],
+    "kdesched": {"alertBrake": {"enabled": True, "url": "https://prometheus-k8s.monitoring.svc:9091",
+                                "alertFilterRegexp": "^(EtcdMembersDown)$",
+                                "tokenFile": "/etc/kdesched-extra/token/token", "caFile": "/etc/kdesched-extra/ca/ca.crt"}},
+}
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize("mode", [*MODES, "one-off"])
+def test_extra_volumes_reach_every_kdesched_container(helm: Path, binary: str, mode: str) -> None:
+    """kdesched.alertBrake.tokenFile / caFile and kdesched.usage.prometheusCAFile name files: the chart
+    mounts what extraVolumes and extraVolumeMounts give in every kdesched pod and container (serve,
+    run, the six functions), beside the policy."""
+    values = {**EXTRA_VOLUMES, "mode": mode} if mode != "one-off" else {
+        **EXTRA_VOLUMES, "mode": "cronjob", "cronjob": {"oneOff": True}}
+    objs = template(helm, values, binary=binary)
+    assert yaml.safe_load(rendered_policy(objs))["kdesched"]["alertBrake"] == EXTRA_VOLUMES["kdesched"]["alertBrake"]
+    pods = workload_pod(objs, mode) if mode != "one-off" else [find_obj(objs, "Job", "kdesched-run-1")["spec"]["template"]["spec"]]
+    assert len(pods) == (6 if mode == "knative" else 1)
+    for pod in pods:
+        assert pod["volumes"] == [{"name": "policy", "configMap": {"name": "kdesched-policy"}}, *EXTRA_VOLUMES["extraVolumes"]]
+        for container in pod["containers"]:
+            assert container["volumeMounts"] == [{"name": "policy", "mountPath": "/etc/kdesched", "readOnly": True},
+                                                 *EXTRA_VOLUMES["extraVolumeMounts"]]
+    clash = template_raw(helm, {"mode": mode if mode != "one-off" else "cronjob",
+                                "extraVolumes": [{"name": "policy", "emptyDir": {}}]}, binary=binary)
+    assert clash.returncode != 0 and "extraVolumes" in clash.stderr and '"policy"' in clash.stderr, clash.stderr
+
+
 @pytest.mark.parametrize("binary", BINARIES)
 def test_cronjob_one_off_is_a_job_per_revision(helm: Path, binary: str) -> None:
     objs = template(helm, {"mode": "cronjob", "cronjob": {"oneOff": True}}, binary=binary)

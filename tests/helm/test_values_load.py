@@ -23,12 +23,15 @@ from typing import Any
 
 import pytest
 import yaml
+from kdesched.admission import alerts
 from kdesched.cli.common import InputError, load_policy_arg
 from kdesched.cli.main import build_parser
+from kdesched.policy import safety, usage
+from kdesched.reactor.run import settings
 from kdesched_functions import FUNCTIONS
 
 from tests.helm import CHART, VERSIONS, rendered_policy, template, template_raw
-from tests.helm.test_chart import NON_DEFAULT
+from tests.helm.test_chart import EXTRA_VOLUMES, NON_DEFAULT
 
 HERE = Path(__file__).resolve().parent
 BINARIES = sorted(VERSIONS)
@@ -103,8 +106,15 @@ BY_HAND: dict[str, tuple[Any, Any]] = {
     "disruptionBudgets": ([], [{"name": "cluster", "maxUnavailable": "5%"},
                                {"name": "dedupe", "maxUnavailable": 3, "strategies": ["RemoveDuplicates"]}]),
     "usage.prometheusCAFile": ("", "/etc/kdesched-extra/ca.crt"),
+    # the brake's required fields in both; a token file or a Secret, not both
+    "alertBrake.url": ("http://prometheus-k8s.monitoring.svc:9090", "https://prometheus.example:9091/prom"),
+    "alertBrake.alertFilterRegexp": ("^(EtcdMembersDown)$", "^(Watchdog|InfoInhibitor)$"),
+    "alertBrake.tokenFile": ("/etc/kdesched-extra/token", ""),
+    "alertBrake.authToken": ({}, {"secretReference": {"namespace": "monitoring", "name": "prometheus-token"}}),
+    "alertBrake.caFile": ("", "/etc/kdesched-extra/ca.crt"),
 }
 LARGE = 1_000_000  # the high end of a number the schema does not bound
+REMOVED_KEYS: set[str] = set()  # keys kdesched still names only to refuse them (none at the top level)
 
 
 def _number(node: dict[str, Any], high: bool) -> int | float:
@@ -146,6 +156,18 @@ def leaves(node: dict[str, Any], path: str = "") -> Iterator[str]:
         yield from leaves(sub, f"{path}.{key}" if path else key)
 
 
+def test_the_schema_knows_every_key_kdesched_reads() -> None:
+    """The other way round: a key kdesched reads in its `kdesched:` block (and in the blocks whose keys
+    it lists) that the schema does not know is refused by `helm install`, though documented."""
+    kdesched = SCHEMA["properties"]["kdesched"]["properties"]
+    blocks = {"": (kdesched, set(settings.KNOWN_KEYS) - REMOVED_KEYS), "alertBrake": (None, set(alerts.KNOWN_KEYS)),
+              "safety": (None, set(safety.KNOWN_KEYS)), "usage": (None, set(usage.KNOWN_KEYS))}
+    for name, (node, known) in blocks.items():
+        props = node if node is not None else kdesched.get(name, {}).get("properties", {})
+        assert set(props) == known, (f"kdesched{'.' + name if name else ''}: the schema lacks {sorted(known - set(props))}"
+                                     f", has unknown {sorted(set(props) - known)}")
+
+
 def test_the_examples_cover_every_leaf_of_the_schema() -> None:
     """Each leaf of the schema's `kdesched` appears in both examples, and every hand-made example
     still names a leaf of the schema (a leaf removed from the schema is removed here too)."""
@@ -179,6 +201,7 @@ COMBOS: dict[str, dict[str, Any]] = {
     "non-default": NON_DEFAULT,
     "longest-interval": {"deschedulingInterval": "167h59m60s", "cmdOptions": {"dry-run": True}},
     "one-off": {"cronjob": {"oneOff": True}, "extraArgs": ["--consistent-read"]},  # cronjob mode only
+    "alert-brake-with-its-files": EXTRA_VOLUMES,
     "policy-text": {"policy": (CHART.parents[1] / "examples" / "policies" / "openshift-presets.yaml").read_text()},
 }
 

@@ -165,6 +165,32 @@ affinity:
 {{- end }}
 {{- end -}}
 
+{{/* The volumes of every kdesched pod: the policy, then extraVolumes (files the kdesched block names:
+alertBrake.tokenFile and caFile, usage.prometheusCAFile). */}}
+{{- define "kdesched.volumes" -}}
+- name: policy
+  configMap:
+    name: kdesched-policy
+{{- range .Values.extraVolumes }}
+{{- if eq (toString .name) "policy" }}
+{{- fail "extraVolumes: the name \"policy\" is the chart's own volume (the policy file at /etc/kdesched): choose another" }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The volume mounts of every kdesched container: the policy, then extraVolumeMounts. */}}
+{{- define "kdesched.volumeMounts" -}}
+- name: policy
+  mountPath: /etc/kdesched
+  readOnly: true
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/* The restricted container security context of every kdesched container. */}}
 {{- define "kdesched.containerSecurity" -}}
 allowPrivilegeEscalation: false
