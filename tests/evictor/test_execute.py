@@ -584,3 +584,36 @@ def test_an_attempt_slower_than_the_deadline_cannot_land_later(fake_api: FakeApi
     assert time.monotonic() - started < 4.5
     assert outcome.result == "abandoned" and "deadline passed" in outcome.message
     assert fake_api.get("Pod", "p", "default") is not None
+
+
+def test_an_eviction_after_a_hung_connect_is_retried_by_the_executor_and_lands_in_time(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead endpoint behind the Service: the first connect hangs to its timeout. The transport does
+    not resend (its ``?timeout=`` would be stale); the executor retries, timing the attempt from what
+    is left of the deadline then, so the eviction is carried out before the deadline."""
+    import time
+
+    import urllib3
+    from kdesched.kube import transport
+
+    e = planned(fake_api, "p")
+    monkeypatch.setattr(transport, "DEADLINE_CONNECT_SECONDS", 0.5)
+    connects: list[float] = []
+    real_new_conn = urllib3.connection.HTTPConnection._new_conn
+
+    def blackholed_once(conn: Any) -> Any:
+        connects.append(time.monotonic())
+        if len(connects) == 1:
+            time.sleep(conn.timeout)
+            raise urllib3.exceptions.ConnectTimeoutError(conn, f"connect timed out ({conn.timeout})")
+        return real_new_conn(conn)
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "_new_conn", blackholed_once)
+    landed = _landings(fake_api, monkeypatch, Clock())
+    live = LiveExecutor(kube, FAST, sleep=Sleeps(), events=False)
+    deadline = time.monotonic() + 4.0
+    (outcome,) = live.execute([e], deadline=deadline)
+    assert outcome.result == "evicted" and outcome.attempts == 2 and landed
+    (sent,) = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    # sent after the hung connect: at most what was left then, so it ends by the deadline
+    assert connects[1] + float(sent.query["timeout"].removesuffix("s")) <= deadline

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MIN_ATTEMPT_SECONDS = 1.0  # an attempt needs at least this long before the deadline to be sent
-DEADLINE_CONNECT_SECONDS = 3.0  # a bounded write's connect timeout at most (a share of what is left below it)
+DEADLINE_CONNECT_SECONDS = 3.0  # a bounded write's connect timeout (a dead endpoint leaves time to retry)
 
 
 class DeadlinePassed(Exception):
@@ -37,11 +37,10 @@ class Deadline:
     def remaining(self) -> float:
         return self.at - self.clock()
 
-    def server_timeout(self, reserve: float = 0.0) -> int:
-        """The ``?timeout=`` (whole seconds, never past the deadline) for a request going out now
-        and arriving at the latest ``reserve`` seconds later (failed connects the transport retries);
+    def server_timeout(self) -> int:
+        """The ``?timeout=`` (whole seconds, never past the deadline) for a request going out now;
         :class:`DeadlinePassed` when less than ``min_attempt_seconds`` (or a whole second) is left."""
-        left = self.remaining() - reserve
+        left = self.remaining()
         if left < max(self.min_attempt_seconds, 1.0):
             raise DeadlinePassed(f"{max(left, 0.0):.1f}s left before the deadline, too little to send")
         return math.floor(left)

@@ -76,19 +76,6 @@ def lane(name: str) -> Iterator[None]:
         _LANE.reset(token)
 
 
-def connect_attempts(retries: Any) -> int:
-    """How many connects urllib3 may make for one request under the pool's ``retries`` (a
-    :class:`urllib3.Retry`, a number, or None for urllib3's default of 3)."""
-    if isinstance(retries, urllib3.Retry):
-        left = [n for n in (retries.connect, retries.total) if isinstance(n, int) and not isinstance(n, bool)]
-        return 1 + max(0, min(left)) if left else 1 + 3
-    if isinstance(retries, bool):
-        return 1 + (3 if retries else 0)
-    if isinstance(retries, int):
-        return 1 + max(0, retries)
-    return 1 + 3
-
-
 @dataclass(frozen=True, slots=True)
 class ReadRetry:
     """How reads are retried (see the module docstring): attempts per request, the backoff range,
@@ -263,20 +250,10 @@ class Transport:
             TRAFFIC.waited(bucket.acquire())
         if server_timeout is not None or deadline is not None:
             limit = max(1, int(server_timeout)) if server_timeout is not None else None
-            connect: float | None = None
-            if deadline is not None:
-                # urllib3 retries a failed connect with this same request (nothing was sent): each
-                # connect gets a share of what is left, and ?timeout= what is left after all of them,
-                # so a retried request still ends by the deadline
-                attempts = connect_attempts(self.api_client.configuration.retries)
-                connect = min(DEADLINE_CONNECT_SECONDS, max(deadline.remaining(), 0.0) / (4 * attempts))
-                seconds: int | None = deadline.server_timeout(reserve=attempts * connect)  # raises DeadlinePassed
-            else:
-                seconds = limit
+            seconds = deadline.server_timeout() if deadline is not None else limit  # raises DeadlinePassed
             seconds = min(x for x in (seconds, limit) if x is not None)
             query = [*(query or []), ("timeout", f"{seconds}s")]
-            # the API server answers by then (a timeout error at worst)
-            timeout = (connect, seconds + 0.5) if connect is not None else seconds + 0.5
+            timeout = seconds + 0.5  # the API server answers by then (a timeout error at worst)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -296,8 +273,11 @@ class Transport:
         clock = self.clock if answered_by_api_server(path) else None
         sent_at = time.monotonic()
         try:
-            resp = self.api_client.call_api(method, url, sent, serialized, post_params,
-                                            _request_timeout=timeout if timeout is not None else self.request_timeout)
+            if deadline is not None and isinstance(timeout, float) and content_type == "application/json":
+                resp = self._send_once(method, url, sent, serialized, timeout)
+            else:
+                resp = self.api_client.call_api(method, url, sent, serialized, post_params,
+                                                _request_timeout=timeout if timeout is not None else self.request_timeout)
         except ApiException as exc:
             if clock is not None:
                 clock.observe(exc.headers, sent_at, time.monotonic())
@@ -313,6 +293,18 @@ class Transport:
             data = self._read(resp)
             raise error_from_response(resp.status, str(resp.reason or ""), data, resp.headers)
         return resp
+
+    def _send_once(self, method: str, url: str, headers: Mapping[str, str], body: Any, total: float) -> Any:
+        """A write bounded by a deadline, sent once: no transport retry. urllib3 retries a failed
+        connect with the same request, whose ``?timeout=`` was fixed before the first connect; after
+        one that hung (a SYN to a dead endpoint behind the Service) the eviction went out late with
+        its whole ``?timeout=`` and could land after the deadline. A failed connect is raised
+        (:class:`Unavailable`, never sent) for the executor to retry, timed from what is left then.
+        The JSON write the API client would make (``kubernetes.client.rest``), minus its retries."""
+        return self.api_client.rest_client.pool_manager.request(
+            method, url, body=json.dumps(body) if body is not None else None,
+            timeout=urllib3.Timeout(connect=min(DEADLINE_CONNECT_SECONDS, total), total=total),
+            headers=headers, preload_content=False, retries=False)
 
     def _read(self, resp: Any) -> bytes:
         try:
