@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kdesched.engine import plan_run
+from kdesched.evictor.planner import Refusal
+from kdesched.evictor.reasons import Reason
 from kdesched.kube.client import KubeClient
 from kdesched.kube.snapshot import load_live_snapshot
 from kdesched.model.records import Node
@@ -122,7 +124,7 @@ def with_every_node(client: KubeClient, snapshot: Snapshot) -> Snapshot:
 
 def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy, strategies: Sequence[str],
                       node: str, scoped_nodes: Sequence[str] | None, *, safety_on: bool, now: float,
-                      health_brake: bool = True) -> NodeRunRead:
+                      health_brake: bool = True, surge_first: bool = True) -> NodeRunRead:
     """The least a node-scoped run needs to decide exactly: the node's pods (and, for a taint run
     without the watch cache, only enough Nodes), unless a strategy reads every pod. With the
     safety defaults on, or RemovePodsViolatingNodeAffinity (which evicts only a pod that fits some
@@ -130,8 +132,11 @@ def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy
     evict is every pod read and the decision made again. Exact: other nodes' pods only add usage
     and anti-affinity, so they can only turn an eviction planned from the node's pods into none,
     never the reverse. With only enough Nodes read and ``health_brake`` on, the same probe decides
-    whether every Node is read (one LIST; the pods stay the node's): the brake judges them, and a run
-    with nothing to evict has nothing to brake."""
+    whether every Node is read (one LIST; the pods stay the node's): the brake judges them before
+    the run evicts, or begins a surge-first move (``surge_first``: a pod its PodDisruptionBudget
+    keeps may move surge-first, :func:`surge_candidate`). A run with neither keeps the few Nodes;
+    if the ledger holds surge-first moves, which every run's settle advances, the settle reads every
+    Node itself (:func:`kdesched.reactor.run.admit.decide`, ``every_node``: :func:`with_every_node`)."""
     all_pods, why = needs_all_pods(policy, strategies)
     all_nodes = True
     if not all_pods and loader is default_loader and set(strategies) <= NODE_LOCAL_STRATEGIES:
@@ -140,7 +145,8 @@ def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy
     else:
         snapshot = loader(client, None if all_pods else [node], kinds_needed(policy))
     fits_elsewhere = sorted(set(strategies) & FITS_ANOTHER_NODE)
-    if not all_pods and (safety_on or fits_elsewhere or (health_brake and not all_nodes)):
+    few_nodes = health_brake and not all_nodes  # the brake would have only a few Nodes to judge
+    if not all_pods and (safety_on or fits_elsewhere or few_nodes):
         probe = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=strategies,
                          nodes=scoped_nodes)
         if probe.evictions and (safety_on or fits_elsewhere):
@@ -148,6 +154,16 @@ def read_for_node_run(client: KubeClient, loader: SnapshotLoader, policy: Policy
                    f"{', '.join(fits_elsewhere)} evicts only a pod that fits another node: that needs every "
                    "node's pods")
             return NodeRunRead(loader(client, None, kinds_needed(policy)), True, why)
-        if probe.evictions:
+        # (a surge-first move needs the safety defaults: their pacing finds its candidates)
+        surges = surge_first and safety_on and any(map(surge_candidate, probe.refusals))
+        if few_nodes and (probe.evictions or surges):
             return NodeRunRead(with_every_node(client, snapshot), False, why)
     return NodeRunRead(snapshot, all_pods, why, all_nodes)
+
+
+def surge_candidate(refusal: Refusal) -> bool:
+    """May a pod the probe refused move surge-first in the run (a scale-up the health brake holds)?
+    One its PodDisruptionBudget keeps, of a controller (:func:`kdesched.evictor.surge_moves.candidates`;
+    the run's other candidates are pods it plans to evict). Exact as the probe is: the run adds
+    checks to the same pods, which only turn an eviction or a PDB refusal into another refusal."""
+    return refusal.kind == Reason.PDB and bool(refusal.pod.owner_refs)

@@ -146,7 +146,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
            clock: Callable[[], float] | None = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
            namespace_labels: Callable[[str], Mapping[str, str] | None] | None = None,
            alerts: AlertsReading | None = None, brake_status: BrakeStatus | None = None,
-           surges: Surges | None = None) -> Decided:
+           surges: Surges | None = None, every_node: Callable[[Snapshot], Snapshot] | None = None) -> Decided:
     """Plan the run against the ledger and admit it (see the module docstring). The admission
     pipeline (:mod:`kdesched.admission.pipeline`) answers every control; this is the loop that
     writes the ledger conditionally and retries. ``trigger`` is the run's label (taints, affinity,
@@ -154,9 +154,14 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
     label of the run a continuation repeats (windows filter on it too);
     ``deadline_seconds``: how long after its admission an eviction may still be sent (the executor
     enforces it: :attr:`Decided.deadline`); ``alerts``: the alert brake's reading; ``surges``: the
-    surge-first moves (kdesched.reactor.run.surge), advanced in the settle and chosen after the plan. Raises
+    surge-first moves (kdesched.reactor.run.surge), advanced in the settle and chosen after the plan;
+    ``every_node``: for a snapshot that holds only a few Nodes (``scope.all_nodes`` False: a node-local
+    taint read), ``snapshot`` with every Node (one LIST, :func:`kdesched.reactor.io.loaders.with_every_node`),
+    read before the settle advances a surge-first move: the move's eviction waits while the health
+    brake holds, and the brake judges every Node, not the few read. Raises
     :class:`~kdesched.reactor.io.lease.LockBusy` when other runs kept winning the write."""
     attempts = 0
+    all_nodes = scope.all_nodes  # (every_node may read the rest, once)
     run = uuid.uuid4().hex[:10]  # tags this run's admissions: a write whose answer was lost is recognised
     while True:
         attempts += 1
@@ -176,10 +181,14 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if surges is not None and not dry_run and settled.ledger.surges:
                 # the recovery step: every surge-first move in the ledger is finished or restored from
                 # what the cluster shows now, by whichever process settles (a restart, another
-                # replica). Its eviction waits while the run's brakes or a closed window would defer one
+                # replica). Its eviction waits while the run's brakes or a closed window would defer one;
+                # the health brake judges every Node for that, whatever the run read (one LIST, kept
+                # for the rest of the run: its plan and any later attempt see the same Nodes)
+                if not all_nodes and every_node is not None:
+                    snapshot, all_nodes = every_node(snapshot), True
                 held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
                                                     namespace_labels or (lambda _ns: None), alerts, origin=origin,
-                                                    all_nodes=scope.all_nodes))
+                                                    all_nodes=all_nodes))
                 settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
@@ -188,7 +197,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             changed = frozenset(e.workload for e in ended if e.outcome == OVERRIDDEN)
             admission = pipeline.begin(RunContext(ledger, snapshot, now, scope.complete, trigger, stop_when_spent,
                                                   namespace_labels or (lambda _ns: None), alerts, changed,
-                                                  origin=origin, all_nodes=scope.all_nodes))
+                                                  origin=origin, all_nodes=all_nodes))
             if brake_status is not None:
                 brake_status.remember(admission.health, now)
             plan = plan_run(policy, snapshot, now=datetime.fromtimestamp(now, UTC), strategies=scope.strategies,

@@ -22,6 +22,7 @@ from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor
 from kdesched.evictor.ledger import workload_key
 from kdesched.evictor.metrics import observe_run
+from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
 from kdesched.reactor import metrics as m
@@ -76,8 +77,10 @@ class Execution:
 
     def decide_and_execute(self, policy: Policy, snapshot: Any, scope: RunScope, dry_run: bool, label: str,
                            triggers: Sequence[Trigger], *, guard: LeaseGuard | None = None,
-                           stop_when_spent: bool = False, cooldown_repeat: bool = False, origin: str = "") -> RunResult:
-        """Plan against the ledger, admit, evict what was admitted, record, schedule the repeat."""
+                           stop_when_spent: bool = False, cooldown_repeat: bool = False, origin: str = "",
+                           every_node: Callable[[Snapshot], Snapshot] | None = None) -> RunResult:
+        """Plan against the ledger, admit, evict what was admitted, record, schedule the repeat.
+        ``every_node``: how a snapshot that holds only a few Nodes gets the others (decide)."""
         with self._active_lock:
             self.active_runs += 1
             self.max_active_runs = max(self.max_active_runs, self.active_runs)
@@ -98,7 +101,7 @@ class Execution:
                              pipeline=self.pipeline, retention=self.retention, stop_when_spent=stop_when_spent,
                              checkpoint=checkpoint, trigger=label, origin=origin, clock=self.wall_clock,
                              namespace_labels=self.namespace_labels, alerts=alerts,
-                             brake_status=self.brake_status, surges=self.surges)
+                             brake_status=self.brake_status, surges=self.surges, every_node=every_node)
             for verdict in decided.admission.refused:
                 m.REFUSALS.labels(verdict.reason.value).inc()
             # from here on the admissions are in the ledger: whatever happens, report (never raise)

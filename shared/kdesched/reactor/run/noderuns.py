@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from kdesched.kube.client import KubeClient
 from kdesched.policy.control_plane import TAINTS_PLUGIN
@@ -29,7 +30,12 @@ from kdesched.reactor.events.routing import (
     kinds_needed,
     scope_for_event,
 )
-from kdesched.reactor.io.loaders import NODE_LOCAL_STRATEGIES, SnapshotLoader, read_for_node_run
+from kdesched.reactor.io.loaders import (
+    NODE_LOCAL_STRATEGIES,
+    SnapshotLoader,
+    read_for_node_run,
+    with_every_node,
+)
 from kdesched.reactor.run.admit import RunScope
 from kdesched.reactor.run.coalescing import Coalescer, NodeLocks
 from kdesched.reactor.run.continuation import node_scope
@@ -100,14 +106,18 @@ class NodeRuns:
             # counts across the cluster: must not run beside a balance run (here or elsewhere)
             result = self.balanced(kind, policy, strategies, scoped_nodes, dry_run, triggers)
             return result.with_notes(before=[reason])
+        brake = self.settings.admission.health.enabled
         read = read_for_node_run(self.client, self.loader(), policy, strategies, node, scoped_nodes,
-                                 safety_on=self.safety.enabled, now=self.wall_clock(),
-                                 health_brake=self.settings.admission.health.enabled)
+                                 safety_on=self.safety.enabled, now=self.wall_clock(), health_brake=brake,
+                                 surge_first=self.settings.surge_enabled and self.safety.enabled)
         snapshot, all_pods, why = read.snapshot, read.all_pods, read.why
         scope_key = node_scope(node, strategies)
+        # a few Nodes read: the settle reads the others before it advances a surge-first move, for
+        # the health brake (the only control that judges Nodes)
+        every_node = partial(with_every_node, self.client) if brake and not read.all_nodes else None
         result = self.decide(policy, snapshot, RunScope(scope_key, strategies, scoped_nodes, all_pods,
                                                         all_nodes=read.all_nodes),
-                             dry_run, kind, triggers, cooldown_repeat=True)
+                             dry_run, kind, triggers, cooldown_repeat=True, every_node=every_node)
         return result.with_notes(before=[reason, f"pods read: {'all' if all_pods else 'node ' + node} ({why})",
                                          *([self.safety_note] if self.safety_note and TAINTS_PLUGIN in strategies
                                            else [])])
