@@ -428,6 +428,35 @@ def test_readyz_text_says_when_the_brake_may_have_lifted() -> None:
     status.remember(state, clock.t)
     assert status.status() == ""
 
+
+def test_a_run_that_judged_no_node_does_not_clear_the_brake_a_judged_run_reported() -> None:
+    """A taint run with nothing to evict reads a few Nodes and judges nothing: once settleSeconds
+    have passed since the last unhealthy record, its brake state is "clear" for want of knowing.
+    It must not reset the gauge and /readyz while the outage a run that judged every Node saw may
+    still be going on; the next run that judges every Node does."""
+    from kdesched.admission.control import RunContext
+    from kdesched.admission.health import HealthBrakeSettings, brake_state
+    from kdesched.model.records import Node
+    from kdesched.model.snapshot import Snapshot
+    from kdesched.reactor.run.controls import HEALTH_BRAKE, BrakeStatus
+
+    clock = Clock(1000.0)
+    status = BrakeStatus(clock=clock)
+    down = [Node.from_api(node_obj(f"n{i}", ready=i >= 4)) for i in range(10)]
+    status.remember(brake_state(HealthBrakeSettings(), RunContext(Ledger(), Snapshot.build(down, []), clock.t)), clock.t)
+    clock.t += 400  # past settleSeconds (300) since the unhealthy record
+    few = [Node.from_api(node_obj("n9"))]
+    unjudged = brake_state(HealthBrakeSettings(), RunContext(Ledger().with_unhealthy(1000.0), Snapshot.build(few, []),
+                                                             clock.t, all_nodes=False))
+    assert not unjudged.holds and unjudged.verdict is None
+    status.remember(unjudged, clock.t)
+    assert status.status().startswith("health brake: 4 of 10 nodes (40%)") and "may have lifted since" in status.status()
+    assert HEALTH_BRAKE.labels("share")._value.get() == 1
+    healthy = [Node.from_api(node_obj(f"n{i}")) for i in range(10)]
+    status.remember(brake_state(HealthBrakeSettings(), RunContext(Ledger().with_unhealthy(1000.0),
+                                                                  Snapshot.build(healthy, []), clock.t)), clock.t)
+    assert status.status() == "" and HEALTH_BRAKE.labels("share")._value.get() == 0
+
 @pytest.mark.parametrize("safety_on", [True, False])
 def test_a_budget_counts_a_pod_until_its_replacement_is_ready(fake_api: FakeApiServer, kube: KubeClient,
                                                              safety_on: bool) -> None:

@@ -96,7 +96,15 @@ class BrakeStatus:
         self._last: tuple[float, BrakeState] | None = None
 
     def remember(self, state: BrakeState, now: float) -> None:
+        """Keep the run's brake state, unless it judged no Node and does not hold while the last one
+        held on a judgement (a taint run that read a few Nodes knows nothing about an outage that
+        one which read every Node saw: it must not reset /readyz and the gauge; /readyz says the
+        hold may have lifted once its time has passed, and the next run that judges does lift it)."""
         with self._lock:
+            last = self._last
+            if (not state.holds and state.verdict is None and last is not None and last[1].holds
+                    and last[1].verdict is not None):
+                return
             self._last = (now, state)
         for reason in BRAKE_REASONS:
             HEALTH_BRAKE.labels(reason).set(1 if state.holds and state.reason == reason else 0)
