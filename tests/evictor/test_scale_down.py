@@ -86,3 +86,15 @@ def test_a_pod_of_several_going_first_is_judged_against_each_of_them() -> None:
     assert ranked_before_all([recent, extra], pods, T0 + 130) is None
     assert ranked_before_all([long_ready, extra], pods, T0 + 130) == recent
     assert ranked_before_all([], pods, T0 + 130) == long_ready
+
+
+def test_with_a_pod_not_ready_no_ready_pod_is_at_risk() -> None:
+    """``ready_only``: a pod that is not Ready (unassigned, Pending, or Running but not Ready) ranks
+    before every Ready pod, so while one is active the scale-down deletes no Ready pod, whichever it
+    is: web-3, crash-looping, goes before the doubled-up web-1 and web-2 and before the extra pod."""
+    extra = member("web-9", "spare-1", ready_at=5, created=1)
+    doubled = [member("web-1", "node-a"), member("web-2", "node-a")]
+    crashing = member("web-3", "node-c", ready_at=None, container_statuses=[{"name": "c", "restartCount": 9}])
+    assert ranked_before_all([extra], [*doubled, extra], T0 + 130, ready_only=True) in doubled
+    assert ranked_before_all([extra], [*doubled, crashing, extra], T0 + 130) == doubled[0]
+    assert ranked_before_all([extra], [*doubled, crashing, extra], T0 + 130, ready_only=True) is None

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from kdesched.evictor.ledger import InFlight, Ledger, Move, WorkloadRecord
-from kdesched.evictor.scale_down import ranked_before
+from kdesched.evictor.scale_down import ranked_before, ranked_before_all
 from kdesched.evictor.surge import (
     DONE,
     GAVE_UP,
@@ -193,6 +193,69 @@ def test_the_pod_gone_after_the_scale_back_ends_the_move_done() -> None:
     s = surge_of(old, evicted=T0 + 5)
     step = advance(s, dep(1, generation=7), RS, [new], T0 + 6)
     assert step.action == Action.END and step.outcome == DONE
+
+
+def evicted_over_doubled_up(made_for_it: Pod | None) -> tuple[Surge, list[Pod]]:
+    """3 replicas, all on node-a, surged to 4: web-1 evicted (terminating), its siblings web-2 and
+    web-3 left on node-a, the extra pod web-9 Ready on spare-1; ``made_for_it``: the pod the
+    ReplicaSet made for web-1 once it saw it terminating (None: not made, or not in this view)."""
+    old = web("web-1", "node-a", deleting=True)
+    pods = [old, web("web-2", "node-a", ready_at=-3000), web("web-3", "node-a", ready_at=-3000),
+            web("web-9", "spare-1", created=1, ready_at=4)]
+    return surge_of(old, original=3, surged=4, evicted=T0 + 5), pods + ([made_for_it] if made_for_it else [])
+
+
+def test_the_pod_seen_going_is_not_scaled_back_over_an_original_once_the_pod_made_for_it_is_ready() -> None:
+    """The ReplicaSet does not count a terminating pod (controller_utils FilterActivePods) and makes one
+    for it. Scaled back while that pod is not Ready, the ReplicaSet deletes it; scaled back later (a
+    crash, a paused process, a Lease takeover), it chooses among 4 Ready pods, and web-2 and web-3,
+    doubled up on node-a, rank before the pods made during the move, alone on their nodes: an original
+    Ready pod deleted behind the Eviction API. So no scale-back: the newest pod made during the move is
+    evicted instead, and the ReplicaSet's pod for it, not Ready yet, is the one the scale-back removes."""
+    made = web("web-10", "spare-2", created=5, ready_at=8)
+    s, pods = evicted_over_doubled_up(made)
+    now = T0 + 20
+    first = ranked_before_all([pods[3], made], pods, now)  # the ReplicaSet's order: an original goes first
+    assert first is not None and first.name in ("web-2", "web-3")
+    step = advance(s, dep(4, generation=6), RS, pods, now)
+    assert step.action != Action.RESTORE, f"scaled back over {first.name}: {step.why}"
+    assert step.action == Action.EVICT_EXTRA and step.target == made and "kept at 4" in step.why
+    # web-10 evicted: terminating, and the ReplicaSet's pod for it not Ready yet: that one goes first
+    going = [*pods[:4], replace(made, deletion_time=NOW), web("web-11", "spare-2", created=21, ready=False)]
+    step = advance(s, dep(4, generation=6), RS, going, T0 + 22)
+    assert step.action == Action.RESTORE and step.outcome == DONE
+
+
+@pytest.mark.parametrize("made_for_it", [None, web("web-10", "", created=5, ready=False),
+                                         web("web-10", "spare-2", created=5, ready=False)],
+                         ids=["not-made-yet", "unscheduled", "not-ready"])
+def test_the_pod_seen_going_is_scaled_back_while_the_pod_made_for_it_goes_first(made_for_it: Pod | None) -> None:
+    """The usual case, a run after the eviction: the ReplicaSet's pod for the evicted one is not Ready
+    (it ranks before every Ready pod) or not made yet (then the scale-back deletes nothing)."""
+    s, pods = evicted_over_doubled_up(made_for_it)
+    step = advance(s, dep(4, generation=6), RS, pods, T0 + 6)
+    assert step.action == Action.RESTORE and step.outcome == DONE
+
+
+def test_the_pod_seen_going_is_scaled_back_when_a_pod_made_during_the_move_ranks_first() -> None:
+    """One pod per node: the pod made for the evicted one, Ready for the shortest time, goes first."""
+    old = web("web-1", "node-a", deleting=True)
+    pods = [old, web("web-2", "node-b", ready_at=-3000), web("web-3", "node-c", ready_at=-3000),
+            web("web-9", "spare-1", created=1, ready_at=4),
+            web("web-10", "spare-2", created=5, ready_at=8)]
+    step = advance(surge_of(old, original=3, surged=4, evicted=T0 + 5), dep(4, generation=6), RS, pods, T0 + 20)
+    assert step.action == Action.RESTORE and step.outcome == DONE
+
+
+def test_an_original_pod_that_is_not_ready_may_go_in_the_scale_back() -> None:
+    """web-3 is not Ready (a crash loop): the ReplicaSet deletes it before any Ready pod. It serves
+    nothing, so neither the Ready count nor a PDB's healthy count drops: the scale-back goes ahead
+    rather than evicting pods made during the move for a deletion that costs nothing."""
+    old = web("web-1", "node-a", deleting=True)
+    pods = [old, web("web-2", "node-b", ready_at=-3000), web("web-3", "node-c", ready=False),
+            web("web-9", "spare-1", created=1, ready_at=4), web("web-10", "spare-2", created=5, ready_at=8)]
+    step = advance(surge_of(old, original=3, surged=4, evicted=T0 + 5), dep(4, generation=6), RS, pods, T0 + 20)
+    assert step.action == Action.RESTORE and step.outcome == DONE
 
 
 def doubled_up_move() -> tuple[Surge, Pod, Pod, Pod]:

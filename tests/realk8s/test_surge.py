@@ -136,7 +136,7 @@ def wait_leading(cp: ControlPlane, cluster: Cluster, s: Serve) -> None:
 def on_node_a(cp: ControlPlane, cluster: Cluster, app: str, replicas: int, **kwargs: Any) -> dict[str, Any]:
     """``app`` with all its pods on node-a (the only node when it starts), then two spare nodes."""
     cluster.node("node-a")
-    cluster.deployment(app, replicas, annotations=READY_3S, **kwargs)
+    cluster.deployment(app, replicas, **{"annotations": READY_3S, **kwargs})
     wait_placement(cp, cluster, app, lambda p: p == {"node-a": replicas})
     cp.wait_for(lambda: len(ready_pods(cluster, app)) == replicas, 30, what=f"{app} Ready")
     cluster.node("spare-1")

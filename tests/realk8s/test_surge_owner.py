@@ -6,13 +6,17 @@ through the Eviction API. Fixtures and helpers are tests/realk8s/test_surge.py's
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.realk8s.cluster import Cluster
-from tests.realk8s.controlplane import ControlPlane, Kubelet
-from tests.realk8s.serve_stories import GPU, Serve, app_pods, set_ready, set_taints
+from tests.realk8s.cluster import Cluster, is_ready
+from tests.realk8s.controlplane import TERMINATE_AFTER, ApiError, ControlPlane, Kubelet
+from tests.realk8s.ledger_view import read_ledger
+from tests.realk8s.serve_stories import GPU, Serve, app_pods, set_ready, set_taints, set_unschedulable
 from tests.realk8s.test_surge import (
+    READY_3S,
     controller_manager,  # noqa: F401  (the fixture: resourcequota too)
     deployment,
     logged,
@@ -123,3 +127,53 @@ def test_a_taint_removed_mid_move_still_gets_the_replicas_back_promptly(
         set_taints(real, "node-a", [])
         control_plane.wait_for(lambda: deployment(real, "web")["spec"]["replicas"] == 1, 25,
                                what="the replicas back")
+
+
+def test_a_late_scale_back_after_the_eviction_deletes_no_original_pod(
+        control_plane: ControlPlane, real: Cluster, kubelet: Kubelet, serves: list[Serve], tmp_path: Path) -> None:
+    """3 replicas on node-a, PDB minAvailable 3: surge-first. kdesched crashes right after the scale-up;
+    meanwhile the pod is evicted (here by the test, as a drain would) and the ReplicaSet's pod for it
+    is Ready by the time the next process settles the move. The evicted pod, terminating, is not
+    counted by the ReplicaSet (FilterActivePods): a scale-back then makes it choose among 4 Ready pods,
+    and the 2 originals left on node-a (doubled-up) rank before the lone pods made during the move.
+    No original pod may leave but through the Eviction API: the ReplicaSet deletes none of them."""
+    on_node_a(control_plane, real, "shop", 3, annotations={**READY_3S, TERMINATE_AFTER: "20"})
+    real.pdb("shop", {"app": "shop"}, min_available=3)
+    real.wait_pdb_observed("default", "shop")
+    a = leading_serve(control_plane, real, serves, tmp_path)
+    original = {p["metadata"]["uid"]: p["metadata"]["name"] for p in app_pods(real, "shop")}
+    with logged(a):
+        taint_node_a_until_surged(control_plane, real, "shop", 4)
+        a.stop(signal.SIGKILL)
+
+    def ready_new(n: int) -> list[dict[str, Any]] | None:
+        new = [p for p in app_pods(real, "shop") if p["metadata"]["uid"] not in original and is_ready(p)]
+        return new if len(new) == n else None
+    extra = control_plane.wait_for(lambda: ready_new(1), 15, what="the extra pod Ready")[0]
+    set_unschedulable(real, extra["spec"]["nodeName"], True)  # the ReplicaSet's next pod alone on the other node
+    evicted = read_ledger(real).surges["Deployment/default/shop"].pod.partition("/")[2]  # the move's pod
+
+    def evict() -> bool:
+        try:
+            real.api.request("POST", f"/api/v1/namespaces/default/pods/{evicted}/eviction",
+                             {"apiVersion": "policy/v1", "kind": "Eviction",
+                              "metadata": {"name": evicted, "namespace": "default"}})
+        except ApiError as exc:  # 429 until the PDB's status counts the extra pod
+            if exc.status != 429:
+                raise
+            return False
+        return True
+    control_plane.wait_for(evict, 15, what="the eviction of the move's pod")
+    control_plane.wait_for(lambda: ready_new(2), 15, what="the ReplicaSet's pod for the evicted one Ready")
+    set_unschedulable(real, extra["spec"]["nodeName"], False)
+    b = start_serve(serves, tmp_path, control_plane.admin_kubeconfig, "b")
+    with logged(b):
+        wait_leading(control_plane, real, b)
+        control_plane.wait_for(lambda: b.metric("kdesched_surge_moves_total", outcome="done") >= 1, 30,
+                               what="the move done")
+        assert deployment(real, "shop")["spec"]["replicas"] == 3
+        time.sleep(3)  # the ReplicaSet's scale-down
+        deleted = [e["note"] for e in real.events("default") if e.get("reason") == "SuccessfulDelete"]
+        gone = [name for name in original.values() if name != evicted and any(name in note for note in deleted)]
+        assert not gone, f"{gone} deleted by the ReplicaSet's scale-down, not evicted: {deleted}"
+        assert "kept at 4 replicas, the extra pod" in b.log()

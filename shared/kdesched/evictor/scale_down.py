@@ -1,6 +1,7 @@
 """Which pod a ReplicaSet deletes when its replicas go down by one: whether a surge-first move may
-scale back while its extra pod is Ready (a give-up at the timeout) or its evicted pod is not seen
-going yet (30 s after the eviction).
+scale back while its extra pod is Ready (a give-up at the timeout), its evicted pod is not seen
+going yet (30 s after the eviction), or its evicted pod is going and the pod the ReplicaSet made for
+it is already Ready (a late settle).
 
 Why: a scale-back is a deletion by the ReplicaSet controller, not an eviction: no PodDisruptionBudget,
 no brake, no window. It is harmless only when the pod it deletes is one the move made (the extra pod)
@@ -14,11 +15,15 @@ the lower uid first within a bucket; then restarts and creation time. A Ready ex
 node therefore loses to two original pods that share a node: scaling back deletes an original, Ready
 pod behind the Eviction API (a move that keeps being refused, a brake or a closed window holding its
 eviction; or an evicted pod the runs do not see going yet, when the scale-back would not be removing
-a pod the ReplicaSet made for it). :func:`ranked_before` tells whether any pod might go before the
-extra one, and :func:`ranked_before_all` whether any pod but a few (the pods made during the move,
-the pod whose eviction was accepted) might go first; judged conservatively (a pod whose order is
-not certain counts as going first), so a scale-back never deletes an original pod, and at worst keeps
-the extra replica (capacity, not availability) a while longer.
+a pod the ReplicaSet made for it; or an evicted pod going, the ReplicaSet no longer counting it and
+the pod it made for it already Ready, so that it chooses among Ready pods only).
+:func:`ranked_before` tells whether any pod might go before the extra one, and
+:func:`ranked_before_all` whether any pod but a few (the pods made during the move, the pod whose
+eviction was accepted) might go first, or only any Ready one (``ready_only``: a pod that is not Ready
+serves nothing, and the controller deletes a Ready pod only when every active pod is Ready); judged
+conservatively (a pod whose order is not certain counts as going first), so a scale-back never
+deletes a Ready original pod, and at worst keeps the extra replica (capacity, not availability) a
+while longer.
 
 Only for a Deployment with one active ReplicaSet: during a rollout, a scale-down of the Deployment
 is spread over its ReplicaSets by the Deployment controller (proportional scaling: by their sizes
@@ -50,11 +55,19 @@ def ranked_before(extra: Pod, pods: Sequence[Pod], now: float) -> Pod | None:
     return ranked_before_all((extra,), pods, now)
 
 
-def ranked_before_all(spare: Sequence[Pod], pods: Sequence[Pod], now: float) -> Pod | None:
+def ranked_before_all(spare: Sequence[Pod], pods: Sequence[Pod], now: float, *,
+                      ready_only: bool = False) -> Pod | None:
     """An active pod of ``pods`` (the workload's), not one of ``spare``, that a scale-down by one might
     delete, or None when the pod deleted is certainly one of ``spare``: every other active pod ranks
-    certainly after one of them (then none of them is the first). ``spare`` empty: any active pod."""
+    certainly after one of them (then none of them is the first). ``spare`` empty: any active pod.
+    ``ready_only``: only a Ready pod counts as at risk: one that is not Ready serves nothing (no
+    Service endpoint, not healthy for a PodDisruptionBudget), so its deletion lowers neither the
+    workload's Ready count nor any budget. A pod that is not Ready (unassigned, Pending or Unknown,
+    or Running and not Ready) ranks before every Ready pod (Running and Ready), so while one is active
+    no Ready pod is deleted at all."""
     active = [p for p in pods if not p.terminating and not p.terminal]
+    if ready_only and not all(pod_ready(p) for p in active):
+        return None
     on_node = Counter(p.node_name for p in active if p.node_name)
     uids = {p.uid for p in spare}
     for other in active:

@@ -10,12 +10,15 @@ leaves it on the node forever. With the stock controllers a move can cost nothin
    "scaling event" that only resizes its current ReplicaSet: no new ReplicaSet, template unchanged);
 2. once the new pod is Ready on another node, the pod that must go is **evicted** (the Eviction
    API: its PodDisruptionBudget, which now counts the new pod, is checked by the API server);
-3. once the evicted pod is seen terminating, the Deployment is scaled back. The ReplicaSet has
-   meanwhile made a pod for the evicted one (the replicas were still one more); that pod is not
-   Ready yet and is the first the ReplicaSet removes. Not at the moment of the eviction: a
-   ReplicaSet that has not seen the eviction yet counts the evicted pod as active and removes one
-   of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at once
-   where its budget allowed 2). A pod still not seen going :data:`SCALE_DOWN_GRACE_SECONDS` after
+3. once the evicted pod is seen terminating, the Deployment is scaled back. The ReplicaSet no
+   longer counts it (FilterActivePods) and has meanwhile made a pod for it (the replicas were still
+   one more); that pod, not Ready yet, is the first the ReplicaSet removes. Not at the moment of the
+   eviction: a ReplicaSet that has not seen the eviction yet counts the evicted pod as active and
+   removes one of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at
+   once where its budget allowed 2). Not once the pod made for it is Ready either (a late settle):
+   the ReplicaSet then chooses among Ready pods and may delete an original one; the scale-back is
+   checked (:func:`_at_risk`), and where it would, the newest pod made during the move is evicted
+   first (:func:`_kept`). A pod still not seen going :data:`SCALE_DOWN_GRACE_SECONDS` after
    its eviction was accepted (a lagging snapshot, an eviction that did not take) is scaled back over
    only when the ReplicaSet certainly deletes it or a pod made during the move
    (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried again.
@@ -257,6 +260,9 @@ class Surge:
 class Action(enum.StrEnum):
     WAIT = "wait"  # nothing to do yet
     EVICT = "evict"  # the replacement is Ready: evict the pod (the scale-back once it is seen terminating)
+    # a scale-back now could delete an original Ready pod, and only a pod made during the move can change
+    # that: evict the newest of them (Step.target); the ReplicaSet's pod for it, not Ready yet, then goes first
+    EVICT_EXTRA = "evict-extra"
     RESTORE = "restore"  # over or given up: scale back (only if the replicas are still ours), end
     END = "end"  # over: end (the replicas are not kdesched's to touch)
 
@@ -273,6 +279,7 @@ class Step:
     replacement: Pod | None = None  # the surge pod, when one is Ready on another node
     block: bool = False  # do not surge this workload again for a while (BLOCK_SECONDS)
     wasted: bool = False  # the move could only have ended where it began (checked moves: wasted)
+    target: Pod | None = None  # EVICT_EXTRA: the pod made during the move to evict
 
 
 def replacement_of(s: Surge, pods: Sequence[Pod]) -> Pod | None:
@@ -304,11 +311,16 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             if rolling:
                 return _held(s, f"{s.pod} is gone", replacement)
             # evicted (by kdesched at the last step, or by something else): only now, with the pod seen
-            # terminating, do the replicas go back: the ReplicaSet then removes the pod it may have
-            # made for the evicted one (not Ready yet), never one of the Ready pods (scaling back at the
-            # moment of the eviction let a ReplicaSet that had not seen it yet remove a Ready sibling).
-            # After a rollout, every pod left was made during the move (by the rollout): one of them goes
-            return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
+            # terminating, do the replicas go back (scaling back at the moment of the eviction let a
+            # ReplicaSet that had not seen it yet remove a Ready sibling). The ReplicaSet no longer counts
+            # the pod (FilterActivePods) and has made one for it: while that one is not Ready it goes
+            # first; once it is Ready (a late settle: a crash, a paused process) the order is the
+            # ReplicaSet's among Ready pods, which may put an original first (_at_risk). After a
+            # rollout, every pod left was made during the move (by the rollout): one of them goes
+            first = _at_risk(s, pods or (), now, marked=False)
+            if first is None:
+                return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
+            return _kept(s, pods or (), first, f"{s.pod} is gone", replacement)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if mine:
         if s.evicted:
@@ -371,7 +383,7 @@ def _not_seen_going(s: Surge, pods: Sequence[Pod] | None, replacement: Pod | Non
     the pod first: one already going is not evicted twice), until the pod is seen going (the
     scale-back, done), the order allows it, or the owner takes the replicas over."""
     late = f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction"
-    first = _original_first(s, pods, now) if pods is not None else None
+    first = _at_risk(s, pods, now, marked=True) if pods is not None else None
     if pods is not None and first is None:
         return Step(Action.RESTORE, late, OVERRIDDEN)
     risk = (f"a scale-back could delete {first.namespace}/{first.name}, an original pod the ReplicaSet may rank "
@@ -380,14 +392,46 @@ def _not_seen_going(s: Surge, pods: Sequence[Pod] | None, replacement: Pod | Non
                 replacement)
 
 
-def _original_first(s: Surge, pods: Sequence[Pod], now: float) -> Pod | None:
-    """A pod of the workload that was there before the move, other than the marked one, that a
-    scale-back might make the ReplicaSet delete; None when it certainly deletes the marked pod (its
-    eviction accepted) or a pod made during the move."""
-    second = math.floor(s.started)
-    spare = [p for p in pods if not p.terminating and not p.terminal and (p.uid == s.uid or (
-        p.creation_time is not None and p.creation_time.timestamp() >= second))]
-    return ranked_before_all(spare, pods, now)
+def _at_risk(s: Surge, pods: Sequence[Pod], now: float, *, marked: bool) -> Pod | None:
+    """A Ready pod of the workload that was there before the move (other than the marked one when
+    ``marked``: its eviction was accepted) that a scale-back might make the ReplicaSet delete; None
+    when it certainly deletes a pod made during the move or that marked pod, or, while any pod is not
+    Ready, one that is not Ready (it serves nothing: :func:`~kdesched.evictor.scale_down.ranked_before_all`
+    ``ready_only``). None too when the
+    ReplicaSet has no pod more than the original replicas (the pod it made for an evicted one not
+    there yet, the extra pod never made): a scale-back then deletes nothing, or a pod too new for this
+    view, not Ready yet."""
+    active = [p for p in pods if not p.terminating and not p.terminal]
+    if len(active) <= s.original:
+        return None
+    spare = [p for p in active if (marked and p.uid == s.uid) or _made_during(s, p)]
+    return ranked_before_all(spare, active, now, ready_only=True)
+
+
+def _made_during(s: Surge, p: Pod) -> bool:
+    """Is ``p`` a live pod created since the move began (``creationTimestamp`` has one second
+    resolution), other than the marked one?"""
+    return (p.uid != s.uid and not p.terminating and not p.terminal and p.creation_time is not None
+            and p.creation_time.timestamp() >= math.floor(s.started))
+
+
+def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod | None) -> Step:
+    """A scale-back now could delete ``first``, an original Ready pod (:func:`_at_risk`): the +1 is
+    kept. When every pod made during the move is Ready, nothing changes that on its own (the order
+    among Ready pods is stable: doubled-up pods, a lower deletion cost, Ready for longer): the newest
+    of them is evicted (``EVICT_EXTRA``: the Eviction API, its PDB checked, held by the brakes and
+    windows like any eviction). The ReplicaSet, still at the surged replicas, makes a pod for it, and
+    that one, not Ready yet, ranks first: the next settle scales back (each extra eviction spaced in
+    the reactor). Else (a pod made during the move not Ready yet) the move waits."""
+    made = [p for p in pods if _made_during(s, p)]
+    risk = (f"a scale-back could delete {first.namespace}/{first.name}, a Ready pod from before the move that the "
+            "ReplicaSet may rank first")
+    extra = max(made, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0, p.name), default=None)
+    if extra is not None and all(pod_ready(p) for p in made):
+        return Step(Action.EVICT_EXTRA, f"{why}, and {risk}: kept at {s.surged} replicas, the extra pod "
+                    f"{extra.namespace}/{extra.name} evicted so that the pod the ReplicaSet makes for it, not Ready yet, "
+                    "is the one the scale-back removes", "", replacement, target=extra)
+    return Step(Action.WAIT, f"{why}, and {risk}: kept at {s.surged} replicas", "", replacement)
 
 
 def _held(s: Surge, why: str, replacement: Pod | None) -> Step:

@@ -111,6 +111,11 @@ def next_step(o: Observed, now: float, *, not_started: bool,
         # (replicas at kdesched's value, written by kdesched: the scale-up did land after all, and the
         # move goes its normal way, given up and put back at worst)
         return Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
+    if hold is not None and step.action == Action.EVICT_EXTRA and step.target is not None:
+        # the extra pod's eviction is an eviction like any other: the brakes and windows hold it
+        verdict = hold(PlannedEviction(step.target, step.target.node_name, s.strategy, "", "surge-first"))
+        if verdict is not None:
+            return Step(Action.WAIT, f"{step.why} (its eviction waits: {verdict.message})", "", step.replacement)
     late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
     if hold is not None and (step.action == Action.EVICT or (step.action == Action.RESTORE and late)):
         marked = next((p for p in o.pods or () if p.uid == s.uid), None)

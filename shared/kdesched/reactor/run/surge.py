@@ -25,8 +25,8 @@ what it did:
   choice was made on.
 
 :class:`SurgeEvents` tells operators (``SurgeMoveStarted``, ``SurgeMoveEnded``, ``SurgeMoveHeld``
-while a move keeps its +1 through a rollout, ``NoSurge`` on the owner); the writes a step carries
-out (the eviction, the scale back) are the module's functions.
+while a move keeps its +1 and waits, ``NoSurge`` on the owner); the writes a step carries out (the
+eviction, the eviction of a pod made during the move, the scale back) are the module's functions.
 """
 
 from __future__ import annotations
@@ -117,6 +117,10 @@ class Surges:
         self._late: dict[tuple[str, float], float] = {}
         # moves kept at +1 while their Deployment rolls out: when this process last said so
         self._told: dict[tuple[str, float], float] = {}
+        # moves kept at +1 that evict a pod made during the move (evictor.surge._kept): when this process
+        # last did, so that a ReplicaSet whose new pods keep being Ready before the scale-back costs one
+        # eviction every LATE_EVICT_SECONDS
+        self._extra: dict[tuple[str, float], float] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -134,6 +138,7 @@ class Surges:
             self._restored = {m: st for m, st in self._restored.items() if m in moves}
             self._late = {m: at for m, at in self._late.items() if m in moves}
             self._told = {m: at for m, at in self._told.items() if m in moves}
+            self._extra = {m: at for m, at in self._extra.items() if m in moves}
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
@@ -163,18 +168,23 @@ class Surges:
     def _spaced(self, o: Observed, step: Step, now: float) -> Step:
         """A move kept at +1 because a scale-back would delete an original pod (past its timeout, or its
         evicted pod not seen going) tries its eviction again every :data:`LATE_EVICT_SECONDS` in this
-        process, not at every run. A move that waits saying why (kept at +1 while its Deployment rolls
-        out) says so as often (:meth:`_tell`)."""
+        process, not at every run; one that evicts a pod made during the move for it (evictor.surge._kept)
+        does so as often. A move that waits saying why (kept at +1 while its Deployment rolls out, an
+        eviction held) says so as often (:meth:`_tell`)."""
         if step.action == Action.WAIT and step.why:
             self._tell(o, step, now)
-        if step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted):
+        extra = step.action == Action.EVICT_EXTRA
+        if not extra and (step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted)):
             return step
-        move = _move_of(o.surge)
+        move, last = _move_of(o.surge), self._extra if extra else self._late
         with self._lock:
-            if now - self._late.get(move, float("-inf")) < LATE_EVICT_SECONDS:
+            if now - last.get(move, float("-inf")) < LATE_EVICT_SECONDS:
                 return Step(Action.WAIT)
-            if len(self._late) < MAX_REMEMBERED:
-                self._late[move] = now
+            if len(last) < MAX_REMEMBERED:
+                last[move] = now
+        if extra:
+            log.info("surge-first move of %s: %s (at most every %gs)", o.key, step.why, LATE_EVICT_SECONDS)
+            return step
         if o.surge.evicted:
             log.info("surge-first move of %s: %s (every %gs until it is seen going)", o.key, step.why, LATE_EVICT_SECONDS)
             return step
@@ -186,7 +196,8 @@ class Surges:
 
     def _tell(self, o: Observed, step: Step, now: float) -> None:
         """A log line every :data:`LATE_EVICT_SECONDS` at most, and a ``SurgeMoveHeld`` Event on the
-        Deployment (at most one a minute), while a move keeps the +1 and waits (evictor.surge._held)."""
+        Deployment (at most one a minute), while a move keeps the +1 and waits saying why (a rollout,
+        evictor.surge._held; an eviction of a pod made during the move held, evictor.surge._kept)."""
         move = _move_of(o.surge)
         with self._lock:
             if now - self._told.get(move, float("-inf")) < LATE_EVICT_SECONDS:
@@ -234,6 +245,9 @@ class Surges:
             if not _evict(self.client, namespace, name, s, step):
                 return None  # refused (a PDB, another writer): the next run looks again
             return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
+        if step.action == Action.EVICT_EXTRA:
+            _evict_extra(self.client, s, step)
+            return None  # the ledger stays: the next settle sees the pod going and judges the scale-back again
         if step.action == Action.RESTORE:
             # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
             # evictor.surge.advance; never while a rollout is under way)
@@ -373,21 +387,51 @@ class SurgeEvents:
         self.client.create_event(namespace=namespace, name=name, reason=reason, note=note, kind=kind, api_version=api)
 
 
+def _going(client: KubeClient, namespace: str, name: str, uid: str) -> bool:
+    """Is the pod gone or already terminating, read now? A run's snapshot (serve's watch cache) may
+    not show it yet, and an eviction of a terminating pod is accepted again (the pool storm once saw a
+    pod evicted by a taint run, then again by its surge-first move 4 s later)."""
+    # a LIST of the one name: the shipped RBAC grants list and watch on pods, never get
+    found = client.list_raw("Pod", namespace=namespace, field_selector=f"metadata.name={name}").items
+    current = found[0] if found else None
+    if current is None or current.get("metadata", {}).get("uid") != uid:
+        return True  # gone already (or a new pod of the name)
+    if current.get("metadata", {}).get("deletionTimestamp"):
+        log.info("surge-first move: %s/%s is already terminating; not evicting it again", namespace, name)
+        return True
+    return False
+
+
+def _evict_extra(client: KubeClient, s: Surge, step: Step) -> None:
+    """Evict ``step.target``, a pod made during the move, so that the scale-back removes the pod the
+    ReplicaSet makes for it (evictor.surge._kept): the Eviction API (its PDB checked), preconditioned on
+    its uid, read first; one attempt, bounded. Nothing is recorded: the next settle judges again."""
+    p = step.target
+    if p is None:
+        return
+    try:
+        if _going(client, p.namespace, p.name, p.uid):
+            return
+        client.evict_pod(p.namespace, p.name, uid=p.uid, grace_period_seconds=None, annotations={},
+                         timeout=EVICT_TIMEOUT_SECONDS)
+    except NotFound:
+        return
+    except ApiError as exc:
+        log.info("surge-first move of %s: evicting its extra pod %s: %s; tried again later", s.pod, p.key, exc)
+        return
+    client.create_event(namespace=p.namespace, name=p.name, uid=p.uid, reason="Descheduled",
+                        note=f"surge-first move of {s.pod} ({s.strategy}): this pod, made during the move, evicted so "
+                        f"that Deployment {s.deployment} goes back to {s.original} replicas without deleting a pod "
+                        "from before the move")
+
+
 def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) -> bool:
     """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
     preconditioned on the pod's uid; one attempt, bounded (the next run tries again). The pod is
-    read first: a run's snapshot (serve's watch cache) may not show yet that it is already going,
-    and an eviction of a terminating pod is accepted again (the pool storm once saw a pod evicted by
-    a taint run, then again by its surge-first move 4 s later)."""
+    read first (:func:`_going`): one gone or going is not evicted again."""
     try:
-        # a LIST of the one name: the shipped RBAC grants list and watch on pods, never get
-        found = client.list_raw("Pod", namespace=namespace, field_selector=f"metadata.name={name}").items
-        current = found[0] if found else None
-        if current is None or current.get("metadata", {}).get("uid") != s.uid:
-            return True  # gone already (or a new pod of the name): the move's purpose is met
-        if current.get("metadata", {}).get("deletionTimestamp"):
-            log.info("surge-first move: %s/%s is already terminating; not evicting it again", namespace, name)
-            return True  # going: the next settle sees it terminating and scales back
+        if _going(client, namespace, name, s.uid):
+            return True  # gone or going: the move's purpose is met; the next settle sees it and scales back
         client.evict_pod(namespace, name, uid=s.uid, grace_period_seconds=None, annotations={},
                          timeout=EVICT_TIMEOUT_SECONDS)
     except NotFound:
