@@ -167,6 +167,25 @@ def test_a_replacement_ready_on_the_node_it_leaves_gives_up_and_counts_as_wasted
     assert step.action == Action.RESTORE and step.outcome == GAVE_UP and step.wasted and step.block
 
 
+def test_a_replacement_ready_on_the_node_it_leaves_is_not_scaled_back_over_an_original_pod() -> None:
+    """web-2, web-3 and web-4 share node-b; the extra pod web-9 became Ready on node-a, next to web-1.
+    The ReplicaSet ranks the three doubled-up pods of node-b before web-9 (two on its node): giving up
+    by a scale-back would delete one of them, a Ready original, behind the Eviction API. So the +1 is
+    kept and web-9 evicted: the ReplicaSet makes another, placed anew (the move goes on if it is Ready
+    elsewhere), which, not Ready yet, is the one a scale-back removes."""
+    old = web("web-1", "node-a", ready_at=-3000)
+    back = web("web-9", "node-a", created=1, ready_at=4)
+    pods = [old, *(web(f"web-{i}", "node-b", ready_at=-3000) for i in (2, 3, 4)), back]
+    s = surge_of(old, original=4, surged=5)
+    first = ranked_before(back, pods, T0 + 10)
+    assert first is not None and first.node_name == "node-b"
+    step = advance(s, dep(5, generation=6), RS, pods, T0 + 10)
+    assert step.action != Action.RESTORE, f"scaled back over {first.name}: {step.why}"
+    assert step.action == Action.EVICT_EXTRA and step.target == back and "node-a" in step.why
+    again = [*pods[:4], replace(back, deletion_time=NOW), web("web-10", "", created=11, ready=False)]
+    assert advance(s, dep(5, generation=6), RS, again, T0 + 12).action == Action.WAIT  # the move goes on
+
+
 def test_no_replacement_in_time_restores_and_blocks() -> None:
     old = web("web-1", "node-a")
     pending = web("web-2", "", created=1, ready=False)

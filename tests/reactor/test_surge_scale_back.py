@@ -70,3 +70,27 @@ def test_the_eviction_of_the_extra_pod_waits_for_the_brake() -> None:
     assert api.replicas == 4 and not ended and evicted(api) == ["web-1"]
     held = [e["note"] for e in api.events if e.get("reason") == "SurgeMoveHeld"]
     assert held and "health brake" in held[0] and "web-10" in held[0]
+
+
+def test_an_extra_pod_ready_on_the_node_being_left_is_evicted_rather_than_scaled_back_over_originals() -> None:
+    """web-1 moving off node-a; web-2, web-3 and web-4 share node-b; the extra pod web-9 lands on
+    node-a and is Ready. Giving up by a scale-back would make the ReplicaSet delete a Ready pod of
+    node-b (three doubled up rank before web-9, two on its node): web-9 is evicted instead, once. Its
+    successor web-10 is Ready on spare-1: the move goes on and ends as planned, and no original pod
+    but web-1 (evicted) leaves."""
+    api = Api(replicas=4)
+    old = web(api, "web-1", "node-a")
+    for i in (2, 3, 4):
+        web(api, f"web-{i}", "node-b")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-9", "node-a", created=2)  # Ready at T0 + 5, on the node being left
+    ended: list[Ended] = []
+    ledger = drive(driver, ledger, api, T0 + 6, ended, until=T0 + 10)
+    assert evicted(api) == ["web-9"] and api.replicas == 5 and not ended, [(e.outcome, e.why) for e in ended]
+    api.pods["web-9"] = replace(api.pods["web-9"], deletion_time=NOW)
+    web(api, "web-10", "spare-1", created=10)  # the ReplicaSet's pod for it, Ready at T0 + 13
+    ledger = drive(driver, ledger, api, T0 + 10, ended, until=T0 + 14)
+    assert evicted(api) == ["web-9", "web-1"]
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    drive(driver, ledger, api, T0 + 14, ended)
+    assert api.replicas == 4 and [e.outcome for e in ended] == ["done"]

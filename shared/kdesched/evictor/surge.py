@@ -50,6 +50,9 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
   scale-back while it runs: the Deployment controller would spread it over the ReplicaSets
   (proportional scaling), which kdesched cannot rank, and it could delete an original Ready pod. The
   +1 is kept until the rollout is over, then the move goes on by the usual rules (:func:`_held`);
+* **the surge pod Ready on the node the move leaves**: given up by a scale-back only when that removes
+  it (:mod:`kdesched.evictor.scale_down`); else it is evicted and the move goes on with the pod the
+  ReplicaSet makes for it (:func:`_kept`);
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
   up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
   ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
@@ -346,8 +349,13 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             return _held(s, f"Deployment {s.deployment} began a rollout during the move", None)
         back = _landed_back(s, pods)
         if back is not None:
-            return Step(Action.RESTORE, f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, "
-                        "the node the move leaves", GAVE_UP, block=True, wasted=True)
+            # given up, by a scale-back only if the ReplicaSet then deletes a pod made during the move (or
+            # one not Ready); else the extra pod is evicted, and the one made for it placed anew (_kept)
+            why = f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, the node the move leaves"
+            first = _at_risk(s, pods or (), now, marked=False)
+            if first is None:
+                return Step(Action.RESTORE, why, GAVE_UP, block=True, wasted=True)
+            return _kept(s, pods or (), first, why, None)
         failure = replica_failure(deployment, replicaset)
         if failure:
             return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
@@ -429,8 +437,8 @@ def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod 
     extra = max(made, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0, p.name), default=None)
     if extra is not None and all(pod_ready(p) for p in made):
         return Step(Action.EVICT_EXTRA, f"{why}, and {risk}: kept at {s.surged} replicas, the extra pod "
-                    f"{extra.namespace}/{extra.name} evicted so that the pod the ReplicaSet makes for it, not Ready yet, "
-                    "is the one the scale-back removes", "", replacement, target=extra)
+                    f"{extra.namespace}/{extra.name} evicted (the ReplicaSet makes another for it, which, not Ready yet, "
+                    "is the one a scale-back removes)", "", replacement, target=extra)
     return Step(Action.WAIT, f"{why}, and {risk}: kept at {s.surged} replicas", "", replacement)
 
 
