@@ -408,10 +408,18 @@ def test_the_deployment_gone_ends_the_move() -> None:
     assert advance(surge_of(old), None, None, [old], T0 + 3).action == Action.END
 
 
-def test_without_the_pods_only_the_owner_and_the_clock_are_judged() -> None:
+def test_without_the_pods_the_move_is_not_given_up_by_a_scale_back() -> None:
+    """Without the workload's pods (a node's run that could not list them: a selector with
+    matchExpressions only) the extra pod may be Ready, and the pod a scale-back deletes is not known:
+    past the deadline the +1 is kept until a run that reads the pods (the sweep, serve's watch cache)
+    judges the give-up; with them, the pod not Ready yet is the one the scale-back removes."""
     old = web("web-1", "node-a")
     assert advance(surge_of(old), dep(2, generation=6), RS, None, T0 + 3).action == Action.WAIT
-    assert advance(surge_of(old), dep(2, generation=6), RS, None, T0 + 121).action == Action.RESTORE
+    step = advance(surge_of(old), dep(2, generation=6), RS, None, T0 + 121)
+    assert step.action == Action.WAIT and "not known" in step.why and "kept at 2" in step.why
+    pending = web("web-2", "", created=1, ready=False)
+    step = advance(surge_of(old), dep(2, generation=6), RS, [old, pending], T0 + 122)
+    assert step.action == Action.RESTORE and step.outcome == GAVE_UP and step.block
 
 
 # -- in the ledger -----------------------------------------------------------------------------------

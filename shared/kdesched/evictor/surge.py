@@ -54,9 +54,10 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
   it (:mod:`kdesched.evictor.scale_down`); else it is evicted and the move goes on with the pod the
   ReplicaSet makes for it (:func:`_kept`);
 * **the surge pod is not Ready in time** (unschedulable, a quota refusing it, a crash loop): given
-  up and restored at ``replacementTimeoutSeconds``, at once when the ReplicaSet reports
-  ``ReplicaFailure``; the workload is then not surged again for :data:`BLOCK_SECONDS` and its pods
-  keep the normal rules;
+  up and restored at ``replacementTimeoutSeconds`` (the scale-back checked like the others; without
+  the workload's pods, not made: the +1 is kept until a run that reads them), at once when the
+  ReplicaSet reports ``ReplicaFailure``; the workload is then not surged again for
+  :data:`BLOCK_SECONDS` and its pods keep the normal rules;
 * **the eviction refused or held until the timeout** (a PDB that allows nothing any more, a brake):
   given up likewise, but only when the scale-back removes the extra pod
   (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried on;
@@ -360,8 +361,17 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
         if failure:
             return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
         if now >= s.deadline:
-            return Step(Action.RESTORE, f"no replacement was Ready on another node within "
-                        f"{s.deadline - s.started:g}s", GAVE_UP, block=True)
+            why = f"no replacement was Ready on another node within {s.deadline - s.started:g}s"
+            if pods is None:
+                # the extra pod may be Ready (the run cannot tell), and so a scale-back may delete an
+                # original Ready pod: the +1 is kept until a run that reads the pods judges the give-up
+                return Step(Action.WAIT, f"{why}, and the workload's pods are not known, so neither is the pod a "
+                            f"scale-back would delete: kept at {s.surged} replicas until a run that reads them")
+            # the extra pod is not Ready (or not made): it goes first, unless the order says otherwise
+            first = _at_risk(s, pods, now, marked=False)
+            if first is None:
+                return Step(Action.RESTORE, why, GAVE_UP, block=True)
+            return _kept(s, pods, first, why, None)
         return Step(Action.WAIT)
     if replicas == s.surged and not s.evicted:
         return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
