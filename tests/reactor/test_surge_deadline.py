@@ -143,3 +143,15 @@ def test_the_eviction_tried_again_after_it_was_not_seen_going_is_spaced_when_ref
     ledger = drive(driver, ledger, api, T0 + 6, ended, until=T0 + 100)
     assert KEY in ledger.surges and api.replicas == 3 and not ended
     assert evictions(api) == 1 + 3  # at T0 + 35, 65 and 95
+
+
+def test_the_eviction_tried_again_says_so_in_its_event() -> None:
+    """The Descheduled Event of the eviction tried again (the pod not seen going 30 s after the first
+    was accepted) says it is a second eviction and why, not "evicted once <the long reason>"."""
+    api, driver, ledger, ended = evicted_doubled_up()
+    drive(driver, ledger, api, T0 + 6, ended, until=T0 + 36)
+    assert evictions(api) == 2
+    first, again = [e["note"] for e in api.events if e.get("reason") == "Descheduled"]
+    assert "evicted once replacement default/web-2 is Ready on node node-b" in first
+    assert "evicted again" in again and "still not seen going 30s after its first eviction" in again, again
+    assert "evicted once" not in again and "kept at" not in again

@@ -150,7 +150,7 @@ class Surges:
                                   if _move_of(o.surge) in restored
                                   else next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now))
                  for o in observed]
-        carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment)) for o, step in steps]
+        carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment, now)) for o, step in steps]
         with self._lock:
             for c in carried:
                 if c.done is True:
@@ -235,14 +235,14 @@ class Surges:
             out.append(Observed(key, s, deployment, replicaset, pods))
         return out
 
-    def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None) -> bool | None:
+    def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None, now: float) -> bool | None:
         """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
         the move goes on (evicted), False when it ended."""
         namespace, _, name = s.pod.partition("/")
         if step.action == Action.WAIT:
             return None
         if step.action == Action.EVICT:
-            if not _evict(self.client, namespace, name, s, step):
+            if not _evict(self.client, namespace, name, s, step, now):
                 return None  # refused (a PDB, another writer): the next run looks again
             return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
         if step.action == Action.EVICT_EXTRA:
@@ -425,7 +425,7 @@ def _evict_extra(client: KubeClient, s: Surge, step: Step) -> None:
                         "from before the move")
 
 
-def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) -> bool:
+def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step, now: float) -> bool:
     """The Eviction API (the PDB, now counting the Ready replacement, is checked by the API server),
     preconditioned on the pod's uid; one attempt, bounded (the next run tries again). The pod is
     read first (:func:`_going`): one gone or going is not evicted again."""
@@ -442,9 +442,12 @@ def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step) 
         return False
     log.info("surge-first move: evicted %s/%s (%s); Deployment %s goes back to %d replicas once it is seen "
              "terminating", namespace, name, step.why, s.deployment, s.original)
+    # (an eviction tried again, the pod not seen going after the first was accepted, says so)
+    why = (f"evicted again, still not seen going {now - s.evicted:.0f}s after its first eviction was accepted"
+           if s.evicted else f"evicted once {step.why}")
     client.create_event(namespace=namespace, name=name, uid=s.uid, reason="Descheduled",
-                        note=f"surge-first move ({s.strategy}): evicted once {step.why}; Deployment "
-                        f"{s.deployment} goes back to {s.original} replicas")
+                        note=f"surge-first move ({s.strategy}): {why}; Deployment {s.deployment} goes back to "
+                        f"{s.original} replicas once it is seen terminating")
     return True
 
 
