@@ -27,7 +27,8 @@ The cheap, run-wide answers come first; the pod checks run while the planner pla
 the planner itself adds the PodDisruptionBudgets, the per-workload allowance and "somewhere to
 go", and counts a pod only once it planned it: a pod it refuses spends no token); the plan checks
 see the finished plan's waves (a pod pacing holds for a later wave is counted
-by the run that sends it).
+by the run that sends it). A surge-first move of a pod the planner refused or held (no check counted
+it) goes through every pod and plan check at once and is counted then (:meth:`RunAdmission.take`).
 
 A control that *defers* (1, 2, 8, 9) answers before the bucket: a pod it holds is still planned
 (and reported ``deferred`` with its wave and destination), but no check after it refuses or counts
@@ -61,6 +62,7 @@ from kdesched.evictor.ledger import Ledger
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.model.records import Pod
+from kdesched.strategies.framework import EvictionBudgetSpent
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,26 @@ class RunAdmission:
             return
         for c in self.checks:
             c.passed(pod, strategy, held)
+
+    def take(self, eviction: PlannedEviction) -> Verdict | None:
+        """One more eviction of this run that the planner did not plan as one (a surge-first move of a
+        pod it refused for its PodDisruptionBudget or held for a later wave, which no check counted):
+        the pod checks, then the plan checks, as for a planned pod sent now; if every check lets it
+        through, it is counted (a bucket's token, a record's room, a budget). The first verdict that
+        refuses or defers it is returned, and nothing is counted for it."""
+        pod, strategy = eviction.pod, eviction.strategy
+        if self.brake is not None:
+            return self.brake
+        try:
+            verdict = next((v for v in (c.pod(pod, strategy, False) for c in self.checks) if v is not None), None)
+        except EvictionBudgetSpent as exc:  # (a balance run's empty bucket: this one pod is refused)
+            verdict = Verdict(Reason.RATE_LIMIT, str(exc))
+        if verdict is None:
+            verdict = next((v for v in (c.planned(eviction, False) for c in self.checks) if v is not None), None)
+        if verdict is None:
+            for c in self.checks:
+                c.passed(pod, strategy, False)
+        return verdict
 
     def finish(self, evictions: Sequence[PlannedEviction], held: Sequence[bool]) -> list[Verdict | None]:
         """The plan checks over the finished plan, in plan order: a verdict per eviction (a brake

@@ -286,9 +286,12 @@ def choose(wanted: Mapping[str, Candidate], owners: Mapping[str, Owners], ledger
            now: float, timeout_seconds: float,
            admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Choice:
     """Which of ``wanted`` move surge-first, given their ``owners`` as read (:func:`owners_to_read`; a
-    workload missing there could not be read). ``admit``: the admission pipeline's plan checks
-    (disruption budgets, windows) for a pod they have not judged yet (held for a later wave, kept by
-    a PDB): the move is in flight like an eviction, so it must fit the budgets as one."""
+    workload missing there could not be read). ``admit``: the admission pipeline for a pod the
+    planner did not plan as an eviction sent now (held for a later wave, kept by a PDB), so that no
+    check counted it (:meth:`kdesched.admission.pipeline.RunAdmission.take`): the move is in flight
+    like an eviction, so it must pass every check as one and is counted as one (the cluster-wide
+    bucket's token, the ledger record's room, the disruption budgets); a refusal keeps the normal
+    rules for it (``controls``)."""
     index = _pods_by_key(snapshot, wanted)
     surges: dict[str, tuple[Surge, str]] = {}
     fallbacks: list[tuple[Candidate, NoSurge]] = []

@@ -204,7 +204,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                             nodes=scope.nodes, gate=admission, safety=safety, ledger=ledger)
             controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
             plan = controlled.plan
-            chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, plan_check(admission))
+            chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, admission.take)
                       if surges is not None and not dry_run else None)
             if chosen is not None:
                 plan = chosen.plan
@@ -257,14 +257,6 @@ def deferral(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | N
     def ask(eviction: PlannedEviction) -> Verdict | None:
         verdict = admission.finish([eviction], [True])[0]
         return verdict if verdict is not None and verdict.reason.defers else None
-    return ask
-
-
-def plan_check(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | None]:
-    """The pipeline's plan checks (budgets, windows) for one more eviction of this run: a budget that
-    lets it through counts it, as it counts the plan's."""
-    def ask(eviction: PlannedEviction) -> Verdict | None:
-        return admission.finish([eviction], [False])[0]
     return ask
 
 

@@ -268,8 +268,8 @@ class Surges:
                admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Chosen:
         """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions:
         the candidates (:func:`~kdesched.evictor.surge_moves.candidates`), their owners read, then the
-        choice (:func:`~kdesched.evictor.surge_moves.choose`). ``admit``: the admission pipeline's plan
-        checks (disruption budgets, windows) for a pod they have not judged yet."""
+        choice (:func:`~kdesched.evictor.surge_moves.choose`). ``admit``: the admission pipeline for a
+        pod no check counted yet (:meth:`kdesched.admission.pipeline.RunAdmission.take`)."""
         if not self.enabled or plan.pacing is None:
             return Chosen(plan)
         wanted = candidates(plan.evictions, plan.refusals, plan.pacing)
