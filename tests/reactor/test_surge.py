@@ -4,11 +4,13 @@ tests/realk8s/test_surge.py's; the pure decisions tests/evictor/test_surge.py's.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from kdesched.admission.owner_change import MESSAGE as OWNER_CHANGED
 from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
 from kdesched.evictor.reasons import Reason, Verdict
@@ -20,7 +22,7 @@ from kdesched.reactor.events import routing as ev
 from kdesched.reactor.events.requests import Trigger, parse_node_event
 from kdesched.reactor.run.runner import Reactor
 from kdesched.reactor.run.settings import parse_settings
-from kdesched.reactor.run.surge import Ended, Surges
+from kdesched.reactor.run.surge import LONG_HELD_SECONDS, Ended, Surges
 
 from tests.builders import NOW, node_obj, pod, pod_obj
 from tests.fakeapi import FakeApiServer
@@ -271,3 +273,21 @@ def test_a_node_run_keeps_repeating_while_a_move_off_its_node_is_under_way(fake_
     finally:
         reactor.stop.set()
         reactor.continuations.cancel_all()
+
+
+def test_a_move_held_long_past_its_timeout_says_so_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    """A held move has no time limit (a rollout that never ends): once it is an hour past its timeout,
+    its line is a warning (kdesched.reactor.run.surge.LONG_HELD_SECONDS), before that an info."""
+    old = replace(web("web-1", "node-a"), deletion_time=NOW)
+    new = web("web-2", "spare-1", created=2)
+    rolled = pod("web-3", "spare-2", owner_name="web-def", labels={"app": "web", "pod-template-hash": "def"},
+                 created=3, conditions=READY)  # a pod of web's new template: a rollout under way
+    driver = surges(StubClient(2))
+    with caplog.at_level(logging.INFO, logger="kdesched.reactor.surge"):
+        driver.advance(Settled(moving(old, evicted=T0 + 5)), {KEY: [old, new, rolled]}, T0 + 600, [])
+        early = [r.levelno for r in caplog.records if "rolling out" in r.getMessage()]
+        caplog.clear()
+        driver.advance(Settled(moving(old, evicted=T0 + 5)), {KEY: [old, new, rolled]}, T0 + 120 + LONG_HELD_SECONDS, [])
+        late = [r for r in caplog.records if "rolling out" in r.getMessage()]
+    assert early == [logging.INFO]
+    assert [r.levelno for r in late] == [logging.WARNING] and "past its timeout" in late[0].getMessage()

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdesched.evictor.scale_down import ranked_before, ranked_before_all
-from kdesched.model.derived import pod_ready
+from kdesched.model.derived import pod_ready, workload_key
 from kdesched.model.owners import SURGE_MANAGER, DeploymentInfo, ReplicaSetInfo
 from kdesched.model.records import Pod, PodDisruptionBudget
 
@@ -286,6 +286,19 @@ class Step:
     target: Pod | None = None  # EVICT_EXTRA: the pod made during the move to evict
 
 
+def own_pods(s: Surge, pods: Sequence[Pod]) -> list[Pod]:
+    """The pods of ``pods`` that the move's Deployment controls: through one of its ReplicaSets, named
+    ``<deployment>-<pod-template-hash>`` (:func:`~kdesched.model.derived.workload_key`), and the marked
+    pod. A LIST by the Deployment's matchLabels (a node-local run's read,
+    :func:`kdesched.kube.owners.workload_pods`) also returns another controller's pods that carry those
+    labels (a canary Deployment ``app=web, track=canary`` beside ``web`` selecting ``app=web``): their
+    template hash is no rollout of this Deployment, none of them is its replacement, and its
+    ReplicaSet's scale-back never deletes one. Counted, they kept a move at +1 for as long as the
+    canary lived (its hash taken for a rollout, :func:`_held`)."""
+    want = ("Deployment", s.pod.partition("/")[0], s.deployment)
+    return [p for p in pods if p.uid == s.uid or workload_key(p) == want]
+
+
 def replacement_of(s: Surge, pods: Sequence[Pod]) -> Pod | None:
     """The surge pod: created in or after the second the move began (``creationTimestamp`` has one
     second resolution), not the marked pod, Ready, on another node; the earliest such pod."""
@@ -299,9 +312,11 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             pods: Sequence[Pod] | None, now: float) -> Step:
     """What to do next with ``s``, from what the cluster shows now: the Deployment and its ReplicaSet
     as read (None: gone), and the workload's pods (None: the run's snapshot does not hold them; only
-    the owner and the clock are judged then)."""
+    the owner and the clock are judged then; only the Deployment's own are counted, :func:`own_pods`)."""
     if deployment is None:
         return Step(Action.END, f"Deployment {s.deployment} is gone", OVERRIDDEN)
+    if pods is not None:
+        pods = own_pods(s, pods)
     replicas = deployment.replicas
     marked = None if pods is None else next((p for p in pods if p.uid == s.uid), None)
     marked_gone = pods is not None and (marked is None or marked.terminating or marked.terminal)

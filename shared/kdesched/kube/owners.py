@@ -34,7 +34,9 @@ def get_replicaset(client: KubeClient, namespace: str, name: str) -> ReplicaSetI
 
 def workload_pods(client: KubeClient, deployment: DeploymentInfo) -> list[Pod] | None:
     """The Deployment's pods (one LIST of its namespace by its matchLabels), for a run whose
-    snapshot does not hold them; None when the selector is not a plain label match."""
+    snapshot does not hold them; None when the selector is not a plain label match. Another
+    controller's pods that carry the same labels (a canary) are listed too: the move judges only its
+    own Deployment's (:func:`kdesched.evictor.surge.own_pods`)."""
     if not deployment.selector:
         return None
     return client.list_pods(deployment.namespace, deployment.selector)

@@ -71,6 +71,9 @@ log = logging.getLogger("kdesched.reactor.surge")
 
 EVENT_INTERVAL_SECONDS = 60.0
 LATE_EVICT_SECONDS = 30.0  # a move kept at +1 (past its timeout, or its evicted pod not seen going): how often its eviction is tried again
+# a move kept at +1 and waiting this long past its timeout (a rollout that does not end, an eviction held): its
+# log line is a warning
+LONG_HELD_SECONDS = 3600.0
 MAX_REMEMBERED = 10000  # per-process memory of the moves it evicted for (a few hundred bytes each)
 EVICT_TIMEOUT_SECONDS = 5.0  # the eviction inside a settle (the process's admission lock is held): one bounded
 # attempt, the next run retries
@@ -204,7 +207,13 @@ class Surges:
                 return
             if len(self._told) < MAX_REMEMBERED:
                 self._told[move] = now
-        log.info("surge-first move of %s: %s", o.key, step.why)
+        past = now - o.surge.deadline
+        if past >= LONG_HELD_SECONDS:
+            # (no time limit keeps the +1 of a move held this way: say so loudly, an operator may act)
+            log.warning("surge-first move of %s: still kept at %d replicas %.0fs after it began (%.0fs past its "
+                        "timeout): %s", o.key, o.surge.surged, now - o.surge.started, past, step.why)
+        else:
+            log.info("surge-first move of %s: %s", o.key, step.why)
         self.events.post(o.key.split("/", 2)[1], o.surge.deployment, "SurgeMoveHeld",
                          f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}")
 
