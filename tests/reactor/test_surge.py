@@ -199,8 +199,11 @@ def test_a_lost_ledger_write_does_not_make_the_next_attempt_take_its_own_scale_b
     driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended)  # evicted; the ledger write lost
     # the same snapshot (the pod still shows), the ledger as it was read before
     out = driver.advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5.2, ended)
-    assert not ended and not out.surges_changed  # waits for the pod to go, as after its own eviction
+    assert not ended  # waits for the pod to go, as after its own eviction
     assert [c[0] for c in client.calls if c[0] != "event"] == ["evict"]  # not evicted twice
+    # and writes that eviction, at its time: the lost write did not (before, nothing was written, and
+    # only this process knew the pod was evicted; tests/reactor/test_surge_lost_write.py)
+    assert out.surges_changed and out.ledger.surges[KEY].evicted == T0 + 5
 
 
 def test_a_workload_whose_owner_changed_during_the_move_waits_for_the_next_run(fake_api: FakeApiServer,

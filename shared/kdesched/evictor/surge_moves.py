@@ -6,8 +6,9 @@ The reactor (:mod:`kdesched.reactor.run.surge`) reads the owners, asks this modu
 what it answered (a scale-up, an eviction, a scale-back). Every decision in between is here and
 pure, so it is tested on built objects and the reactor holds only I/O and its own memory:
 
-* at the settle, :func:`next_step` (per move, from what was read) and :func:`settle_moves` (the ledger
-  after the steps, with the checked moves and the moves that ended);
+* at the settle, :func:`next_step` (per move, from what was read), :func:`settle_moves` (the ledger
+  after the steps, with the checked moves and the moves that ended) and :func:`remembered` (the
+  evictions this process sent that a lost ledger write did not record);
 * after planning, :func:`candidates` (which pods should move surge-first), :func:`owners_to_read`
   (whose owners the reactor must read), :func:`choose` (which of them may, and why the others may
   not) and :func:`without` (the plan's evictions and refusals without them, and their admissions).
@@ -172,6 +173,20 @@ def settle_moves(settled: Settled, carried: Sequence[Carried], now: float) -> tu
     new = replace(ledger, surges=surges, surge_blocks=blocks, moves=moves, workloads=workloads, nodes=nodes,
                   node_strategies=node_by)
     return replace(settled, ledger=new, checked=(*settled.checked, *checked), surges_changed=True), tuple(ended)
+
+
+def remembered(settled: Settled, evicted: Mapping[str, float]) -> Settled:
+    """The ledger with the eviction times ``evicted`` (workload -> when) of this process's evictions
+    filled into the moves still in it that record none: an eviction whose ledger write then lost its
+    race. The attempt that decides again sees the pod evicted a moment ago and waits, which changes
+    nothing else; without this it would write nothing, and only this process would know that the pod
+    was evicted (another would evict it again, or take it for one never evicted)."""
+    ledger = settled.ledger
+    filled = {k: replace(s, evicted=evicted[k]) for k, s in ledger.surges.items()
+              if not s.evicted and evicted.get(k, 0.0) > 0}
+    if not filled:
+        return settled
+    return replace(settled, ledger=replace(ledger, surges={**ledger.surges, **filled}), surges_changed=True)
 
 
 def checked_move(key: str, s: Surge, step: Step, now: float) -> CheckedMove:

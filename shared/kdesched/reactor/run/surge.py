@@ -53,6 +53,7 @@ from kdesched.evictor.surge_moves import (
     choose,
     next_step,
     owners_to_read,
+    remembered,
     settle_moves,
     without,
 )
@@ -107,10 +108,10 @@ class Surges:
         # moves this process recorded and could not scale up (ended at once), by the move (its pod's
         # uid and when it began, :func:`_move_of`): a later move of the same pod is another move
         self._not_started: set[tuple[str, float]] = set()
-        # moves whose pod this process evicted, with when: a ledger write that lost its
-        # race (the run decides again on the same snapshot, which still shows the pod) does not make
-        # the next attempt evict it again or take it for alive
-        self._evicted: dict[str, float] = {}
+        # moves whose pod this process evicted (by the move, :func:`_move_of`), with when: a ledger write
+        # that lost its race (the run decides again on the same snapshot, which still shows the pod) does
+        # not make the next attempt evict it again or take it for alive, and that attempt writes it
+        self._evicted: dict[tuple[str, float], float] = {}
         # moves this process put back (scaled back and ended), with the step that did: until the move
         # has left the ledger, a settle tried again ends it the same way (its block, its checked move)
         self._restored: dict[tuple[str, float], Step] = {}
@@ -142,6 +143,7 @@ class Surges:
             self._late = {m: at for m, at in self._late.items() if m in moves}
             self._told = {m: at for m, at in self._told.items() if m in moves}
             self._extra = {m: at for m, at in self._extra.items() if m in moves}
+            self._evicted = {m: at for m, at in self._evicted.items() if m in moves}
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
@@ -159,14 +161,17 @@ class Surges:
                 if c.done is True:
                     if len(self._evicted) > MAX_REMEMBERED:  # moves another process ended
                         self._evicted.clear()
-                    self._evicted[c.observed.surge.uid] = now
+                    self._evicted[_move_of(c.observed.surge)] = now
                 elif c.done is False:
-                    self._evicted.pop(c.observed.surge.uid, None)
+                    self._evicted.pop(_move_of(c.observed.surge), None)
                     if c.step.action == Action.RESTORE and len(self._restored) < MAX_REMEMBERED:
                         self._restored[_move_of(c.observed.surge)] = c.step
         new, gone = settle_moves(settled, carried, now)
         ended.extend(gone)
-        return new
+        # an eviction this process sent whose ledger write lost its race: the record must say so now,
+        # whatever this attempt decided (it waits: the pod was evicted a moment ago)
+        return remembered(new, {o.key: o.surge.evicted for o in observed
+                                if o.surge.evicted and not settled.ledger.surges[o.key].evicted})
 
     def _spaced(self, o: Observed, step: Step, now: float) -> Step:
         """A move kept at +1 because a scale-back would delete an original pod (past its timeout, or its
@@ -221,13 +226,13 @@ class Surges:
         """Each move's owners and pods as the cluster shows them now (a move whose owner cannot be read
         is left for the next run). The eviction time this process remembers fills in a record that a
         ledger write which lost its race did not keep: the next attempt neither evicts the pod again
-        nor takes it for alive."""
+        nor takes it for alive, and writes it (:func:`~kdesched.evictor.surge_moves.remembered`)."""
         out: list[Observed] = []
         for key, s in ledger.surges.items():
             namespace = key.split("/", 2)[1]
             with self._lock:
-                if not s.evicted and s.uid in self._evicted:
-                    s = replace(s, evicted=self._evicted[s.uid])
+                if not s.evicted and _move_of(s) in self._evicted:
+                    s = replace(s, evicted=self._evicted[_move_of(s)])
             try:
                 deployment = get_deployment(self.client, namespace, s.deployment)
                 replicaset = get_replicaset(self.client, namespace, s.replicaset) if deployment else None
