@@ -299,21 +299,28 @@ def owners_to_read(wanted: Mapping[str, Candidate], ledger: Ledger, now: float) 
 
 def choose(wanted: Mapping[str, Candidate], owners: Mapping[str, Owners], ledger: Ledger, snapshot: Snapshot,
            now: float, timeout_seconds: float,
-           admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Choice:
+           admit: Callable[[PlannedEviction], Verdict | None] | None = None,
+           pods: Mapping[str, Sequence[Pod] | None] | None = None) -> Choice:
     """Which of ``wanted`` move surge-first, given their ``owners`` as read (:func:`owners_to_read`; a
     workload missing there could not be read). ``admit``: the admission pipeline for a pod the
     planner did not plan as an eviction sent now (held for a later wave, kept by a PDB), so that no
     check counted it (:meth:`kdesched.admission.pipeline.RunAdmission.take`): the move is in flight
     like an eviction, so it must pass every check as one and is counted as one (the cluster-wide
     bucket's token, the ledger record's room, the disruption budgets); a refusal keeps the normal
-    rules for it (``controls``)."""
-    index = _pods_by_key(snapshot, wanted)
+    rules for it (``controls``). ``pods``: the workloads' pods as read for a run whose snapshot does
+    not hold them all (one node's pods): a workload's own pods (:func:`~kdesched.evictor.surge.own_pods`
+    rules) are its siblings then, and a workload missing there or None (not listed) does not move
+    surge-first: its rollout check and Ready counts would be judged on the node's pods alone."""
+    index = _pods_by_key(snapshot, wanted) if pods is None else _own(wanted, pods)
     surges: dict[str, tuple[Surge, str]] = {}
     fallbacks: list[tuple[Candidate, NoSurge]] = []
     for key, c in wanted.items():
         kind = key.split("/", 1)[0]
         refusal = busy(key, ledger, now)
         deployment, replicaset = owners.get(key, (None, None))
+        if refusal is None and pods is not None and deployment is not None and pods.get(key) is None:
+            refusal = NoSurge(Fallback.OWNER_UNREADABLE, "the run read one node's pods, and the workload's could not "
+                              "be listed (its selector is not a plain label match, or the LIST failed)")
         if refusal is None:
             refusal = surge_refusal(c.pod, kind, deployment, replicaset, index.get(key, []), snapshot.eviction_pdbs_for(c.pod))
         if refusal is None and not c.admitted and admit is not None:
@@ -350,6 +357,12 @@ def without(evictions: Sequence[PlannedEviction], refusals: Sequence[Refusal], p
     gone = uids | {a.pod.uid for a in held}
     return Remaining(tuple(evictions[i] for i in keep), tuple(r for r in refusals if r.pod.uid not in gone),
                      tuple(pacing.steps[i] for i in keep), tuple(admissions))
+
+
+def _own(wanted: Mapping[str, Candidate], listed: Mapping[str, Sequence[Pod] | None]) -> dict[str, list[Pod]]:
+    """Each candidate workload's own pods among those listed for it (a LIST by the Deployment's
+    matchLabels may return another controller's pods: a canary)."""
+    return {k: [p for p in listed.get(k) or () if p.owner_refs and workload_key(p) == k] for k in wanted}
 
 
 def _pods_by_key(snapshot: Snapshot, wanted: Mapping[str, Candidate]) -> dict[str, list[Pod]]:

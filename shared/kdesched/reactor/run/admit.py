@@ -204,7 +204,8 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                             nodes=scope.nodes, gate=admission, safety=safety, ledger=ledger)
             controlled = apply_verdicts(plan, admission.finish(plan.evictions, held_flags(plan)))
             plan = controlled.plan
-            chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, admission.take)
+            chosen = (surges.choose(plan, ledger, snapshot, scope.key_for, now, admission.take,
+                                    complete=scope.complete)
                       if surges is not None and not dry_run else None)
             if chosen is not None:
                 plan = chosen.plan

@@ -279,18 +279,22 @@ class Surges:
 
     # -- admission: which pods move surge-first ---------------------------------------------------
     def choose(self, plan: RunPlan, ledger: Ledger, snapshot: Snapshot, scope: ScopeOf, now: float,
-               admit: Callable[[PlannedEviction], Verdict | None] | None = None) -> Chosen:
+               admit: Callable[[PlannedEviction], Verdict | None] | None = None, *, complete: bool = True) -> Chosen:
         """The pods of ``plan`` to move surge-first (module docstring), with their ledger admissions:
         the candidates (:func:`~kdesched.evictor.surge_moves.candidates`), their owners read, then the
         choice (:func:`~kdesched.evictor.surge_moves.choose`). ``admit``: the admission pipeline for a
-        pod no check counted yet (:meth:`kdesched.admission.pipeline.RunAdmission.take`)."""
+        pod no check counted yet (:meth:`kdesched.admission.pipeline.RunAdmission.take`). ``complete``:
+        the snapshot holds every pod; else (a node's run that read its node's pods) each candidate
+        Deployment's pods are listed first (one LIST by its selector), so that the rollout check and the
+        Ready counts (the PDB's, the move's record) see the whole workload, not the node's share."""
         if not self.enabled or plan.pacing is None:
             return Chosen(plan)
         wanted = candidates(plan.evictions, plan.refusals, plan.pacing)
         if not wanted:
             return Chosen(plan)
         owners = self._read_owners(wanted, owners_to_read(wanted, ledger, now))
-        choice = choose(wanted, owners, ledger, snapshot, now, self.timeout_seconds, admit)
+        listed = None if complete else self._list_pods(owners)
+        choice = choose(wanted, owners, ledger, snapshot, now, self.timeout_seconds, admit, listed)
         for c, why in choice.fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
             # (a workload already moving is the ordinary wait of a paced maintenance, repeated every
@@ -303,6 +307,20 @@ class Surges:
         new = replace(plan, evictions=rest.evictions, refusals=rest.refusals,
                       pacing=replace(plan.pacing, steps=rest.steps))
         return Chosen(new, rest.admissions, dict(choice.surges), dict(wanted), choice.fallbacks)
+
+    def _list_pods(self, owners: Mapping[str, Owners]) -> dict[str, Sequence[Pod] | None]:
+        """Each read Deployment's pods (:func:`~kdesched.kube.owners.workload_pods`); None where they
+        cannot be listed (a selector that is not a plain label match, a failed LIST)."""
+        out: dict[str, Sequence[Pod] | None] = {}
+        for key, (deployment, _) in owners.items():
+            if deployment is None:
+                continue
+            try:
+                out[key] = workload_pods(self.client, deployment)
+            except ApiError as exc:
+                log.info("surge-first move of %s: cannot list its pods: %s", key, exc)
+                out[key] = None
+        return out
 
     def _read_owners(self, wanted: Mapping[str, Candidate], keys: Sequence[str]) -> dict[str, Owners]:
         """The Deployment and ReplicaSet of each workload of ``keys`` (None where gone); a workload
