@@ -155,8 +155,10 @@ def begun(api: Api, old: Pod, driver: Surges | None = None) -> tuple[Surges, Led
 
 
 def run(driver: Surges, ledger: Ledger, api: Api, now: float, ended: list[Ended]) -> Ledger:
-    """One run's settle (its ledger write assumed to go through)."""
-    return driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, now, ended).ledger
+    """One run's settle (its ledger write assumed to go through, and what it claimed then sent)."""
+    new = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, now, ended).ledger
+    driver.evict_claimed(new)
+    return new
 
 
 def drive(driver: Surges, ledger: Ledger, api: Api, start: float, ended: list[Ended], until: float = T0 + 400) -> Ledger:

@@ -95,6 +95,12 @@ START_GRACE_SECONDS = 30.0
 # a workload whose surge was given up (unschedulable, quota, timeout) is not surged again for this
 # long: its pods fall back to the normal rules meanwhile (docs/safety.md)
 BLOCK_SECONDS = 300.0
+# a move kept at +1 that evicts a pod made during it (:func:`_kept`): at most one such eviction per
+# EXTRA_SPACING_SECONDS and at most MAX_EXTRA_EVICTIONS per move, both judged on the move's ledger
+# record (claimed by a conditional ledger write before the eviction is sent: one process of all
+# evicts); past the cap the +1 is kept (capacity, not availability) and the move says why
+EXTRA_SPACING_SECONDS = 30.0
+MAX_EXTRA_EVICTIONS = 3
 
 
 class Fallback(enum.StrEnum):
@@ -236,16 +242,22 @@ class Surge:
     # Deployment controller has not observed yet may be a rollout (:func:`_rollout`)
     generation: int = 0
     evicted: float = 0.0  # when kdesched evicted the pod (0: not yet); the scale-back follows once it is seen going
+    # pods made during the move evicted so far (:func:`_kept`), and when the last was claimed (the
+    # ledger's time): written by the ledger's conditional write before that eviction is sent
+    extra: int = 0
+    extra_at: float = 0.0
 
     def to_json(self) -> list[Any]:
         return [self.uid, self.pod, self.node, self.deployment, self.replicaset, self.original, self.surged,
                 round(self.started, 3), round(self.deadline, 3), self.strategy, self.generation,
-                round(self.evicted, 3)]
+                round(self.evicted, 3), self.extra, round(self.extra_at, 3)]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Surge:
+        # (a record written before the extra evictions were counted has 12 fields: none yet)
+        extra = (int(raw[12]), float(raw[13])) if len(raw) > 13 else (0, 0.0)
         return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), str(raw[4]), int(raw[5]), int(raw[6]),
-                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]))
+                   float(raw[7]), float(raw[8]), str(raw[9]), int(raw[10]), float(raw[11]), *extra)
 
     def ours(self, deployment: DeploymentInfo) -> bool:
         """Are the Deployment's replicas still kdesched's surged value, written by kdesched? Judged by
@@ -339,7 +351,7 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             first = _at_risk(s, pods or (), now, marked=False)
             if first is None:
                 return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
-            return _kept(s, pods or (), first, f"{s.pod} is gone", replacement)
+            return _kept(s, pods or (), first, f"{s.pod} is gone", replacement, now)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if mine:
         if s.evicted:
@@ -371,7 +383,7 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             first = _at_risk(s, pods or (), now, marked=False)
             if first is None:
                 return Step(Action.RESTORE, why, GAVE_UP, block=True, wasted=True)
-            return _kept(s, pods or (), first, why, None)
+            return _kept(s, pods or (), first, why, None, now)
         failure = replica_failure(deployment, replicaset)
         if failure:
             return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
@@ -386,7 +398,7 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             first = _at_risk(s, pods, now, marked=False)
             if first is None:
                 return Step(Action.RESTORE, why, GAVE_UP, block=True)
-            return _kept(s, pods, first, why, None)
+            return _kept(s, pods, first, why, None, now)
         return Step(Action.WAIT)
     if replicas == s.surged and not s.evicted:
         return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
@@ -448,19 +460,32 @@ def _made_during(s: Surge, p: Pod) -> bool:
             and p.creation_time.timestamp() >= math.floor(s.started))
 
 
-def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod | None) -> Step:
+def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod | None, now: float) -> Step:
     """A scale-back now could delete ``first``, an original Ready pod (:func:`_at_risk`): the +1 is
     kept. When every pod made during the move is Ready, nothing changes that on its own (the order
     among Ready pods is stable: doubled-up pods, a lower deletion cost, Ready for longer): the newest
     of them is evicted (``EVICT_EXTRA``: the Eviction API, its PDB checked, held by the brakes and
     windows like any eviction). The ReplicaSet, still at the surged replicas, makes a pod for it, and
-    that one, not Ready yet, ranks first: the next settle scales back (each extra eviction spaced in
-    the reactor). Else (a pod made during the move not Ready yet) the move waits."""
+    that one, not Ready yet, ranks first: the next settle scales back. Such evictions are spaced by
+    :data:`EXTRA_SPACING_SECONDS` and capped at :data:`MAX_EXTRA_EVICTIONS` per move, both on the
+    move's ledger record (:attr:`Surge.extra`, :attr:`Surge.extra_at`: claimed by the ledger's
+    conditional write before the eviction is sent, so every process counts the same ones); past the
+    cap (the ReplicaSet's new pods kept being Ready before a run saw them) the move keeps the +1 and
+    says why: ended by the owner writing the replicas, the Deployment gone, or a later view that
+    allows the scale-back. Else (a pod made during the move not Ready yet) the move waits."""
     made = [p for p in pods if _made_during(s, p)]
     risk = (f"a scale-back could delete {first.namespace}/{first.name}, a Ready pod from before the move that the "
             "ReplicaSet may rank first")
     extra = max(made, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0, p.name), default=None)
     if extra is not None and all(pod_ready(p) for p in made):
+        if s.extra >= MAX_EXTRA_EVICTIONS:
+            return Step(Action.WAIT, f"{why}, and {risk}: kept at {s.surged} replicas, no pod evicted any more ("
+                        f"{s.extra} pods made during the move were evicted already, at most {MAX_EXTRA_EVICTIONS} per "
+                        "move: the ReplicaSet's new pods were Ready before a run saw them); the +1 stays until the "
+                        "owner writes the replicas, the Deployment is gone, or a run sees a scale-back that "
+                        "deletes no original pod", "", replacement)
+        if now - s.extra_at < EXTRA_SPACING_SECONDS:
+            return Step(Action.WAIT, "", "", replacement)  # the last one claimed a moment ago (by any process)
         return Step(Action.EVICT_EXTRA, f"{why}, and {risk}: kept at {s.surged} replicas, the extra pod "
                     f"{extra.namespace}/{extra.name} evicted (the ReplicaSet makes another for it, which, not Ready yet, "
                     "is the one a scale-back removes)", "", replacement, target=extra)

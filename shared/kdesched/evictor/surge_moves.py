@@ -134,7 +134,9 @@ def settle_moves(settled: Settled, carried: Sequence[Carried], now: float) -> tu
     """The ledger once the moves' steps were carried out: a move whose pod was evicted goes on (its
     eviction time recorded), an ended move leaves the ledger with its in-flight entry, and the
     cool-downs of a move that evicted nothing are taken back (as for an eviction that did not happen,
-    so the pod keeps the normal rules at once). Returns the settle and the moves that ended."""
+    so the pod keeps the normal rules at once), and a move that evicts a pod made during it counts
+    that eviction (:attr:`~kdesched.evictor.surge.Surge.extra`), sent once this ledger is written.
+    Returns the settle and the moves that ended."""
     ledger = settled.ledger
     surges = dict(ledger.surges)
     blocks = dict(ledger.surge_blocks)
@@ -142,10 +144,17 @@ def settle_moves(settled: Settled, carried: Sequence[Carried], now: float) -> tu
     workloads, nodes, node_by = dict(ledger.workloads), dict(ledger.nodes), dict(ledger.node_strategies)
     checked: list[CheckedMove] = []
     ended: list[Ended] = []
+    claimed = False
     for c in carried:
+        key, s, step = c.observed.key, c.observed.surge, c.step
+        if step.action == Action.EVICT_EXTRA:
+            # the eviction of a pod made during the move is claimed in the ledger first: the reactor
+            # sends it only once this write went through (a process whose write conflicts sends none)
+            surges[key] = replace(s, extra=s.extra + 1, extra_at=now)
+            claimed = True
+            continue
         if c.done is None:
             continue
-        key, s, step = c.observed.key, c.observed.surge, c.step
         if c.done:
             surges[key] = replace(s, evicted=now)
             continue
@@ -168,7 +177,7 @@ def settle_moves(settled: Settled, carried: Sequence[Carried], now: float) -> tu
                 del moves[key]
         checked.append(checked_move(key, s, step, now))
         ended.append(Ended(key, s, step.outcome, step.why))
-    if all(c.done is None for c in carried):
+    if not claimed and all(c.done is None for c in carried):
         return settled, ()
     new = replace(ledger, surges=surges, surge_blocks=blocks, moves=moves, workloads=workloads, nodes=nodes,
                   node_strategies=node_by)

@@ -228,6 +228,7 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
             if _write(store, read, new, run):
                 started_surges: Mapping[str, str] = {}
                 if surges is not None:
+                    surges.evict_claimed(new)  # only now: its claim is in the ledger (one process of all sends it)
                     surges.events.ended(ended)
                     if chosen is not None:
                         started_surges = surges.start(chosen)  # only now: the move is in the ledger first

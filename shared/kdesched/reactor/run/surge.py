@@ -41,7 +41,15 @@ from kdesched.engine import RunPlan
 from kdesched.evictor.ledger import Admission, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Verdict
-from kdesched.evictor.surge import Action, Fallback, NoSurge, Step, Surge
+from kdesched.evictor.surge import (
+    EXTRA_SPACING_SECONDS,
+    MAX_EXTRA_EVICTIONS,
+    Action,
+    Fallback,
+    NoSurge,
+    Step,
+    Surge,
+)
 from kdesched.evictor.surge_moves import (
     Candidate,
     Carried,
@@ -121,10 +129,10 @@ class Surges:
         self._late: dict[tuple[str, float], float] = {}
         # moves kept at +1 while their Deployment rolls out: when this process last said so
         self._told: dict[tuple[str, float], float] = {}
-        # moves kept at +1 that evict a pod made during the move (evictor.surge._kept): when this process
-        # last did, so that a ReplicaSet whose new pods keep being Ready before the scale-back costs one
-        # eviction every LATE_EVICT_SECONDS
-        self._extra: dict[tuple[str, float], float] = {}
+        # evictions of pods made during a move (evictor.surge._kept) this settle claimed in the ledger
+        # (workload -> the move's record as claimed, the step): sent by :meth:`evict_claimed` once the
+        # run's ledger write went through; spacing and cap are the record's (evictor.surge)
+        self._claimed: dict[str, tuple[Surge, Step]] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -142,8 +150,8 @@ class Surges:
             self._restored = {m: st for m, st in self._restored.items() if m in moves}
             self._late = {m: at for m, at in self._late.items() if m in moves}
             self._told = {m: at for m, at in self._told.items() if m in moves}
-            self._extra = {m: at for m, at in self._extra.items() if m in moves}
             self._evicted = {m: at for m, at in self._evicted.items() if m in moves}
+            self._claimed = {}  # (a claim of an earlier attempt whose ledger write was lost: never sent)
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
@@ -176,23 +184,19 @@ class Surges:
     def _spaced(self, o: Observed, step: Step, now: float) -> Step:
         """A move kept at +1 because a scale-back would delete an original pod (past its timeout, or its
         evicted pod not seen going) tries its eviction again every :data:`LATE_EVICT_SECONDS` in this
-        process, not at every run; one that evicts a pod made during the move for it (evictor.surge._kept)
-        does so as often. A move that waits saying why (kept at +1 while its Deployment rolls out, an
+        process, not at every run (one that evicts a pod made during the move is spaced by its ledger
+        record: evictor.surge._kept). A move that waits saying why (kept at +1 while its Deployment rolls out, an
         eviction held) says so as often (:meth:`_tell`)."""
         if step.action == Action.WAIT and step.why:
             self._tell(o, step, now)
-        extra = step.action == Action.EVICT_EXTRA
-        if not extra and (step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted)):
+        if step.action != Action.EVICT or (now < o.surge.deadline and not o.surge.evicted):
             return step
-        move, last = _move_of(o.surge), self._extra if extra else self._late
+        move = _move_of(o.surge)
         with self._lock:
-            if now - last.get(move, float("-inf")) < LATE_EVICT_SECONDS:
+            if now - self._late.get(move, float("-inf")) < LATE_EVICT_SECONDS:
                 return Step(Action.WAIT)
-            if len(last) < MAX_REMEMBERED:
-                last[move] = now
-        if extra:
-            log.info("surge-first move of %s: %s (at most every %gs)", o.key, step.why, LATE_EVICT_SECONDS)
-            return step
+            if len(self._late) < MAX_REMEMBERED:
+                self._late[move] = now
         if o.surge.evicted:
             log.info("surge-first move of %s: %s (every %gs until it is seen going)", o.key, step.why, LATE_EVICT_SECONDS)
             return step
@@ -260,8 +264,11 @@ class Surges:
                 return None  # refused (a PDB, another writer): the next run looks again
             return True  # the scale-back is the next settle's, once the pod is seen terminating (evictor.surge)
         if step.action == Action.EVICT_EXTRA:
-            _evict_extra(self.client, s, step)
-            return None  # the ledger stays: the next settle sees the pod going and judges the scale-back again
+            # claimed in the ledger by this settle (evictor.surge_moves.settle_moves), sent only once that
+            # write went through (:meth:`evict_claimed`): of several processes, the one whose write wins
+            with self._lock:
+                self._claimed[key] = (replace(s, extra=s.extra + 1, extra_at=now), step)
+            return None
         if step.action == Action.RESTORE:
             # (every RESTORE with the replicas at the surged value puts them back: kdesched's own value,
             # evictor.surge.advance; never while a rollout is under way)
@@ -272,6 +279,20 @@ class Surges:
             return False
         self._forget(s)  # END
         return False
+
+    def evict_claimed(self, written: Ledger) -> None:
+        """After the run's ledger write went through: send the evictions of pods made during a move
+        that its settle claimed (:meth:`_act`), each only if ``written`` (the ledger as written) holds
+        that very claim."""
+        with self._lock:
+            claimed, self._claimed = self._claimed, {}
+        for key, (s, step) in claimed.items():
+            rec = written.surges.get(key)
+            if rec is None or rec.uid != s.uid or rec.extra != s.extra or abs(rec.extra_at - s.extra_at) > 0.002:
+                continue
+            log.info("surge-first move of %s: %s (extra eviction %d of at most %d, at most one every %gs)", key,
+                     step.why, s.extra, MAX_EXTRA_EVICTIONS, EXTRA_SPACING_SECONDS)
+            _evict_extra(self.client, s, step)
 
     def _forget(self, s: Surge) -> None:
         with self._lock:
@@ -437,7 +458,8 @@ def _going(client: KubeClient, namespace: str, name: str, uid: str) -> bool:
 def _evict_extra(client: KubeClient, s: Surge, step: Step) -> None:
     """Evict ``step.target``, a pod made during the move, so that the scale-back removes the pod the
     ReplicaSet makes for it (evictor.surge._kept): the Eviction API (its PDB checked), preconditioned on
-    its uid, read first; one attempt, bounded. Nothing is recorded: the next settle judges again."""
+    its uid, read first; one attempt, bounded. Claimed in the ledger before (:meth:`Surges.evict_claimed`):
+    a refused one still counts towards the move's cap; the next settle judges again."""
     p = step.target
     if p is None:
         return
