@@ -74,7 +74,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kdesched.evictor.scale_down import ranked_before, ranked_before_all
@@ -100,6 +100,11 @@ BLOCK_SECONDS = 300.0
 # record (claimed by a conditional ledger write before the eviction is sent: one process of all
 # evicts); past the cap the +1 is kept (capacity, not availability) and the move says why
 EXTRA_SPACING_SECONDS = 30.0
+# "made during the move" compares a pod's creationTimestamp (the API server's clock, whole seconds)
+# with ``Surge.started`` (kdesched's estimate of that clock, reactor.md "One clock"): a pod created up
+# to this long before ``started`` still counts, so an estimate a little ahead does not hide the extra
+# pod (the move then found no replacement and, kept at +1, nothing to evict instead of a scale-back)
+MADE_DURING_TOLERANCE_SECONDS = 3.0
 MAX_EXTRA_EVICTIONS = 3
 
 
@@ -312,11 +317,10 @@ def own_pods(s: Surge, pods: Sequence[Pod]) -> list[Pod]:
 
 
 def replacement_of(s: Surge, pods: Sequence[Pod]) -> Pod | None:
-    """The surge pod: created in or after the second the move began (``creationTimestamp`` has one
-    second resolution), not the marked pod, Ready, on another node; the earliest such pod."""
-    second = math.floor(s.started)
-    found = [p for p in pods if p.uid != s.uid and not p.terminating and not p.terminal and p.creation_time is not None
-             and p.creation_time.timestamp() >= second and pod_ready(p) and p.node_name and p.node_name != s.node]
+    """The surge pod: created since the move began (:func:`_since_start`), not the marked pod, Ready,
+    on another node; the earliest such pod."""
+    found = [p for p in pods if p.uid != s.uid and not p.terminating and not p.terminal and _since_start(s, p)
+             and pod_ready(p) and p.node_name and p.node_name != s.node]
     return min(found, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0), default=None)
 
 
@@ -349,9 +353,10 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             # ReplicaSet's among Ready pods, which may put an original first (_at_risk). After a
             # rollout, every pod left was made during the move (by the rollout): one of them goes
             first = _at_risk(s, pods or (), now, marked=False)
+            done = Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
             if first is None:
-                return Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
-            return _kept(s, pods or (), first, f"{s.pod} is gone", replacement, now)
+                return done
+            return _kept(s, pods or (), first, f"{s.pod} is gone", replacement, now, done)
         return Step(Action.END, f"{s.pod} is gone", DONE, replacement)
     if mine:
         if s.evicted:
@@ -381,9 +386,10 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             # one not Ready); else the extra pod is evicted, and the one made for it placed anew (_kept)
             why = f"the extra pod {back.namespace}/{back.name} became Ready on node {s.node}, the node the move leaves"
             first = _at_risk(s, pods or (), now, marked=False)
+            wasted = Step(Action.RESTORE, why, GAVE_UP, block=True, wasted=True)
             if first is None:
-                return Step(Action.RESTORE, why, GAVE_UP, block=True, wasted=True)
-            return _kept(s, pods or (), first, why, None, now)
+                return wasted
+            return _kept(s, pods or (), first, why, None, now, wasted)
         failure = replica_failure(deployment, replicaset)
         if failure:
             return Step(Action.RESTORE, f"the ReplicaSet cannot create the extra pod ({failure})", GAVE_UP, block=True)
@@ -396,9 +402,10 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
                             f"scale-back would delete: kept at {s.surged} replicas until a run that reads them")
             # the extra pod is not Ready (or not made): it goes first, unless the order says otherwise
             first = _at_risk(s, pods, now, marked=False)
+            gave_up = Step(Action.RESTORE, why, GAVE_UP, block=True)
             if first is None:
-                return Step(Action.RESTORE, why, GAVE_UP, block=True)
-            return _kept(s, pods, first, why, None, now)
+                return gave_up
+            return _kept(s, pods, first, why, None, now, gave_up)
         return Step(Action.WAIT)
     if replicas == s.surged and not s.evicted:
         return Step(Action.END, f"the replicas of Deployment {s.deployment} were set to {replicas} by someone else "
@@ -454,13 +461,21 @@ def _at_risk(s: Surge, pods: Sequence[Pod], now: float, *, marked: bool) -> Pod 
 
 
 def _made_during(s: Surge, p: Pod) -> bool:
-    """Is ``p`` a live pod created since the move began (``creationTimestamp`` has one second
-    resolution), other than the marked one?"""
-    return (p.uid != s.uid and not p.terminating and not p.terminal and p.creation_time is not None
-            and p.creation_time.timestamp() >= math.floor(s.started))
+    """Is ``p`` a live pod created since the move began (:func:`_since_start`), other than the marked one?"""
+    return p.uid != s.uid and not p.terminating and not p.terminal and _since_start(s, p)
 
 
-def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod | None, now: float) -> Step:
+def _since_start(s: Surge, p: Pod) -> bool:
+    """Was ``p`` created in or after the second the move began (``creationTimestamp`` has one second
+    resolution), give or take :data:`MADE_DURING_TOLERANCE_SECONDS` between kdesched's estimate of the
+    API server's clock (``started``) and that clock? A pod made that little before the move counts as
+    made during it (docs/safety.md, Limits)."""
+    return (p.creation_time is not None
+            and p.creation_time.timestamp() >= math.floor(s.started) - MADE_DURING_TOLERANCE_SECONDS)
+
+
+def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod | None, now: float,
+          restore: Step) -> Step:
     """A scale-back now could delete ``first``, an original Ready pod (:func:`_at_risk`): the +1 is
     kept. When every pod made during the move is Ready, nothing changes that on its own (the order
     among Ready pods is stable: doubled-up pods, a lower deletion cost, Ready for longer): the newest
@@ -472,10 +487,16 @@ def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod 
     conditional write before the eviction is sent, so every process counts the same ones); past the
     cap (the ReplicaSet's new pods kept being Ready before a run saw them) the move keeps the +1 and
     says why: ended by the owner writing the replicas, the Deployment gone, or a later view that
-    allows the scale-back. Else (a pod made during the move not Ready yet) the move waits."""
+    allows the scale-back. Else (a pod made during the move not Ready yet) the move waits. With no pod
+    made during the move at all (none to evict; more pods than the original replicas all judged older
+    than the move), it waits until the move's deadline, then ends as ``restore``, the step the caller
+    takes when the check passes (the give-up's outcome, as before the check): not at +1 forever."""
     made = [p for p in pods if _made_during(s, p)]
     risk = (f"a scale-back could delete {first.namespace}/{first.name}, a Ready pod from before the move that the "
             "ReplicaSet may rank first")
+    if not made and now >= s.deadline:
+        return replace(restore, why=f"{restore.why} (no pod made during the move is seen to evict instead, past "
+                       f"the move's {s.deadline - s.started:g}s)")
     extra = max(made, key=lambda p: (p.creation_time.timestamp() if p.creation_time else 0.0, p.name), default=None)
     if extra is not None and all(pod_ready(p) for p in made):
         if s.extra >= MAX_EXTRA_EVICTIONS:
@@ -514,9 +535,8 @@ def _held(s: Surge, why: str, replacement: Pod | None) -> Step:
 def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:
     """A pod made by the surge that became Ready on the node the move leaves (a strategy whose node the
     scheduler does not avoid): the move cannot succeed."""
-    second = math.floor(s.started)
     return next((p for p in pods or () if p.uid != s.uid and p.node_name == s.node and not p.terminating
-                 and p.creation_time is not None and p.creation_time.timestamp() >= second and pod_ready(p)), None)
+                 and _since_start(s, p) and pod_ready(p)), None)
 
 
 def _rollout(s: Surge, deployment: DeploymentInfo, pods: Sequence[Pod] | None) -> bool:
