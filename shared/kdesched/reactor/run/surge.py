@@ -155,7 +155,9 @@ class Surges:
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
             return settled
-        observed = self._observe(settled.ledger, pods_of)
+        with self._lock:
+            evicted = dict(self._evicted)
+        observed = _observe(self.client, settled.ledger, pods_of, evicted)
         # a move this process already put back (a give-up whose ledger write then lost its race, the
         # settle tried again on the ledger as it was): it ends as it was decided, its block and
         # checked move kept, not re-judged as replicas put back by someone else
@@ -226,33 +228,6 @@ class Surges:
         self.events.post(o.key.split("/", 2)[1], o.surge.deployment, "SurgeMoveHeld",
                          f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}")
 
-    def _observe(self, ledger: Ledger, pods_of: Mapping[str, Sequence[Pod]] | None) -> list[Observed]:
-        """Each move's owners and pods as the cluster shows them now (a move whose owner cannot be read
-        is left for the next run). The eviction time this process remembers fills in a record that a
-        ledger write which lost its race did not keep: the next attempt neither evicts the pod again
-        nor takes it for alive, and writes it (:func:`~kdesched.evictor.surge_moves.remembered`)."""
-        out: list[Observed] = []
-        for key, s in ledger.surges.items():
-            namespace = key.split("/", 2)[1]
-            with self._lock:
-                if not s.evicted and _move_of(s) in self._evicted:
-                    s = replace(s, evicted=self._evicted[_move_of(s)])
-            try:
-                deployment = get_deployment(self.client, namespace, s.deployment)
-                replicaset = get_replicaset(self.client, namespace, s.replicaset) if deployment else None
-            except ApiError as exc:
-                log.warning("surge-first move of %s: cannot read its owner (%s); trying again at the next run", key, exc)
-                continue
-            pods = pods_of.get(key) if pods_of is not None else None
-            if pods is None and deployment is not None:
-                # a run that read one node's pods: the move is judged on the workload's own pods
-                try:
-                    pods = workload_pods(self.client, deployment)
-                except ApiError as exc:
-                    log.info("surge-first move of %s: cannot list its pods (%s)", key, exc)
-            out.append(Observed(key, s, deployment, replicaset, pods))
-        return out
-
     def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None, now: float) -> bool | None:
         """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
         the move goes on (evicted), False when it ended."""
@@ -313,8 +288,8 @@ class Surges:
         wanted = candidates(plan.evictions, plan.refusals, plan.pacing)
         if not wanted:
             return Chosen(plan)
-        owners = self._read_owners(wanted, owners_to_read(wanted, ledger, now))
-        listed = None if complete else self._list_pods(owners)
+        owners = _read_owners(self.client, wanted, owners_to_read(wanted, ledger, now))
+        listed = None if complete else _list_pods(self.client, owners)
         choice = choose(wanted, owners, ledger, snapshot, now, self.timeout_seconds, admit, listed)
         for c, why in choice.fallbacks:
             m.SURGE_FALLBACKS.labels(why.reason.value).inc()
@@ -328,34 +303,6 @@ class Surges:
         new = replace(plan, evictions=rest.evictions, refusals=rest.refusals,
                       pacing=replace(plan.pacing, steps=rest.steps))
         return Chosen(new, rest.admissions, dict(choice.surges), dict(wanted), choice.fallbacks)
-
-    def _list_pods(self, owners: Mapping[str, Owners]) -> dict[str, Sequence[Pod] | None]:
-        """Each read Deployment's pods (:func:`~kdesched.kube.owners.workload_pods`); None where they
-        cannot be listed (a selector that is not a plain label match, a failed LIST)."""
-        out: dict[str, Sequence[Pod] | None] = {}
-        for key, (deployment, _) in owners.items():
-            if deployment is None:
-                continue
-            try:
-                out[key] = workload_pods(self.client, deployment)
-            except ApiError as exc:
-                log.info("surge-first move of %s: cannot list its pods: %s", key, exc)
-                out[key] = None
-        return out
-
-    def _read_owners(self, wanted: Mapping[str, Candidate], keys: Sequence[str]) -> dict[str, Owners]:
-        """The Deployment and ReplicaSet of each workload of ``keys`` (None where gone); a workload
-        whose owners cannot be read is left out (it falls back to the normal rules)."""
-        out: dict[str, Owners] = {}
-        for key in keys:
-            pod = wanted[key].pod
-            ref = controller_ref(pod)
-            try:
-                deployment = get_deployment(self.client, pod.namespace, key.split("/", 2)[2])
-                out[key] = (deployment, get_replicaset(self.client, pod.namespace, ref.name) if ref else None)
-            except ApiError as exc:
-                log.info("surge-first move of %s: cannot read its owner: %s", key, exc)
-        return out
 
     # -- after the ledger write: begin ------------------------------------------------------------
     def start(self, chosen: Chosen) -> dict[str, str]:
@@ -438,6 +385,65 @@ class SurgeEvents:
                     self._events.clear()
         api = "apps/v1" if kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet") else "batch/v1"
         self.client.create_event(namespace=namespace, name=name, reason=reason, note=note, kind=kind, api_version=api)
+
+
+def _observe(client: KubeClient, ledger: Ledger, pods_of: Mapping[str, Sequence[Pod]] | None,
+             evicted: Mapping[tuple[str, float], float]) -> list[Observed]:
+    """Each move's owners and pods as the cluster shows them now (a move whose owner cannot be read
+    is left for the next run). ``evicted``: the eviction times this process remembers (by the move),
+    which fill in a record that a ledger write which lost its race did not keep: the next attempt
+    neither evicts the pod again nor takes it for alive, and writes it
+    (:func:`~kdesched.evictor.surge_moves.remembered`)."""
+    out: list[Observed] = []
+    for key, s in ledger.surges.items():
+        namespace = key.split("/", 2)[1]
+        if not s.evicted and _move_of(s) in evicted:
+            s = replace(s, evicted=evicted[_move_of(s)])
+        try:
+            deployment = get_deployment(client, namespace, s.deployment)
+            replicaset = get_replicaset(client, namespace, s.replicaset) if deployment else None
+        except ApiError as exc:
+            log.warning("surge-first move of %s: cannot read its owner (%s); trying again at the next run", key, exc)
+            continue
+        pods = pods_of.get(key) if pods_of is not None else None
+        if pods is None and deployment is not None:
+            # a run that read one node's pods: the move is judged on the workload's own pods
+            try:
+                pods = workload_pods(client, deployment)
+            except ApiError as exc:
+                log.info("surge-first move of %s: cannot list its pods (%s)", key, exc)
+        out.append(Observed(key, s, deployment, replicaset, pods))
+    return out
+
+
+def _list_pods(client: KubeClient, owners: Mapping[str, Owners]) -> dict[str, Sequence[Pod] | None]:
+    """Each read Deployment's pods (:func:`~kdesched.kube.owners.workload_pods`); None where they
+    cannot be listed (a selector that is not a plain label match, a failed LIST)."""
+    out: dict[str, Sequence[Pod] | None] = {}
+    for key, (deployment, _) in owners.items():
+        if deployment is None:
+            continue
+        try:
+            out[key] = workload_pods(client, deployment)
+        except ApiError as exc:
+            log.info("surge-first move of %s: cannot list its pods: %s", key, exc)
+            out[key] = None
+    return out
+
+
+def _read_owners(client: KubeClient, wanted: Mapping[str, Candidate], keys: Sequence[str]) -> dict[str, Owners]:
+    """The Deployment and ReplicaSet of each workload of ``keys`` (None where gone); a workload
+    whose owners cannot be read is left out (it falls back to the normal rules)."""
+    out: dict[str, Owners] = {}
+    for key in keys:
+        pod = wanted[key].pod
+        ref = controller_ref(pod)
+        try:
+            deployment = get_deployment(client, pod.namespace, key.split("/", 2)[2])
+            out[key] = (deployment, get_replicaset(client, pod.namespace, ref.name) if ref else None)
+        except ApiError as exc:
+            log.info("surge-first move of %s: cannot read its owner: %s", key, exc)
+    return out
 
 
 def _going(client: KubeClient, namespace: str, name: str, uid: str) -> bool:
