@@ -298,7 +298,7 @@ def test_a_pod_not_seen_going_after_its_eviction_is_not_scaled_back_over_an_orig
     assert ranked_before(sibling, pods, now) is None
     step = advance(s, dep(3, generation=6), RS, pods, now)
     assert step.action != Action.RESTORE, f"scaled back over {sibling.name}: {step.why}"
-    assert step.action == Action.EVICT and "web-0" in step.why and "kept at 3" in step.why
+    assert step.action == Action.EVICT and "kept at 3" in step.why
     assert advance(s, dep(3, generation=6), RS, pods, T0 + 20).action == Action.WAIT  # within the grace
 
 

@@ -39,6 +39,7 @@ class StubClient:
     def __init__(self, replicas: int, generation: int = 6, failure: str = "", conflict: bool = False) -> None:
         self.replicas, self.generation, self.failure, self.conflict = replicas, generation, failure, conflict
         self.calls: list[tuple[str, Any]] = []
+        self.pods: list[Pod] = []  # the workload's pods a LIST returns now (read again before a scale-back)
 
     def list_raw(self, kind: str, *, namespace: str | None = None, field_selector: str = "",
                  **_: Any) -> ListResult:
@@ -79,7 +80,7 @@ class StubClient:
         return True
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Pod]:
-        return []
+        return list(self.pods)
 
 
 PODS: dict[str, Pod] = {}  # the pods the API server holds, by name (the last web() of the name)
@@ -132,8 +133,10 @@ def test_a_ready_replacement_evicts_the_pod_and_the_scale_back_waits_until_it_is
     assert [c for c in client.calls if c[0] != "event"] == [("evict", ("web-1", old.uid))]
     assert out.surges_changed and out.ledger.surges[KEY].evicted == T0 + 5 and not ended
     assert out.ledger.moves[KEY].inflight  # still in flight until the pod is seen gone
-    # the next run sees it terminating: now the replicas go back, on the version read
+    # the next run sees it terminating: now the replicas go back, on the version read (the pods read
+    # again just before)
     going = replace(old, deletion_time=NOW)
+    client.pods = [going, new]
     out = driver.advance(Settled(out.ledger), {KEY: [going, new]}, T0 + 6, ended)
     assert [c for c in client.calls if c[0] != "event"][-1] == ("scale", (1, "41"))
     assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
@@ -152,6 +155,7 @@ def test_the_pod_gone_ends_the_move_done_with_a_checked_move() -> None:
 def test_a_quota_gives_up_restores_blocks_and_takes_the_cool_downs_back() -> None:
     old = web("web-1", "node-a")
     client = StubClient(2, failure='pods "web-x" is forbidden: exceeded quota: one-pod')
+    client.pods = [old]
     ended: list[Ended] = []
     out = surges(client).advance(Settled(moving(old)), {KEY: [old]}, T0 + 2, ended)
     assert ("scale", (1, "41")) in client.calls and not [c for c in client.calls if c[0] == "evict"]
@@ -183,6 +187,7 @@ def test_a_brake_or_closed_window_holds_the_eviction_then_the_timeout_restores()
     old, new = web("web-1", "node-a"), web("web-2", "spare-1", created=2)
     braked = Verdict(Reason.HEALTH_BRAKE, "health brake: 3 of 10 nodes are NotReady")
     client = StubClient(2)
+    client.pods = [old, new]
     ended: list[Ended] = []
     out = surges(client).advance(Settled(moving(old)), {KEY: [old, new]}, T0 + 5, ended, hold=lambda e: braked)
     assert not client.calls and not out.surges_changed  # nothing evicted while braked: the move waits

@@ -20,7 +20,7 @@ leaves it on the node forever. With the stock controllers a move can cost nothin
    checked (:func:`_at_risk`), and where it would, the newest pod made during the move is evicted
    first (:func:`_kept`). A pod still not seen going :data:`SCALE_DOWN_GRACE_SECONDS` after
    its eviction was accepted (a lagging snapshot, an eviction that did not take) is scaled back over
-   only when the ReplicaSet certainly deletes it or a pod made during the move
+   only when the ReplicaSet certainly deletes a pod made during the move
    (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried again.
 
 Why not the ``controller.kubernetes.io/pod-deletion-cost`` way (mark the pod, scale up, scale back
@@ -62,8 +62,9 @@ The owner changing underneath (docs/safety.md, "Surge-first moves"):
   given up likewise, but only when the scale-back removes the extra pod
   (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried on;
 * **the evicted pod not seen going** :data:`SCALE_DOWN_GRACE_SECONDS` after its accepted eviction:
-  scaled back (the move ends overridden) only when the ReplicaSet's order puts that pod or a pod
-  made during the move first; else the +1 is kept and the eviction tried again (which reads the pod
+  scaled back (the move ends overridden) only when the ReplicaSet's order puts a pod made during the
+  move first (that pod is never counted: the view lags; the reactor decides again on the pods read
+  then); else the +1 is kept and the eviction tried again (which reads the pod
   first), ended by the pod seen going (scaled back: done), the order changing, or the owner taking
   the replicas over. No time limit: kept, it costs capacity; scaled back, it could delete an
   original pod behind the Eviction API.
@@ -433,16 +434,20 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
 def _not_seen_going(s: Surge, pods: Sequence[Pod] | None, replacement: Pod | None, now: float) -> Step:
     """The marked pod still looks alive :data:`SCALE_DOWN_GRACE_SECONDS` after kdesched's accepted
     eviction (a snapshot or watch cache lagging, an eviction that did not take). The scale-back goes
-    ahead only when the ReplicaSet certainly deletes that pod or one made during the move
+    ahead only when the ReplicaSet certainly deletes one made during the move
     (:mod:`kdesched.evictor.scale_down`); else the +1 is kept and the eviction tried again (it reads
     the pod first: one already going is not evicted twice), until the pod is seen going (the
     scale-back, done), the order allows it, or the owner takes the replicas over."""
     late = f"{s.pod} was still there {now - s.evicted:.0f}s after its eviction"
-    first = _at_risk(s, pods, now, marked=True) if pods is not None else None
+    # (the marked pod is never counted as one the ReplicaSet may delete here: this path runs because the
+    # view lags, and in the cluster the pod is terminating and not counted; the reactor re-reads the pod
+    # and the workload's pods before it carries out this scale-back, reactor.run.surge._rejudged)
+    first = _at_risk(s, pods, now, marked=False) if pods is not None else None
     if pods is not None and first is None:
         return Step(Action.RESTORE, late, OVERRIDDEN)
-    risk = (f"a scale-back could delete {first.namespace}/{first.name}, an original pod the ReplicaSet may rank "
-            "first" if first is not None else "its pods are not known, so neither is the pod a scale-back would delete")
+    risk = ("its pods are not known, so neither is the pod a scale-back would delete" if first is None else
+            f"a scale-back could delete {first.namespace}/{first.name}, an original pod the ReplicaSet may rank first"
+            + (" (in the cluster it may be terminating already, and not counted)" if first.uid == s.uid else ""))
     return Step(Action.EVICT, f"{late}, and {risk}: kept at {s.surged} replicas, its eviction tried again", "",
                 replacement)
 

@@ -161,10 +161,11 @@ class Surges:
         # a move this process already put back (a give-up whose ledger write then lost its race, the
         # settle tried again on the ledger as it was): it ends as it was decided, its block and
         # checked move kept, not re-judged as replicas put back by someone else
-        steps = [(o, self._spaced(o, replace(restored[_move_of(o.surge)], action=Action.END)
-                                  if _move_of(o.surge) in restored
-                                  else next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now))
-                 for o in observed]
+        def decide(o: Observed) -> Step:
+            return self._spaced(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now)
+
+        steps = [(o, self._spaced(o, replace(restored[_move_of(o.surge)], action=Action.END), now))
+                 if _move_of(o.surge) in restored else _rejudged(self.client, o, decide(o), decide) for o in observed]
         carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment, now)) for o, step in steps]
         with self._lock:
             for c in carried:
@@ -414,6 +415,30 @@ def _observe(client: KubeClient, ledger: Ledger, pods_of: Mapping[str, Sequence[
                 log.info("surge-first move of %s: cannot list its pods (%s)", key, exc)
         out.append(Observed(key, s, deployment, replicaset, pods))
     return out
+
+
+def _rejudged(client: KubeClient, o: Observed, step: Step, decide: Callable[[Observed], Step]) -> tuple[Observed, Step]:
+    """A scale-back (a RESTORE with the replicas still kdesched's) is decided again on the cluster as it
+    is now, before it is carried out: the marked pod read live (:func:`_going`) and the workload's pods
+    listed (:func:`~kdesched.kube.owners.workload_pods`). The run's view may lag: the 30 s path
+    (evictor.surge._not_seen_going) runs only because it still shows the evicted pod alive, and a view
+    older than the ReplicaSet's new pod hides it Ready; scaled back on such a view, the ReplicaSet may
+    delete a Ready original, past the PDB, brakes and windows. Unreadable: the move waits."""
+    if step.action != Action.RESTORE or o.deployment is None or o.deployment.replicas != o.surge.surged:
+        return o, step
+    namespace, _, name = o.surge.pod.partition("/")
+    try:
+        going = _going(client, namespace, name, o.surge.uid)
+        pods = workload_pods(client, o.deployment)
+    except ApiError as exc:
+        log.info("surge-first move of %s: cannot read its pods before the scale-back (%s); trying again at the "
+                 "next run", o.key, exc)
+        return o, Step(Action.WAIT)
+    if pods is None:  # (a selector a LIST cannot express: the run's complete snapshot is all there is)
+        return o, step
+    # (read gone or terminating: a pod LIST served from a cache may still show it alive)
+    fresh = replace(o, pods=[p for p in pods if not (going and p.uid == o.surge.uid)])
+    return fresh, decide(fresh)
 
 
 def _list_pods(client: KubeClient, owners: Mapping[str, Owners]) -> dict[str, Sequence[Pod] | None]:
