@@ -133,11 +133,13 @@ def test_a_ready_replacement_evicts_the_pod_and_the_scale_back_waits_until_it_is
     assert [c for c in client.calls if c[0] != "event"] == [("evict", ("web-1", old.uid))]
     assert out.surges_changed and out.ledger.surges[KEY].evicted == T0 + 5 and not ended
     assert out.ledger.moves[KEY].inflight  # still in flight until the pod is seen gone
-    # the next run sees it terminating: now the replicas go back, on the version read (the pods read
-    # again just before)
+    # the next run sees it terminating, and the ReplicaSet's pod for it (proof the ReplicaSet saw it
+    # going): now the replicas go back, on the version read
     going = replace(old, deletion_time=NOW)
-    client.pods = [going, new]
     out = driver.advance(Settled(out.ledger), {KEY: [going, new]}, T0 + 6, ended)
+    assert [c for c in client.calls if c[0] != "event"][-1] == ("evict", ("web-1", old.uid)) and not ended
+    client.pods = [going, new, web("web-3", "spare-2", created=6)]
+    out = driver.advance(Settled(out.ledger), {KEY: client.pods}, T0 + 7, ended)
     assert [c for c in client.calls if c[0] != "event"][-1] == ("scale", (1, "41"))
     assert [e.outcome for e in ended] == ["done"] and KEY not in out.ledger.surges
 

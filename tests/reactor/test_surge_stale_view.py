@@ -1,6 +1,6 @@
-"""Surge-first scale-backs judged on a view that lags the cluster (evictor.surge._not_seen_going;
-reactor.run.surge._rejudged). Adapted from the review of af8a868..a50aa1c (/tmp/review11.md,
-finding 1)."""
+"""Surge-first scale-backs judged on a view that lags the cluster (evictor.surge._not_seen_going,
+_unseen; reactor.run.surge._rejudged). Adapted from the review of af8a868..a50aa1c (/tmp/review11.md,
+findings 1 and 4)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from kdesched.evictor.ledger import Settled
 from kdesched.evictor.scale_down import ranked_before_all
+from kdesched.evictor.surge import SCALE_DOWN_GRACE_SECONDS
 from kdesched.reactor.run.surge import Ended
 
 from tests.builders import NOW
@@ -68,3 +69,38 @@ def test_the_30s_scale_back_goes_ahead_when_the_pods_read_now_allow_it() -> None
     stale_view[3] = web(Api(), "web-9", "spare-1", created=2, ready=False)
     driver.advance(Settled(ledger), {KEY: stale_view}, T0 + 37, ended)
     assert api.replicas == 3 and scales(api)[-1] == 3
+
+
+def test_the_pod_gone_scale_back_waits_for_the_pod_made_for_it() -> None:
+    """A view a few seconds old shows web-1 terminating but not web-10, the ReplicaSet's pod for it,
+    already Ready: scaled back on it, the ReplicaSet deletes web-2 or web-3 (doubled up). Until a pod
+    beyond the original replicas is seen (proof the ReplicaSet saw web-1 going), the move waits. (The
+    pods read again before a scale-back, finding 1's fix, catch this one too: the check then sees
+    web-10 Ready.)"""
+    api = Api(replicas=3)
+    old, (driver, ledger), ended = _evicted_web1(api)
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    view = list(api.pods.values())  # web-1 terminating, web-2, web-3, web-9: no pod for web-1 yet
+    web(api, "web-10", "spare-2", created=7)  # in the cluster: made and Ready at T0 + 10
+    now = T0 + 12
+    truth = [p for p in api.pods.values() if not p.terminating]
+    first = ranked_before_all([api.pods["web-9"], api.pods["web-10"]], truth, now)
+    assert first is not None and first.name in ("web-2", "web-3")
+    driver.advance(Settled(ledger), {KEY: view}, now, ended)
+    assert api.replicas == 4, f"scaled back while the ReplicaSet deletes {first.name}"
+
+
+def test_the_pod_gone_scale_back_waits_until_the_replicaset_saw_it_going_then_at_most_the_grace() -> None:
+    """The pods read now show web-1 terminating and no pod made for it. The ReplicaSet may not have
+    seen web-1 going yet (its informer lagging behind kdesched's read): it still counts web-1 and a
+    scale-back makes it delete a doubled-up Ready sibling, the race step 3 of docs/safety.md waits
+    for. So the move waits (this scaled back at T0 + 8 before). If the ReplicaSet never makes the pod
+    (a quota, say), SCALE_DOWN_GRACE_SECONDS after the eviction it has surely observed web-1 going,
+    and the scale-back goes ahead."""
+    api = Api(replicas=3)
+    old, (driver, ledger), ended = _evicted_web1(api)
+    api.pods["web-1"] = replace(old, deletion_time=NOW)
+    ledger = run(driver, ledger, api, T0 + 8, ended)
+    assert api.replicas == 4 and KEY in ledger.surges
+    run(driver, ledger, api, T0 + 6 + SCALE_DOWN_GRACE_SECONDS, ended)
+    assert api.replicas == 3 and [e.outcome for e in ended] == ["done"]

@@ -15,7 +15,8 @@ leaves it on the node forever. With the stock controllers a move can cost nothin
    one more); that pod, not Ready yet, is the first the ReplicaSet removes. Not at the moment of the
    eviction: a ReplicaSet that has not seen the eviction yet counts the evicted pod as active and
    removes one of its Ready siblings (seen on the real control plane: 3 pods of a namespace down at
-   once where its budget allowed 2). Not once the pod made for it is Ready either (a late settle):
+   once where its budget allowed 2). Nor before the ReplicaSet's pod for it is seen (proof that it saw
+   the eviction), at most :data:`SCALE_DOWN_GRACE_SECONDS` after it (:func:`_unseen`). Not once the pod made for it is Ready either (a late settle):
    the ReplicaSet then chooses among Ready pods and may delete an original one; the scale-back is
    checked (:func:`_at_risk`), and where it would, the newest pod made during the move is evicted
    first (:func:`_kept`). A pod still not seen going :data:`SCALE_DOWN_GRACE_SECONDS` after
@@ -356,6 +357,10 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
             # first; once it is Ready (a late settle: a crash, a paused process) the order is the
             # ReplicaSet's among Ready pods, which may put an original first (_at_risk). After a
             # rollout, every pod left was made during the move (by the rollout): one of them goes
+            if _unseen(s, pods or (), now):
+                # the ReplicaSet's pod for it is not seen yet: neither is proof that the ReplicaSet saw
+                # the pod going (_unseen); the scale-back waits
+                return Step(Action.WAIT, "", "", replacement)
             first = _at_risk(s, pods or (), now, marked=False)
             done = Step(Action.RESTORE, f"{s.pod} is gone", DONE, replacement)
             if first is None:
@@ -466,6 +471,19 @@ def _at_risk(s: Surge, pods: Sequence[Pod], now: float, *, marked: bool) -> Pod 
         return None
     spare = [p for p in active if (marked and p.uid == s.uid) or _made_during(s, p)]
     return ranked_before_all(spare, active, now, ready_only=True)
+
+
+def _unseen(s: Surge, pods: Sequence[Pod], now: float) -> bool:
+    """The marked pod is seen going, but not yet that the ReplicaSet saw it: fewer live pods than the
+    surged replicas (the ReplicaSet, no longer counting the pod, makes one for it at once). Scaled back
+    before then, a view older than that pod's start-up (a node run's LIST, a lagging cache) hides it
+    Ready, or a ReplicaSet whose informer lags still counts the marked pod and deletes a Ready sibling.
+    (Not "a pod created after the pod's deletion": ``deletionTimestamp`` is the deletion plus its grace
+    period, and ``evicted`` is on kdesched's clock.) Bounded: :data:`SCALE_DOWN_GRACE_SECONDS` after
+    the eviction (or, not evicted by kdesched, after the move began) the ReplicaSet has surely observed
+    the pod, and the scale-back is judged on the view as it is (a pod it cannot make, a quota)."""
+    active = [p for p in pods if not p.terminating and not p.terminal]
+    return len(active) < s.surged and now - (s.evicted or s.started) < SCALE_DOWN_GRACE_SECONDS
 
 
 def _made_during(s: Surge, p: Pod) -> bool:
