@@ -168,3 +168,22 @@ def drive(driver: Surges, ledger: Ledger, api: Api, start: float, ended: list[En
         ledger = run(driver, ledger, api, now, ended)
         now += 1.0
     return ledger
+
+
+def evictions_of(api: Api) -> list[str]:
+    """The pods evicted through ``api``, in order."""
+    return [c[1] for c in api.calls if c[0] == "evict"]
+
+
+def three_on_node_a_evicted(api: Api, *, first_created: float = -3600) -> tuple[Pod, Surges, Ledger, list[Ended]]:
+    """3 replicas on node-a (web-1, ``first_created``, moved; web-2, web-3), the extra pod web-9 Ready
+    on spare-1, web-1 evicted at T0 + 6: the old pod, the driver, the ledger, the moves ended."""
+    old = web(api, "web-1", "node-a", created=first_created)
+    web(api, "web-2", "node-a")
+    web(api, "web-3", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-9", "spare-1", created=2)
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 6, ended)
+    assert evictions_of(api) == ["web-1"] and api.replicas == 4
+    return old, driver, ledger, ended

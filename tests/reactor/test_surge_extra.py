@@ -12,11 +12,8 @@ from kdesched.evictor.surge import MAX_EXTRA_EVICTIONS, Surge
 from kdesched.reactor.run.surge import Ended, Surges
 
 from tests.builders import NOW
-from tests.reactor.surge_api import KEY, T0, Api, begun, run, web
-
-
-def evicted(api: Api) -> list[str]:
-    return [c[1] for c in api.calls if c[0] == "evict"]
+from tests.reactor.surge_api import KEY, T0, Api, run, three_on_node_a_evicted, web
+from tests.reactor.surge_api import evictions_of as evicted
 
 
 class FastApi(Api):
@@ -39,14 +36,7 @@ def late_settle(api: Api) -> tuple[Surges, Ledger, list[Ended]]:
     """3 replicas on node-a (web-1 Ready for the shortest time), the extra pod web-9 Ready on spare-1,
     web-1 evicted at T0 + 6; then the move's settles come late: web-1 terminating and the ReplicaSet's
     pod for it, web-10, Ready on spare-2."""
-    old = web(api, "web-1", "node-a", created=-100)
-    web(api, "web-2", "node-a")
-    web(api, "web-3", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-9", "spare-1", created=2)
-    ended: list[Ended] = []
-    ledger = run(driver, ledger, api, T0 + 6, ended)
-    assert evicted(api) == ["web-1"] and api.replicas == 4
+    old, driver, ledger, ended = three_on_node_a_evicted(api, first_created=-100)
     api.pods["web-1"] = replace(old, deletion_time=NOW)
     web(api, "web-10", "spare-2", created=7)
     return driver, ledger, ended

@@ -16,27 +16,17 @@ from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.reactor.run.surge import LATE_EVICT_SECONDS, Ended, Surges
 
 from tests.builders import NOW
-from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
+from tests.reactor.surge_api import KEY, T0, Api, begun, drive, three_on_node_a_evicted, web
+from tests.reactor.surge_api import evictions_of as evicted
 
 BRAKE = Verdict(Reason.HEALTH_BRAKE, "health brake: 1 of 3 nodes (33%) are NotReady")
-
-
-def evicted(api: Api) -> list[str]:
-    return [c[1] for c in api.calls if c[0] == "evict"]
 
 
 def evicted_then_late() -> tuple[Api, Surges, Ledger, list[Ended]]:
     """3 replicas on node-a; web-1 evicted at T0 + 6 (the extra pod web-9 Ready on spare-1). The next
     settle comes late: web-1 is terminating and the ReplicaSet's pod for it, web-10, Ready on spare-2."""
     api = Api(replicas=3)
-    old = web(api, "web-1", "node-a")
-    web(api, "web-2", "node-a")
-    web(api, "web-3", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-9", "spare-1", created=2)
-    ended: list[Ended] = []
-    ledger = run(driver, ledger, api, T0 + 6, ended)
-    assert evicted(api) == ["web-1"] and api.replicas == 4
+    old, driver, ledger, ended = three_on_node_a_evicted(api)
     api.pods["web-1"] = replace(old, deletion_time=NOW)
     web(api, "web-10", "spare-2", created=6)
     return api, driver, ledger, ended

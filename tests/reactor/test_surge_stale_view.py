@@ -13,11 +13,7 @@ from kdesched.evictor.surge import SCALE_DOWN_GRACE_SECONDS
 from kdesched.reactor.run.surge import Ended
 
 from tests.builders import NOW
-from tests.reactor.surge_api import KEY, T0, Api, begun, run, web
-
-
-def evicted(api: Api) -> list[str]:
-    return [c[1] for c in api.calls if c[0] == "evict"]
+from tests.reactor.surge_api import KEY, T0, Api, run, three_on_node_a_evicted, web
 
 
 def scales(api: Api) -> list[int]:
@@ -27,14 +23,7 @@ def scales(api: Api) -> list[int]:
 def _evicted_web1(api: Api) -> tuple[Any, Any, list[Ended]]:
     """3 replicas: web-1 (Ready for less time than its siblings), web-2, web-3 all on node-a; the extra
     pod web-9 Ready on spare-1; web-1 evicted at T0 + 6."""
-    old = web(api, "web-1", "node-a", created=-100)
-    web(api, "web-2", "node-a")
-    web(api, "web-3", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-9", "spare-1", created=2)
-    ended: list[Ended] = []
-    ledger = run(driver, ledger, api, T0 + 6, ended)
-    assert evicted(api) == ["web-1"] and api.replicas == 4
+    old, driver, ledger, ended = three_on_node_a_evicted(api, first_created=-100)
     return old, (driver, ledger), ended
 
 
