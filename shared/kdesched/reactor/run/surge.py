@@ -161,11 +161,11 @@ class Surges:
         # a move this process already put back (a give-up whose ledger write then lost its race, the
         # settle tried again on the ledger as it was): it ends as it was decided, its block and
         # checked move kept, not re-judged as replicas put back by someone else
-        def decide(o: Observed) -> Step:
+        def step_of(o: Observed) -> Step:
             return self._spaced(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now)
 
         steps = [(o, self._spaced(o, replace(restored[_move_of(o.surge)], action=Action.END), now))
-                 if _move_of(o.surge) in restored else _rejudged(self.client, o, decide(o), decide) for o in observed]
+                 if _move_of(o.surge) in restored else _rejudged(self.client, o, step_of(o), step_of) for o in observed]
         carried = [Carried(o, step, self._act(o.key, o.surge, step, o.deployment, now)) for o, step in steps]
         with self._lock:
             for c in carried:
@@ -417,7 +417,7 @@ def _observe(client: KubeClient, ledger: Ledger, pods_of: Mapping[str, Sequence[
     return out
 
 
-def _rejudged(client: KubeClient, o: Observed, step: Step, decide: Callable[[Observed], Step]) -> tuple[Observed, Step]:
+def _rejudged(client: KubeClient, o: Observed, step: Step, step_of: Callable[[Observed], Step]) -> tuple[Observed, Step]:
     """A scale-back (a RESTORE with the replicas still kdesched's) is decided again on the cluster as it
     is now, before it is carried out: the marked pod read live (:func:`_going`) and the workload's pods
     listed (:func:`~kdesched.kube.owners.workload_pods`). The run's view may lag: the 30 s path
@@ -438,7 +438,7 @@ def _rejudged(client: KubeClient, o: Observed, step: Step, decide: Callable[[Obs
         return o, step
     # (read gone or terminating: a pod LIST served from a cache may still show it alive)
     fresh = replace(o, pods=[p for p in pods if not (going and p.uid == o.surge.uid)])
-    return fresh, decide(fresh)
+    return fresh, step_of(fresh)
 
 
 def _list_pods(client: KubeClient, owners: Mapping[str, Owners]) -> dict[str, Sequence[Pod] | None]:
