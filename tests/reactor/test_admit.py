@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -34,20 +34,11 @@ from kdesched.strategies.framework import PlannedEviction
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 READY = [{"type": "Ready", "status": "True"}]
 KEY = "Deployment/default/web"
-STARTED: list[Reactor] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def reactor(kube: KubeClient, identity: str = "test", **kw: Any) -> Reactor:

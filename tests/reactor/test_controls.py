@@ -6,7 +6,6 @@ On the real control plane: tests/realk8s/test_controls.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,11 +26,11 @@ from kdesched.reactor.run.settings import parse_settings
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 READY = [{"type": "Ready", "status": "True"}]
 TAINTS = "RemovePodsViolatingNodeTaints"
-STARTED: list[Reactor] = []
 THU_10 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC).timestamp()
 
 
@@ -41,15 +40,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def reactor(kube: KubeClient, clock: Clock, *, loader: SnapshotLoader = default_loader, **block: Any) -> Reactor:

@@ -16,10 +16,8 @@ no surge-first move and the node nothing to evict, or the brake is off (the chea
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kdesched.evictor.ledger import InFlight, Ledger, Move
 from kdesched.evictor.surge import Surge
 from kdesched.kube.client import KubeClient
@@ -33,20 +31,11 @@ from kdesched.reactor.run.settings import parse_settings
 from tests.builders import NOW, node_obj, pdb_obj, pod, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 from tests.reactor.test_surge import KEY, READY, StubClient, quick_reactor, surges, web
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 STRATEGY = "RemovePodsViolatingNodeTaints"
-STARTED: list[Reactor] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def cluster(fake_api: FakeApiServer, kube: KubeClient, down: int, *objs: dict[str, Any],

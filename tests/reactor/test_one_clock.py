@@ -8,7 +8,6 @@ tests/realk8s/test_clock_skew.py."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,19 +23,10 @@ from kdesched.reactor.run.settings import parse_settings
 
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 from tests.reactor.test_admit import ledger_of, pool
 
 HOUR = 3600.0
-STARTED: list[Reactor] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def server_now(fake: FakeApiServer) -> float:

@@ -5,7 +5,6 @@ cool-downs hold."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,21 +26,11 @@ from kdesched.reactor.run.settings import parse_settings
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 
 
-STARTED: list[Reactor] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    """Paced repeats run on timers: stop every reactor a test made before its fake API server goes."""
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def reactor(kube: KubeClient, block: dict[str, Any] | None = None, **kw: Any) -> Reactor:

@@ -12,31 +12,18 @@ that was never evicted. Now the attempt that decides again writes the remembered
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.reactor.io.ledger_store import record_name
 from kdesched.reactor.run.runner import Reactor
 
 from tests.fakeapi import FakeApiServer
 from tests.reactor.test_health_brake_surge_settle import (
-    STARTED,
     cluster,
     evictions,
     surge_under_way,
     taint_event,
 )
 from tests.reactor.test_surge import KEY
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 def record_path(reactor: Reactor) -> str:

@@ -13,29 +13,18 @@ listed does not move surge-first from such a run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import Unavailable
 from kdesched.model.records import Pod
 
 from tests.builders import pdb_obj, pod, pod_obj
 from tests.fakeapi import FakeApiServer
-from tests.reactor.test_health_brake_surge_settle import STARTED, cluster, taint_event
+from tests.reactor.test_health_brake_surge_settle import cluster, taint_event
 from tests.reactor.test_surge import KEY, READY, StubClient, surges
 
 LABELS = {"app": "web", "pod-template-hash": "abc"}
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
 
 
 class Listing(StubClient):

@@ -7,11 +7,9 @@ counts at its requests, so it is not taken for a destination."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from kdesched.kube.client import KubeClient
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.events.requests import Trigger, parse_node_event
@@ -22,17 +20,7 @@ from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.kube.test_usage import node_metric, pod_metric
 from tests.reactor.policies import make_policy
-
-STARTED: list[Reactor] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_reactors() -> Iterator[None]:
-    yield
-    while STARTED:
-        r = STARTED.pop()
-        r.stop.set()
-        r.continuations.cancel_all()
+from tests.reactor.reactors import STARTED
 
 
 def reactor(kube: KubeClient, young: float | None = None) -> Reactor:
