@@ -740,3 +740,34 @@ class _Handler(BaseHTTPRequestHandler):
     def end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+@dataclass(frozen=True)
+class Connect:
+    """One new connection a client opened: when (monotonic), with which connect timeout."""
+
+    at: float
+    timeout: float | None
+
+
+def blackhole_first_connect(fake: FakeApiServer, monkeypatch: Any) -> list[Connect]:
+    """From now on, record every new connection to ``fake``; the first hangs until its connect timeout,
+    then fails (a SYN to a dead endpoint behind the Service). Connections elsewhere (a thread another
+    test left running) pass through untouched. ``monkeypatch``: pytest's, which undoes it."""
+    import urllib3
+
+    real = urllib3.connection.HTTPConnection._new_conn
+    port = int(fake.url.rsplit(":", 1)[1])
+    connects: list[Connect] = []
+
+    def blackholed_once(conn: Any) -> Any:
+        if conn.port != port:
+            return real(conn)
+        connects.append(Connect(time.monotonic(), conn.timeout))
+        if len(connects) == 1:
+            time.sleep(conn.timeout)
+            raise urllib3.exceptions.ConnectTimeoutError(conn, f"connect timed out ({conn.timeout})")
+        return real(conn)
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "_new_conn", blackholed_once)
+    return connects

@@ -25,7 +25,7 @@ from kdesched.model.records import Pod
 from kdesched.strategies.framework import PlannedEviction
 
 from tests.builders import pdb_obj, pod_obj
-from tests.fakeapi import ACT_THEN_DROP, DROP, PDB_MESSAGE, FakeApiServer, Fault
+from tests.fakeapi import ACT_THEN_DROP, DROP, PDB_MESSAGE, FakeApiServer, Fault, blackhole_first_connect
 
 FAST = RetrySettings(max_attempts=5, initial_backoff_seconds=0.5, max_backoff_seconds=4.0, max_total_seconds=60.0)
 
@@ -593,26 +593,11 @@ def test_an_eviction_after_a_hung_connect_is_retried_by_the_executor_and_lands_i
     is left of the deadline then, so the eviction is carried out before the deadline."""
     import time
 
-    import urllib3
     from kdesched.kube import transport
 
     e = planned(fake_api, "p")
     monkeypatch.setattr(transport, "DEADLINE_CONNECT_SECONDS", 0.5)
-    connects: list[float] = []
-    real_new_conn = urllib3.connection.HTTPConnection._new_conn
-
-    port = int(fake_api.url.rsplit(":", 1)[1])
-
-    def blackholed_once(conn: Any) -> Any:
-        if conn.port != port:  # (another test's thread still running: not this client's)
-            return real_new_conn(conn)
-        connects.append(time.monotonic())
-        if len(connects) == 1:
-            time.sleep(conn.timeout)
-            raise urllib3.exceptions.ConnectTimeoutError(conn, f"connect timed out ({conn.timeout})")
-        return real_new_conn(conn)
-
-    monkeypatch.setattr(urllib3.connection.HTTPConnection, "_new_conn", blackholed_once)
+    connects = blackhole_first_connect(fake_api, monkeypatch)
     landed = _landings(fake_api, monkeypatch, Clock())
     live = LiveExecutor(kube, FAST, sleep=Sleeps(), events=False)
     deadline = time.monotonic() + 4.0
@@ -620,4 +605,4 @@ def test_an_eviction_after_a_hung_connect_is_retried_by_the_executor_and_lands_i
     assert outcome.result == "evicted" and outcome.attempts == 2 and landed
     (sent,) = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
     # sent after the hung connect: at most what was left then, so it ends by the deadline
-    assert connects[1] + float(sent.query["timeout"].removesuffix("s")) <= deadline
+    assert connects[1].at + float(sent.query["timeout"].removesuffix("s")) <= deadline

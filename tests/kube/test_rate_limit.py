@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
-import urllib3
 from kdesched.kube.client import KubeClient, TokenBucket
 from kdesched.kube.config import (
     DEFAULT_BURST,
@@ -29,7 +27,7 @@ from kdesched.kube.lease import LeaseLock
 from kdesched.kube.transport import EVENTS, LEASES, lane
 
 from tests.builders import pod_obj
-from tests.fakeapi import FakeApiServer
+from tests.fakeapi import FakeApiServer, blackhole_first_connect
 
 
 class Clock:
@@ -233,27 +231,13 @@ def test_a_bounded_write_is_never_resent_by_the_transport(
     bounded too (at most DEADLINE_CONNECT_SECONDS), so a dead endpoint leaves the retry some time."""
     fake_api.add(pod_obj("a", node="n1"))
     client = KubeClient.for_host(fake_api.url)
-    connects: list[float] = []
-    real_new_conn = urllib3.connection.HTTPConnection._new_conn
-
-    port = int(fake_api.url.rsplit(":", 1)[1])
-
-    def blackholed_once(conn: Any) -> Any:
-        if conn.port != port:  # (another test's thread still running: not this client's)
-            return real_new_conn(conn)
-        connects.append(conn.timeout)
-        if len(connects) == 1:  # the first connect: no answer until its connect timeout
-            time.sleep(conn.timeout)
-            raise urllib3.exceptions.ConnectTimeoutError(conn, f"connect timed out ({conn.timeout})")
-        return real_new_conn(conn)
-
-    monkeypatch.setattr(urllib3.connection.HTTPConnection, "_new_conn", blackholed_once)
+    connects = blackhole_first_connect(fake_api, monkeypatch)
     try:
         with pytest.raises(Unavailable) as failed:
             client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={},
                              deadline=Deadline(time.monotonic() + 10.0))
         assert not failed.value.maybe_sent  # nothing was sent: the executor may retry it
-        assert connects == [DEADLINE_CONNECT_SECONDS]  # one connect, bounded below the 10 s left
+        assert [c.timeout for c in connects] == [DEADLINE_CONNECT_SECONDS]  # one connect, bounded below the 10 s left
         assert not [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
         client.evict_pod("default", "a", uid=None, grace_period_seconds=None, annotations={},
                          deadline=Deadline(time.monotonic() + 10.0))  # the executor's next attempt
