@@ -77,6 +77,9 @@ from kdesched_functions.common import (
 NAME = "classifier"
 RECORD_LEASE = "kdesched-classifier"  # the Lease whose annotation holds the classifier's node record
 RESYNC_ENV = "KDESCHED_CLASSIFIER_RESYNC_SECONDS"
+# the extra events of one event, posted before its reply: all of them within this (Knative's request
+# timeout for the classifier is 30 s; each event's own bound is 3 attempts of 5 s)
+POST_WITHIN_SECONDS = 20.0
 DEFAULT_RESYNC_SECONDS = 300.0
 log = logging.getLogger("kdesched.functions.classifier")
 
@@ -104,6 +107,7 @@ class ClassifierFunction:
         self.client = client
         self.broker_url = broker_url
         self.post = post
+        self.post_within = POST_WITHIN_SECONDS
         self.resync_seconds = resync_seconds
         self.clock = clock
         self.classifier = Classifier(clock=clock)
@@ -235,7 +239,7 @@ class ClassifierFunction:
                     raise CannotRun(f"{len(replies) - 1} more event(s) to emit but neither "
                                          f"{' nor '.join(BROKER_ENV)} is set")
                 try:
-                    self.post(self.broker_url, NAME, replies[1:])
+                    self.post(self.broker_url, NAME, replies[1:], within=self.post_within)
                 except Exception as exc:  # noqa: BLE001 - boundary: reported, never raised further
                     raise Unavailable(f"could not post events to the broker: {exc}") from None
 

@@ -299,19 +299,25 @@ def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
 
 
 def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: int = 3, timeout: float = 5.0,
-                sleep: Callable[[float], None] = time.sleep) -> None:
+                within: float | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
     """POST events to the broker (binary mode), each with bounded retries; raises on final failure.
 
     ``timeout`` bounds each attempt as a whole (connect, send, the answer's status line and headers:
     :func:`kdesched.bounded_http.open_by`), not each read: a broker or proxy that trickled its answer
-    would otherwise hold the function's own request past Knative's timeout. So a post gives up within
-    ``attempts * timeout`` plus the back-off (defaults: 3 x 5 s + 0.6 s), the DNS lookup aside."""
-    for reply in replies:
+    would otherwise hold the function's own request past Knative's timeout. So one event's post gives
+    up within ``attempts * timeout`` plus the back-off (defaults: 3 x 5 s + 0.6 s), the DNS lookup aside.
+    ``within`` bounds the whole call, however many events: no attempt runs and no back-off is slept
+    past it (the last attempt is cut to what is left). A caller answering a request passes it (the
+    classifier posts its extra events before its reply); the start-up reconcile and the re-sync, which
+    answer nobody, post each event with its own bound."""
+    end = None if within is None else time.monotonic() + within
+    for posted, reply in enumerate(replies):
         body, headers = encode(make_event(function, reply), "binary")
         for attempt in range(1, attempts + 1):
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            deadline = time.monotonic() + timeout
             try:
-                with open_by(req, time.monotonic() + timeout) as resp:
+                with open_by(req, deadline if end is None else min(deadline, end)) as resp:
                     if 200 <= resp.status < 300:
                         m.EMITTED.labels(reply.type).inc()
                         break
@@ -324,9 +330,13 @@ def post_events(url: str, function: str, replies: Sequence[Reply], *, attempts: 
                 # (an answer that is not HTTP, e.g. a proxy's garbage: BadStatusLine, a failed attempt)
                 late = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
                 err = TimeoutError(f"the broker did not answer within {timeout:g}s") if late else exc
+            back_off = 0.2 * 2 ** (attempt - 1) if attempt < attempts else 0.0
+            if end is not None and time.monotonic() + back_off >= end:
+                raise RuntimeError(f"posting {reply.type} to {url} ran out of the {within:g}s given to post "
+                                   f"{len(replies)} event(s) ({posted} posted): {err}")
             if attempt == attempts:
                 raise RuntimeError(f"posting {reply.type} to {url} failed after {attempts} attempts: {err}")
-            sleep(0.2 * 2 ** (attempt - 1))
+            sleep(back_off)
 
 
 # --- status mapping ------------------------------------------------------------------------------

@@ -219,3 +219,63 @@ def test_an_answer_that_is_not_http_is_retried_like_any_failed_attempt(broker: B
     broker.answer = lambda c, stop: c.sendall(b"HELLO\r\n\r\n")
     with pytest.raises(RuntimeError, match="failed after 2 attempts"):
         post_events(broker.url, "classifier", [REPLY], attempts=2, timeout=2.0, sleep=slept.append)
+
+
+def test_a_post_of_several_events_gives_up_at_its_overall_deadline(broker: Broker) -> None:
+    """``within`` bounds the whole call, not each event: the classifier answers Knative's request
+    after posting its extra events, and each event's own bound (3 attempts of 5 s) times three events
+    passed the classifier's 30 s ``timeoutSeconds`` (Knative then gave up on an answer still coming)."""
+    broker.answer = HEADER_LINES
+    three = [REPLY, Reply(ev.NODE_READY, {"node": "n1"}, subject="n1"), Reply(ev.NODE_ADDED, {"node": "n2"})]
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as failed:
+        post_events(broker.url, "classifier", three, attempts=3, timeout=1.0, within=1.5, sleep=time.sleep)
+    took = time.monotonic() - started
+    assert str(failed.value) == (f"posting {ev.LABELS_CHANGED} to {broker.url} ran out of the 1.5s given to "
+                                 "post 3 event(s) (0 posted): the broker did not answer within 1s"), failed.value
+    assert took < 2.5, f"a post given 1.5 s took {took:.1f}s"  # before: 3 events x (3 x 1 s + 0.6 s)
+    # the second attempt had the 0.5 s left, not a full second: cut at the deadline
+    assert len(broker.requests) == 2
+
+
+def test_a_back_off_that_would_pass_the_deadline_is_not_slept(broker: Broker) -> None:
+    broker.answer = lambda c, stop: c.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+    slept: list[float] = []
+    with pytest.raises(RuntimeError, match=r"ran out of the 0.1s given to post 1 event\(s\) \(0 posted\): "):
+        post_events(broker.url, "classifier", [REPLY], attempts=5, timeout=1.0, within=0.1, sleep=slept.append)
+    assert slept == [] and len(broker.requests) == 1
+
+
+def test_events_posted_before_the_deadline_are_counted_in_the_error(broker: Broker) -> None:
+    answers = iter([lambda c, stop: c.sendall(ACCEPTED)])
+    broker.answer = lambda c, stop: next(answers, HEADER_LINES)(c, stop)
+    two = [REPLY, Reply(ev.NODE_READY, {"node": "n1"}, subject="n1")]
+    with pytest.raises(RuntimeError, match=r"ran out of the 1s given to post 2 event\(s\) \(1 posted\)"):
+        post_events(broker.url, "classifier", two, attempts=3, timeout=5.0, within=1.0, sleep=time.sleep)
+
+
+def test_the_classifier_answers_within_its_post_deadline_whatever_the_number_of_events(
+        broker: Broker, fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """A node that turns Ready, tainted and relabelled at once: three events, two posted before the
+    reply. Each may take its full attempts; together they stop at the classifier's own deadline for its
+    posts (``post_within``, 20 s by default, inside Knative's 30 s), and it answers 503."""
+    fake_api.add(node_obj("n1"), node_obj("n2", ready=False))
+    broker.answer = HEADER_LINES
+    posting = functools.partial(post_events, attempts=2, timeout=1.0, sleep=lambda s: None)
+    app = FUNCTIONS["classifier"].create_app(client=kube, broker_url=broker.url, post=posting)
+    fn = app.config["KDESCHED_CLASSIFIER"]
+    assert fn.post_within == 20.0
+    fn.post_within = 1.2
+    c = app.test_client()
+    n2 = fake_api.get("Node", "n2")
+    assert n2 is not None
+    n2["spec"]["taints"] = [{**TAINT, "effect": "PreferNoSchedule"}]  # (still usable: node.ready too)
+    n2["metadata"]["labels"] = {"team": "c"}
+    n2["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    fake_api.update(n2)
+    started = time.monotonic()
+    resp = post(c, *ce_request(ev.APISERVER_UPDATE, fake_api.get("Node", "n2")))
+    took = time.monotonic() - started
+    assert resp.status_code == 503 and resp.headers.get("Retry-After"), resp.get_data()
+    assert "ran out of the 1.2s given to post 2 event(s) (0 posted)" in resp.get_json()["error"], resp.get_json()
+    assert took < 2.2, f"the classifier answered after {took:.1f}s; its posts were given 1.2 s"  # before: 2 x 2 s

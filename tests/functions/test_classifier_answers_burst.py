@@ -30,7 +30,7 @@ def test_a_redelivery_inside_the_retry_window_of_a_300_node_burst_gets_its_reply
     fake_api.add(*[node_obj(f"n{i:03d}") for i in range(NODES)])
     posted: list[Any] = []
     app = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker.local",
-                                             post=lambda u, f, r: posted.extend(r), record_namespace=NS)
+                                             post=lambda u, f, r, **k: posted.extend(r), record_namespace=NS)
     fn = app.config["KDESCHED_CLASSIFIER"]
     deadline = time.monotonic() + 10
     while fn.recorder.recorded is None and time.monotonic() < deadline:

@@ -23,7 +23,7 @@ SOURCE = "https://10.96.0.1:443"
 
 
 def start(kube: KubeClient):
-    app = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker.local", post=lambda *a: None,
+    app = FUNCTIONS["classifier"].create_app(client=kube, broker_url="http://broker.local", post=lambda *a, **k: None,
                                              record_namespace=NS)
     fn = app.config["KDESCHED_CLASSIFIER"]
     deadline = time.monotonic() + 10

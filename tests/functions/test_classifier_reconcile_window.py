@@ -38,7 +38,7 @@ class Broker:
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+    def __call__(self, url: str, function: str, replies: list[Any], *, within: float | None = None) -> None:
         if self.hang:
             self.entered.set()
             self.release.wait(20)

@@ -41,7 +41,7 @@ class Posted:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
 
-    def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+    def __call__(self, url: str, function: str, replies: list[Any], *, within: float | None = None) -> None:
         self.events += [(r.type, r.subject, r.id) for r in replies]
 
 

@@ -42,9 +42,11 @@ def cluster(fake: FakeApiServer) -> None:
 class Posted:
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[tuple[str, list[Any]]] = []
+        self.within: list[float | None] = []
         self.fail = fail
 
-    def __call__(self, url: str, function: str, replies: list[Any]) -> None:
+    def __call__(self, url: str, function: str, replies: list[Any], *, within: float | None = None) -> None:
+        self.within.append(within)
         if self.fail:
             raise RuntimeError("broker down")
         self.calls.append((url, [r.type for r in replies]))
@@ -79,6 +81,7 @@ def test_classifier_replies_posts_extra_and_acks(fake_api: FakeApiServer, kube: 
     assert reply.get_type() == ev.TAINTS_CHANGED and reply.get_source() == "/kdesched/classifier"
     assert reply.get_data()["node"] == "n2" and reply.get_subject() == "n2"
     assert posted.calls == [("http://broker.local/ns/b", [ev.LABELS_CHANGED])]
+    assert posted.within == [20.0]  # the extra events, posted before the reply: within the classifier's deadline
     # a redelivery of the same event (its reply was lost on the way to the broker): the same reply, same
     # id, and the extra event is not posted twice
     again = post(c, *ce_request(ev.APISERVER_UPDATE, changed, mode, id="e2", source=APISERVER_SOURCE))

@@ -199,14 +199,14 @@ def test_functions_use_exactly_their_rbac(control_plane: ControlPlane, cluster: 
 
     # classifier: seeds from a LIST of nodes, then turns an ApiServerSource update into node.taints.changed
     posted: list[Any] = []
-    classifier = app("classifier", broker_url="http://broker.local", post=lambda *a: posted.append(a))
+    classifier = app("classifier", broker_url="http://broker.local", post=lambda *a, **k: posted.append(a))
     assert classifier.get("/readyz").status_code == 200
     node = cluster.api.patch("/api/v1/nodes/n2", {"spec": {"taints": [TAINT]}})  # what the source would send
     resp = post(classifier, *ce_request(ev.APISERVER_UPDATE, node, source="https://10.96.0.1:443"))
     assert resp.status_code == 200 and reply_event(resp).get_type() == ev.TAINTS_CHANGED
     # a restarted classifier reads the node record the first one kept on its Lease (get) and writes
     # its own (update), after posting what changed since (the start-up reconcile)
-    restarted = app("classifier", broker_url="http://broker.local", post=lambda *a: posted.append(a))
+    restarted = app("classifier", broker_url="http://broker.local", post=lambda *a, **k: posted.append(a))
     assert restarted.get("/readyz").status_code == 200
     fn = restarted.application.config["KDESCHED_CLASSIFIER"]  # its reconcile runs beside its first answers
     control_plane.wait_for(lambda: fn.recorder.recorded is not None, 30, what="the restarted classifier's node record")
