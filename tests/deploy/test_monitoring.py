@@ -39,6 +39,7 @@ REQUIRED_ALERTS = {
     "KdeschedNoLeader",  # no leader
     "KdeschedReactorNotRunning",  # the reactor not running while events arrive
     "KdeschedCacheNearCeiling",  # cache near its ceiling
+    "KdeschedSurgeMoveHeld",  # a surge-first move kept at +1 for over an hour past its timeout
 }
 # ... and the panels that answer its dashboard list, by a word of their title.
 REQUIRED_PANELS = ["Evictions by strategy and result", "Paced", "Blocked", "below Ready", "Run duration",

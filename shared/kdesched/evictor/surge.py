@@ -297,6 +297,19 @@ class Action(enum.StrEnum):
 DONE, GAVE_UP, OVERRIDDEN = "done", "gave-up", "overridden"
 
 
+class Held(enum.StrEnum):
+    """Why a move keeps its +1 with no time limit (:attr:`Step.held`): it ends only when what holds it
+    changes (the owner acts, the eviction is allowed, a later view). The value is the label of the
+    gauge ``kdesched_surge_moves_held{reason}`` (docs/safety.md, "Surge-first moves")."""
+
+    ROLLOUT = "rollout"  # the Deployment rolls out (:func:`_held`)
+    EVICTION = "eviction-refused"  # past the timeout, its eviction refused or held, tried every 30 s
+    NOT_SEEN_GOING = "not-seen-going"  # evicted, still there 30 s on, tried again (:func:`_not_seen_going`)
+    SCALE_BACK = "scale-back-unsafe"  # a scale-back could delete an original pod: a pod made during it goes first (:func:`_kept`)
+    EXTRA_SPENT = "extra-evictions-spent"  # past MAX_EXTRA_EVICTIONS of those (:func:`_kept`)
+    PODS_UNKNOWN = "pods-unknown"  # past the timeout, the workload's pods not known to this run
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     action: Action
@@ -306,6 +319,9 @@ class Step:
     block: bool = False  # do not surge this workload again for a while (BLOCK_SECONDS)
     wasted: bool = False  # the move could only have ended where it began (checked moves: wasted)
     target: Pod | None = None  # EVICT_EXTRA: the pod made during the move to evict
+    # the move keeps the +1 with no time limit, for this reason (a WAIT, or an eviction tried on); None
+    # for a step whose wait ends by itself (a replacement starting, the timeout)
+    held: Held | None = None
 
 
 def own_pods(s: Surge, pods: Sequence[Pod]) -> list[Pod]:
@@ -385,8 +401,10 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
                 return Step(Action.RESTORE, f"{s.pod} could not be evicted within {s.deadline - s.started:g}s "
                             f"(replacement {replacement.namespace}/{replacement.name} Ready on node "
                             f"{replacement.node_name})", GAVE_UP, replacement, block=True)
+            # (past the deadline: refused or held until now, tried on with no time limit)
             return Step(Action.EVICT, f"replacement {replacement.namespace}/{replacement.name} is Ready on node "
-                        f"{replacement.node_name}", "", replacement)
+                        f"{replacement.node_name}", "", replacement,
+                        held=Held.EVICTION if now >= s.deadline else None)
         if rolling:
             return _held(s, f"Deployment {s.deployment} began a rollout during the move", None)
         back = _landed_back(s, pods)
@@ -408,7 +426,8 @@ def advance(s: Surge, deployment: DeploymentInfo | None, replicaset: ReplicaSetI
                 # the extra pod may be Ready (the run cannot tell), and so a scale-back may delete an
                 # original Ready pod: the +1 is kept until a run that reads the pods judges the give-up
                 return Step(Action.WAIT, f"{why}, and the workload's pods are not known, so neither is the pod a "
-                            f"scale-back would delete: kept at {s.surged} replicas until a run that reads them")
+                            f"scale-back would delete: kept at {s.surged} replicas until a run that reads them",
+                            held=Held.PODS_UNKNOWN)
             # the extra pod is not Ready (or not made): it goes first, unless the order says otherwise
             first = _at_risk(s, pods, now, marked=False)
             gave_up = Step(Action.RESTORE, why, GAVE_UP, block=True)
@@ -454,7 +473,7 @@ def _not_seen_going(s: Surge, pods: Sequence[Pod] | None, replacement: Pod | Non
             f"a scale-back could delete {first.namespace}/{first.name}, an original pod the ReplicaSet may rank first"
             + (" (in the cluster it may be terminating already, and not counted)" if first.uid == s.uid else ""))
     return Step(Action.EVICT, f"{late}, and {risk}: kept at {s.surged} replicas, its eviction tried again", "",
-                replacement)
+                replacement, held=Held.NOT_SEEN_GOING)
 
 
 def _at_risk(s: Surge, pods: Sequence[Pod], now: float, *, marked: bool) -> Pod | None:
@@ -530,13 +549,14 @@ def _kept(s: Surge, pods: Sequence[Pod], first: Pod, why: str, replacement: Pod 
                         f"{s.extra} pods made during the move were evicted already, at most {MAX_EXTRA_EVICTIONS} per "
                         "move: the ReplicaSet's new pods were Ready before a run saw them); the +1 stays until the "
                         "owner writes the replicas, the Deployment is gone, or a run sees a scale-back that "
-                        "deletes no original pod", "", replacement)
+                        "deletes no original pod", "", replacement, held=Held.EXTRA_SPENT)
         if now - s.extra_at < EXTRA_SPACING_SECONDS:
-            return Step(Action.WAIT, "", "", replacement)  # the last one claimed a moment ago (by any process)
+            # the last one claimed a moment ago (by any process)
+            return Step(Action.WAIT, "", "", replacement, held=Held.SCALE_BACK)
         return Step(Action.EVICT_EXTRA, f"{why}, and {risk}: kept at {s.surged} replicas, the extra pod "
                     f"{extra.namespace}/{extra.name} evicted (the ReplicaSet makes another for it, which, not Ready yet, "
-                    "is the one a scale-back removes)", "", replacement, target=extra)
-    return Step(Action.WAIT, f"{why}, and {risk}: kept at {s.surged} replicas", "", replacement)
+                    "is the one a scale-back removes)", "", replacement, target=extra, held=Held.SCALE_BACK)
+    return Step(Action.WAIT, f"{why}, and {risk}: kept at {s.surged} replicas", "", replacement, held=Held.SCALE_BACK)
 
 
 def _held(s: Surge, why: str, replacement: Pod | None) -> Step:
@@ -555,7 +575,7 @@ def _held(s: Surge, why: str, replacement: Pod | None) -> Step:
     rollout keeps the +1 (capacity) until the owner resumes, fixes or undoes it."""
     return Step(Action.WAIT, f"{why}; Deployment {s.deployment} is rolling out: kept at {s.surged} replicas until "
                 "the rollout ends (a scale-back now is spread over its ReplicaSets by the Deployment controller, "
-                "and could delete a Ready pod)", "", replacement)
+                "and could delete a Ready pod)", "", replacement, held=Held.ROLLOUT)
 
 
 def _landed_back(s: Surge, pods: Sequence[Pod] | None) -> Pod | None:

@@ -116,7 +116,8 @@ def next_step(o: Observed, now: float, *, not_started: bool,
         # the extra pod's eviction is an eviction like any other: the brakes and windows hold it
         verdict = hold(PlannedEviction(step.target, step.target.node_name, s.strategy, "", "surge-first"))
         if verdict is not None:
-            return Step(Action.WAIT, f"{step.why} (its eviction waits: {verdict.message})", "", step.replacement)
+            return Step(Action.WAIT, f"{step.why} (its eviction waits: {verdict.message})", "", step.replacement,
+                        held=step.held)
     late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
     if hold is not None and (step.action == Action.EVICT or (step.action == Action.RESTORE and late)):
         marked = next((p for p in o.pods or () if p.uid == s.uid), None)
@@ -126,7 +127,7 @@ def next_step(o: Observed, now: float, *, not_started: bool,
                         OVERRIDDEN, step.replacement)
         if verdict is not None:
             log.info("surge-first move of %s: its eviction waits (%s)", o.key, verdict.message)
-            return Step(Action.WAIT)
+            return Step(Action.WAIT, held=step.held)  # (past the deadline: still held, the +1 kept)
     return step
 
 

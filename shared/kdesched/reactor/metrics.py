@@ -79,6 +79,13 @@ SURGE_MOVES = Counter("kdesched_surge_moves_total", "Surge-first moves (the repl
                       registry=REGISTRY)
 SURGE_FALLBACKS = Counter("kdesched_surge_fallbacks_total", "Pods that would have moved surge-first and kept the normal "
                           "rules instead, by reason (kdesched.evictor.surge.Fallback).", ["reason"], registry=REGISTRY)
+SURGE_HELD = Gauge("kdesched_surge_moves_held", "Surge-first moves kept at +1 with no time limit, as this process's "
+                   "last settle judged the disruption ledger, by reason (kdesched.evictor.surge.Held): rollout, "
+                   "eviction-refused (past the timeout), not-seen-going, scale-back-unsafe, extra-evictions-spent, "
+                   "pods-unknown.", ["reason"], registry=REGISTRY)
+SURGE_HELD_PAST_TIMEOUT = Gauge("kdesched_surge_held_past_timeout_seconds", "How long the held surge-first move that "
+                                "is furthest past its timeout (replacementTimeoutSeconds) has been past it, as this "
+                                "process's last settle saw; 0 when none is.", registry=REGISTRY)
 CLOCK_OFFSET = Gauge("kdesched_clock_offset_seconds", "This process's wall clock minus the API server's, as estimated "
                      "from the Date of its answers (positive: this process is ahead). kdesched writes and compares "
                      "every shared time on the API server's clock, so an offset changes no decision; NaN before the "

@@ -190,6 +190,9 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                                                     namespace_labels or (lambda _ns: None), alerts, origin=origin,
                                                     all_nodes=all_nodes))
                 settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
+            elif surges is not None and not dry_run:
+                # no move left (ended here or in another process): its memory and held gauges go too
+                settled = surges.advance(settled, pods_of, now, ended)
             ledger = settled.ledger
             m.LEDGER_MOVES.set(sum(1 for mv in ledger.moves.values() if mv.active))
             # a workload whose owner changed during a move this settle ended waits for a snapshot

@@ -73,6 +73,7 @@ from kdesched.model.owners import DeploymentInfo
 from kdesched.model.records import Pod
 from kdesched.model.snapshot import Snapshot
 from kdesched.reactor import metrics as m
+from kdesched.reactor.run.surge_held import HeldMoves
 
 __all__ = ["Candidate", "Chosen", "Ended", "SurgeEvents", "Surges"]
 
@@ -112,6 +113,7 @@ class Surges:
         self.enabled = enabled
         self.timeout_seconds = timeout_seconds
         self.events = SurgeEvents(client)
+        self.held = HeldMoves()  # the moves kept at +1 with no time limit: the gauges
         self._lock = threading.Lock()
         # moves this process recorded and could not scale up (ended at once), by the move (its pod's
         # uid and when it began, :func:`_move_of`): a later move of the same pod is another move
@@ -154,6 +156,7 @@ class Surges:
             self._claimed = {}  # (a claim of an earlier attempt whose ledger write was lost: never sent)
             marked, restored = set(self._not_started), dict(self._restored)
         if not settled.ledger.surges:
+            self.held.settled(moves, {}, now)  # (none left: ended here or elsewhere)
             return settled
         with self._lock:
             evicted = dict(self._evicted)
@@ -177,6 +180,9 @@ class Surges:
                     self._evicted.pop(_move_of(c.observed.surge), None)
                     if c.step.action == Action.RESTORE and len(self._restored) < MAX_REMEMBERED:
                         self._restored[_move_of(c.observed.surge)] = c.step
+        # held: kept at +1 with no time limit (an eviction that went through, or an end, is not)
+        self.held.settled(moves, {_move_of(c.observed.surge): (c.step.held if c.done is None else None,
+                                                               c.observed.surge.deadline) for c in carried}, now)
         new, gone = settle_moves(settled, carried, now)
         ended.extend(gone)
         # an eviction this process sent whose ledger write lost its race: the record must say so now,
@@ -197,7 +203,7 @@ class Surges:
         move = _move_of(o.surge)
         with self._lock:
             if now - self._late.get(move, float("-inf")) < LATE_EVICT_SECONDS:
-                return Step(Action.WAIT)
+                return Step(Action.WAIT, held=step.held)  # (between two tries: still held)
             if len(self._late) < MAX_REMEMBERED:
                 self._late[move] = now
         if o.surge.evicted:
