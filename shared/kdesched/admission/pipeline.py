@@ -175,7 +175,9 @@ class RunAdmission:
         pod it refused for its PodDisruptionBudget or held for a later wave, which no check counted):
         the pod checks, then the plan checks, as for a planned pod sent now; if every check lets it
         through, it is counted (a bucket's token, a record's room, a budget). The first verdict that
-        refuses or defers it is returned, and nothing is counted for it."""
+        refuses or defers it is returned, and nothing is counted for it; a pod check that refuses it is
+        kept in :attr:`refused` like the planner's gate's (a refusal at the pod stage, once: the
+        planner's gate let this pod through)."""
         pod, strategy = eviction.pod, eviction.strategy
         if self.brake is not None:
             return self.brake
@@ -183,6 +185,8 @@ class RunAdmission:
             verdict = next((v for v in (c.pod(pod, strategy, False) for c in self.checks) if v is not None), None)
         except EvictionBudgetSpent as exc:  # (a balance run's empty bucket: this one pod is refused)
             verdict = Verdict(Reason.RATE_LIMIT, str(exc))
+        if verdict is not None and not verdict.reason.defers:
+            self.refused.append(verdict)
         if verdict is None:
             verdict = next((v for v in (c.planned(eviction, False) for c in self.checks) if v is not None), None)
         if verdict is None:

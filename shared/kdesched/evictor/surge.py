@@ -79,6 +79,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kdesched.evictor.reasons import Reason
 from kdesched.evictor.scale_down import ranked_before, ranked_before_all
 from kdesched.model.derived import pod_ready, workload_key
 from kdesched.model.owners import SURGE_MANAGER, DeploymentInfo, ReplicaSetInfo
@@ -133,6 +134,9 @@ class Fallback(enum.StrEnum):
 class NoSurge:
     reason: Fallback
     message: str
+    # CONTROLS: the admission pipeline's reason (kdesched.admission.pipeline.RunAdmission.take), the
+    # name a refusal is counted and reported by (kdesched_evictions_refused_total{reason})
+    control: Reason | None = None
 
 
 def surge_refusal(pod: Pod, kind: str, deployment: DeploymentInfo | None, replicaset: ReplicaSetInfo | None,

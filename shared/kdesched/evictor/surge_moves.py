@@ -336,7 +336,7 @@ def choose(wanted: Mapping[str, Candidate], owners: Mapping[str, Owners], ledger
         if refusal is None and not c.admitted and admit is not None:
             verdict = admit(PlannedEviction(c.pod, c.pod.node_name, c.strategy, c.profile, c.reason))
             if verdict is not None:
-                refusal = NoSurge(Fallback.CONTROLS, verdict.message)
+                refusal = NoSurge(Fallback.CONTROLS, verdict.message, verdict.reason)
         if refusal is not None:
             fallbacks.append((c, refusal))
             continue

@@ -21,7 +21,7 @@ from kdesched.admission.pipeline import Pipeline
 from kdesched.engine import RunReport, execute_plan
 from kdesched.evictor.execute import Executor
 from kdesched.evictor.ledger import workload_key
-from kdesched.evictor.metrics import observe_run
+from kdesched.evictor.metrics import observe_run, record_refused
 from kdesched.model.snapshot import Snapshot
 from kdesched.policy.safety import Safety
 from kdesched.policy.types import Policy
@@ -104,6 +104,9 @@ class Execution:
                              brake_status=self.brake_status, surges=self.surges, every_node=every_node)
             for verdict in decided.admission.refused:
                 m.REFUSALS.labels(verdict.reason.value).inc()
+            # (a surge-first move refused by the pipeline: the plan's refusals are counted by execute_plan)
+            for c, reason in decided.chosen.refused(decided.plan) if decided.chosen is not None else ():
+                record_refused(reason, strategy=c.strategy, namespace=c.pod.namespace)
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:

@@ -129,6 +129,7 @@ def surge_summary(decided: Decided) -> dict[str, Any]:
                         "result": "begun" if why == "" else ("not written" if why is None else "not begun"),
                         **({"message": why} if why else {})})
     fallbacks = [{"workload": workload_key(c.pod), "pod": c.pod.key, "node": c.pod.node_name, "reason": n.reason.value,
-                  "message": n.message, "why": c.why} for c, n in (chosen.fallbacks if chosen is not None else ())]
+                  "message": n.message, "why": c.why, **({"control": n.control.value} if n.control else {})}
+                 for c, n in (chosen.fallbacks if chosen is not None else ())]
     return {"surge": {"started": started, "ended": [e.to_json() for e in decided.surges_ended],
                       "fallbacks": fallbacks}}

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from kdesched.engine import RunPlan
 from kdesched.evictor.ledger import Admission, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
-from kdesched.evictor.reasons import Verdict
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import (
     EXTRA_SPACING_SECONDS,
     MAX_EXTRA_EVICTIONS,
@@ -103,6 +103,15 @@ class Chosen:
         if not self.surges:
             return ledger
         return replace(ledger, surges={**ledger.surges, **{k: s for k, (s, _) in self.surges.items()}})
+
+    def refused(self, plan: RunPlan) -> list[tuple[Candidate, Reason]]:
+        """The candidates the admission pipeline refused (not deferred) when asked for their move
+        (:meth:`~kdesched.admission.pipeline.RunAdmission.take`), with its reason, for
+        ``kdesched_evictions_refused_total``: each once, and none that ``plan`` (the run's final plan)
+        reports refused already (a pod its PodDisruptionBudget keeps is counted by that refusal)."""
+        counted = {r.pod.uid for r in plan.refusals}
+        return [(c, n.control) for c, n in self.fallbacks
+                if n.control is not None and not n.control.defers and c.pod.uid not in counted]
 
 
 class Surges:
