@@ -12,6 +12,7 @@ does. Whether a CNI enforces them is the cluster's business (there is none on th
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import pytest
 import yaml
 from kdesched.policy.load import load_policy_text
 from kdesched.policy.usage import needs_usage
+from kdesched.reactor.run.settings import ReactorSettings
+from kdesched_functions import FUNCTIONS
 
 from tests.deploy import KNATIVE, Doc
 from tests.deploy import test_rbac as kustomize_rbac
@@ -111,6 +114,115 @@ def test_the_metrics_grant_follows_the_policy_in_every_format(helm: Path) -> Non
     readers = [n for n in POLICIES if needs_usage(load_policy_text(rendered_policy(template(helm, POLICIES[n])), n))[0]]
     assert {"configmap-wrapped-metrics", "metrics-collector", "upstream-values"} <= set(readers)
     assert "default" not in readers
+
+
+PROMETHEUS_POLICY = yaml.safe_load((REPO / "examples/low-node-utilization/metrics/policy-prometheus.yaml").read_text())
+TOKEN_ROLE = "kdesched-prometheus-token"
+
+
+def _brake(namespace: str, name: str, enabled: bool = True) -> dict[str, Any]:
+    return {"alertBrake": {"enabled": enabled, "url": "https://prometheus-k8s.monitoring.svc:9091",
+                           "alertFilterRegexp": "^(EtcdMembersDown)$",
+                           "authToken": {"secretReference": {"namespace": namespace, "name": name}}}}
+
+
+def _provider_in(namespace: str, name: str) -> dict[str, Any]:
+    doc = copy.deepcopy(PROMETHEUS_POLICY)
+    doc["metricsProviders"][0]["prometheus"]["authToken"]["secretReference"] = {"namespace": namespace, "name": name}
+    return doc
+
+
+SECRET_POLICIES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "kubernetes-metrics": {"policy": METRICS_POLICY},
+    "provider": {"policy": PROMETHEUS_POLICY},
+    "provider-configmap-wrapped": {"policy": _wrapped(PROMETHEUS_POLICY)},
+    "provider-upstream-values": {"deschedulerPolicy": {
+        k: v for k, v in PROMETHEUS_POLICY.items() if k not in ("apiVersion", "kind")}},
+    "brake": {"kdesched": _brake("monitoring", "prometheus-token")},
+    "brake-disabled": {"kdesched": _brake("monitoring", "prometheus-token", enabled=False)},
+    "brake-in-policy-block": {"policy": {**METRICS_POLICY,
+                                         "kdesched": _brake("openshift-monitoring", "thanos-token")}},
+    "provider-and-brake": {"policy": _provider_in("monitoring", "prom-usage"),
+                           "kdesched": _brake("monitoring", "prom-alerts")},
+    "provider-and-brake-apart": {"policy": PROMETHEUS_POLICY, "kdesched": _brake("monitoring", "prometheus-token")},
+    "provider-and-brake-same-secret": {"policy": _provider_in("monitoring", "prometheus-token"),
+                                       "kdesched": _brake("monitoring", "prometheus-token")},
+}
+
+
+def secrets_read(objs: list[dict[str, Any]], name: str) -> dict[str, set[str]]:
+    """Namespace -> the Secrets kdesched's own code reads for the mounted policy: the metricsProviders'
+    authToken.secretReference (kdesched.kube.usage.read_usage) and the enabled alert brake's
+    (read_brake_alerts), as the loader and the reactor settings parse them."""
+    policy = load_policy_text(rendered_policy(objs), name)
+    refs = [(p.secret_namespace, p.secret_name) for p in policy.metrics_providers if p.secret_name]
+    brake = ReactorSettings.from_policy(policy, env={}).alert_brake
+    if brake.enabled and brake.token_secret_name:
+        refs.append((brake.token_secret_namespace, brake.token_secret_name))
+    out: dict[str, set[str]] = {}
+    for namespace, secret in refs:
+        out.setdefault(namespace, set()).add(secret)
+    return out
+
+
+def policy_reader_accounts(objs: list[dict[str, Any]]) -> set[str]:
+    """The service accounts of the pods whose code reads the policy: serve, run, the evicting functions."""
+    out: set[str] = set()
+    for o in objs:
+        spec = o.get("spec") or {}
+        function = FUNCTIONS.get(o["metadata"]["name"]) if o["kind"] == "Service" and "template" in spec else None
+        if o["kind"] in ("Deployment", "Job") or function is not None and function.needs_policy:
+            out.add(spec["template"]["spec"]["serviceAccountName"])
+        elif o["kind"] == "CronJob":
+            out.add(spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"])
+    return out
+
+
+@pytest.mark.parametrize("binary", ["helm3", "helm"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SECRET_POLICIES))
+def test_the_prometheus_token_secret_is_granted_by_name_to_its_readers(helm: Path, binary: str, mode: str,
+                                                                       name: str) -> None:
+    """metricsProviders[].prometheus.authToken.secretReference and the alert brake's authToken.secretReference
+    name a Secret {namespace, name} whose key prometheusAuthToken kdesched GETs through the API server
+    (kdesched.kube.usage.prometheus_token). The chart grants exactly that: in each such namespace a Role
+    with get on those Secrets by resourceNames, bound to the identity of the pods that read the policy;
+    nothing when the policy names none (or only a disabled brake does, whose Secret is never read)."""
+    objs = template(helm, {**SECRET_POLICIES[name], "mode": mode,
+                           "serviceAccount": {"name": OWN_ACCOUNT}}, binary=binary)
+    want = secrets_read(objs, name)
+    readers = policy_reader_accounts(objs)
+    assert readers == {OWN_ACCOUNT}, readers
+    rendered = docs(objs)
+    secret_roles = [d for d in rendered if d.kind in ("Role", "ClusterRole")
+                    and any(resource == "secrets" for _, resource, _, _ in kustomize_rbac.grants(d))]
+    got = {d.obj["metadata"]["namespace"]: kustomize_rbac.grants(d) for d in secret_roles}
+    assert len(got) == len(secret_roles), "one Role per namespace"
+    assert got == {ns: {("", "secrets", "get", s) for s in secrets} for ns, secrets in want.items()}, name
+    for role in secret_roles:
+        assert role.kind == "Role" and role.name == TOKEN_ROLE, role.label
+        ns = role.obj["metadata"]["namespace"]
+        bindings = [d.obj for d in rendered if d.kind in ("RoleBinding", "ClusterRoleBinding")
+                    and d.obj["roleRef"]["name"] == TOKEN_ROLE]
+        binding = next(b for b in bindings if b["metadata"]["namespace"] == ns)
+        assert binding["kind"] == "RoleBinding" and binding["roleRef"]["kind"] == "Role", binding
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": acct, "namespace": "kdesched"}
+                                       for acct in sorted(readers)], binding
+    assert len([d for d in rendered if d.kind == "RoleBinding" and d.obj["roleRef"]["name"] == TOKEN_ROLE]) == len(want)
+    off = template(helm, {**SECRET_POLICIES[name], "mode": mode, "rbac": {"create": False}}, binary=binary)
+    assert not [o for o in off if o["kind"] in ("Role", "RoleBinding")], "rbac.create: false creates no RBAC"
+
+
+def test_the_prometheus_token_grant_is_not_vacuous(helm: Path) -> None:
+    """The cases above read Secrets in each form: a provider (also wrapped, also upstream's values), the
+    brake from the values and from the policy's block, two namespaces, two Secrets in one, and none."""
+    read = {n: secrets_read(template(helm, v), n) for n, v in SECRET_POLICIES.items()}
+    assert {n for n, r in read.items() if not r} == {"default", "kubernetes-metrics", "brake-disabled"}
+    assert read["provider-and-brake"] == {"monitoring": {"prom-usage", "prom-alerts"}}
+    assert read["provider-and-brake-apart"] == {"kdesched": {"prometheus-token"}, "monitoring": {"prometheus-token"}}
+    assert read["brake-in-policy-block"] == {"openshift-monitoring": {"thanos-token"}}
+    assert read["provider-configmap-wrapped"] == read["provider-upstream-values"] == read["provider"]
 
 
 def test_the_rbac_checks_catch_a_widened_chart_role(helm: Path) -> None:

@@ -96,13 +96,10 @@ default policy. `kdesched:` values are merged over the policy's own kdesched blo
 {{- end -}}
 
 {{/*
-"true" when the policy names KubernetesMetrics among its metricsProviders (or carries the deprecated
-metricsCollector.enabled, which means the same): the upstream chart's condition for its metrics.k8s.io
-rule. Read from the policy as mounted, in any format that can carry one: a DeschedulerPolicy, or one
-wrapped in a ConfigMap (data.policy.yaml, or its only key). kdesched's loader refuses a policy that
-balances on KubernetesMetrics without such a provider, so every policy that reads metrics.k8s.io has it.
+The policy as mounted, as JSON: the document, or the one a ConfigMap wraps (data.policy.yaml, or its
+only key), the way kdesched's loader unwraps it.
 */}}
-{{- define "kdesched.readsKubernetesMetrics" -}}
+{{- define "kdesched.policyDocument" -}}
 {{- $doc := include "kdesched.policyText" . | fromYaml -}}
 {{- if and (eq (toString (get $doc "kind")) "ConfigMap") (kindIs "map" (get $doc "data")) -}}
 {{- $data := get $doc "data" -}}
@@ -112,6 +109,18 @@ balances on KubernetesMetrics without such a provider, so every policy that read
 {{- end -}}
 {{- $doc = toString $text | fromYaml -}}
 {{- end -}}
+{{- toJson $doc -}}
+{{- end -}}
+
+{{/*
+"true" when the policy names KubernetesMetrics among its metricsProviders (or carries the deprecated
+metricsCollector.enabled, which means the same): the upstream chart's condition for its metrics.k8s.io
+rule. Read from the policy as mounted, in any format that can carry one: a DeschedulerPolicy, or one
+wrapped in a ConfigMap (data.policy.yaml, or its only key). kdesched's loader refuses a policy that
+balances on KubernetesMetrics without such a provider, so every policy that reads metrics.k8s.io has it.
+*/}}
+{{- define "kdesched.readsKubernetesMetrics" -}}
+{{- $doc := include "kdesched.policyDocument" . | fromJson -}}
 {{- $reads := false -}}
 {{- $providers := get $doc "metricsProviders" -}}
 {{- if kindIs "slice" $providers -}}
@@ -126,6 +135,44 @@ balances on KubernetesMetrics without such a provider, so every policy that read
 {{- $reads = true -}}
 {{- end -}}
 {{- if $reads }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The Secrets kdesched reads its Prometheus token from (key prometheusAuthToken, through the API server:
+kdesched.kube.usage.prometheus_token), as JSON {namespace: [names]}: each metricsProviders[] entry's
+prometheus.authToken.secretReference, and the alert brake's (kdesched.alertBrake.authToken.secretReference)
+when the brake is enabled (a disabled brake reads nothing). {} when the policy names none.
+*/}}
+{{- define "kdesched.tokenSecrets" -}}
+{{- $doc := include "kdesched.policyDocument" . | fromJson -}}
+{{- $tokens := list -}}
+{{- $providers := get $doc "metricsProviders" -}}
+{{- if kindIs "slice" $providers -}}
+{{- range $providers -}}
+{{- if and (kindIs "map" .) (kindIs "map" (get . "prometheus")) -}}
+{{- $tokens = append $tokens (get (get . "prometheus") "authToken") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $block := get $doc "kdesched" -}}
+{{- if and (kindIs "map" $block) (kindIs "map" (get $block "alertBrake")) -}}
+{{- $brake := get $block "alertBrake" -}}
+{{- if eq (toString (get $brake "enabled")) "true" -}}
+{{- $tokens = append $tokens (get $brake "authToken") -}}
+{{- end -}}
+{{- end -}}
+{{- $out := dict -}}
+{{- range $tokens -}}
+{{- if and (kindIs "map" .) (kindIs "map" (get . "secretReference")) -}}
+{{- $ref := get . "secretReference" -}}
+{{- $ns := toString (get $ref "namespace") -}}
+{{- $name := toString (get $ref "name") -}}
+{{- if and $ns $name -}}
+{{- $_ := set $out $ns (append (get $out $ns | default list) $name | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{/* Seconds of a Go duration as the upstream chart takes deschedulingInterval (e.g. 5m, 90s, 1h30m),
