@@ -377,6 +377,34 @@ def test_a_broker_class_needs_its_broker_url(helm: Path, binary: str) -> None:
     template(helm, {"mode": "standalone", "knative": {"brokerClass": "Kafka"}}, binary=binary)  # no Broker there
 
 
+def rebalance_scale_and_cache(objs: list[dict[str, Any]]) -> tuple[str, str]:
+    template_ = find_obj(objs, "Service", "rebalance")["spec"]["template"]
+    env = template_["spec"]["containers"][0]["env"]
+    cache = next(e["value"] for e in env if e["name"] == "KDESCHED_CACHE")
+    return str(template_["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"]), str(cache)
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+def test_a_rebalance_cache_scaled_to_zero_is_refused(helm: Path, binary: str) -> None:
+    """functions.rebalance.cache keeps a warm watch cache in the rebalance function; scaled to zero
+    (minScale 0, the default) it is never warm: every cold start LISTs and watches every kind again,
+    and its first runs LIST anyway, so the cache adds a start-up's work and saves nothing. The chart
+    cannot tell a minScale the operator chose from the default, so it neither guesses nor raises it
+    silently (an always-on pod the values do not show): it refuses, naming both values and the fix."""
+    for values in ({"cache": True}, {"cache": True, "minScale": 0}):
+        done = template_raw(helm, {"functions": {"rebalance": values}}, binary=binary)
+        assert done.returncode != 0, f"{values}: a warm cache that is never warm"
+        assert "functions.rebalance.cache" in done.stderr and "functions.rebalance.minScale" in done.stderr, done.stderr
+        assert "minScale: 1" in done.stderr and "cache: false" in done.stderr, done.stderr
+    warm = template(helm, {"functions": {"rebalance": {"cache": True, "minScale": 1}}}, binary=binary)
+    assert rebalance_scale_and_cache(warm) == ("1", "1")
+    assert rebalance_scale_and_cache(template(helm, binary=binary)) == ("0", "0")
+    assert rebalance_scale_and_cache(template(helm, {"functions": {"rebalance": {"minScale": 1}}},
+                                              binary=binary)) == ("1", "0")
+    # no function runs outside the knative mode: its values mean nothing there
+    template(helm, {"mode": "standalone", "functions": {"rebalance": {"cache": True}}}, binary=binary)
+
+
 @pytest.mark.parametrize("binary", BINARIES)
 @pytest.mark.parametrize(("drain", "grace"), [(None, 30), (60, 75), (7.5, 23)])
 def test_the_grace_period_follows_the_drain(helm: Path, binary: str, drain: float | None, grace: int) -> None:
