@@ -249,23 +249,44 @@ EXTRA_VOLUMES: dict[str, Any] = {
 }
 
 
+POLICY_VOLUME = {"name": "policy", "configMap": {"name": "kdesched-policy"}}
+POLICY_MOUNT = {"name": "policy", "mountPath": "/etc/kdesched", "readOnly": True}
+
+
+def pods_by_component(objs: list[dict[str, Any]], mode: str) -> dict[str, dict[str, Any]]:
+    """The pod spec of each kdesched workload: the Knative function's name, or serve / run."""
+    if mode == "knative":
+        return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objs
+                if o["kind"] == "Service" and "template" in o["spec"]}
+    if mode == "one-off":
+        return {"run": find_obj(objs, "Job", "kdesched-run-1")["spec"]["template"]["spec"]}
+    return {"serve" if mode == "standalone" else "run": workload_pod(objs, mode)[0]}
+
+
 @pytest.mark.parametrize("binary", BINARIES)
 @pytest.mark.parametrize("mode", [*MODES, "one-off"])
-def test_extra_volumes_reach_every_kdesched_container(helm: Path, binary: str, mode: str) -> None:
+def test_extra_volumes_reach_the_containers_that_read_the_policy_and_only_them(helm: Path, binary: str,
+                                                                               mode: str) -> None:
     """kdesched.alertBrake.tokenFile / caFile and kdesched.usage.prometheusCAFile name files: the chart
-    mounts what extraVolumes and extraVolumeMounts give in every kdesched pod and container (serve,
-    run, the six functions), beside the policy."""
+    mounts what extraVolumes and extraVolumeMounts give, beside the policy, in every pod whose code
+    reads the policy (serve, run, the functions with needs_policy: rebalance, taints, affinity,
+    manual). The classifier and deadletter never read the policy (kdesched_functions.FUNCTIONS) and
+    get only the policy volume as knative/ has it: a token Secret has no business in the deadletter
+    pod, which runs without even its service account token."""
     values = {**EXTRA_VOLUMES, "mode": mode} if mode != "one-off" else {
         **EXTRA_VOLUMES, "mode": "cronjob", "cronjob": {"oneOff": True}}
     objs = template(helm, values, binary=binary)
     assert yaml.safe_load(rendered_policy(objs))["kdesched"]["alertBrake"] == EXTRA_VOLUMES["kdesched"]["alertBrake"]
-    pods = workload_pod(objs, mode) if mode != "one-off" else [find_obj(objs, "Job", "kdesched-run-1")["spec"]["template"]["spec"]]
-    assert len(pods) == (6 if mode == "knative" else 1)
-    for pod in pods:
-        assert pod["volumes"] == [{"name": "policy", "configMap": {"name": "kdesched-policy"}}, *EXTRA_VOLUMES["extraVolumes"]]
+    pods = pods_by_component(objs, mode)
+    assert set(pods) == (set(FUNCTIONS) if mode == "knative" else {"serve" if mode == "standalone" else "run"})
+    for component, pod in pods.items():
+        reads = component not in FUNCTIONS or FUNCTIONS[component].needs_policy
+        extra_volumes, extra_mounts = (EXTRA_VOLUMES["extraVolumes"], EXTRA_VOLUMES["extraVolumeMounts"]) if reads else ([], [])
+        assert pod["volumes"] == [POLICY_VOLUME, *extra_volumes], component
         for container in pod["containers"]:
-            assert container["volumeMounts"] == [{"name": "policy", "mountPath": "/etc/kdesched", "readOnly": True},
-                                                 *EXTRA_VOLUMES["extraVolumeMounts"]]
+            assert container["volumeMounts"] == [POLICY_MOUNT, *extra_mounts], component
+    if mode == "knative":
+        assert {c for c in pods if len(pods[c]["volumes"]) > 1} == set(POLICY_READERS)
     clash = template_raw(helm, {"mode": mode if mode != "one-off" else "cronjob",
                                 "extraVolumes": [{"name": "policy", "emptyDir": {}}]}, binary=binary)
     assert clash.returncode != 0 and "extraVolumes" in clash.stderr and '"policy"' in clash.stderr, clash.stderr

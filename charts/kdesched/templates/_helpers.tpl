@@ -212,12 +212,26 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* The volumes of every kdesched pod: the policy, then extraVolumes (files the kdesched block names:
-alertBrake.tokenFile and caFile, usage.prometheusCAFile). */}}
-{{- define "kdesched.volumes" -}}
+{{/* The policy volume, which every kdesched pod has (as in knative/). */}}
+{{- define "kdesched.policyVolume" -}}
 - name: policy
   configMap:
     name: kdesched-policy
+{{- end -}}
+
+{{/* The policy mount of every kdesched container. */}}
+{{- define "kdesched.policyVolumeMount" -}}
+- name: policy
+  mountPath: /etc/kdesched
+  readOnly: true
+{{- end -}}
+
+{{/* The volumes of the pods whose code reads the policy (serve, run, the functions rebalance, taints,
+affinity, manual): the policy, then extraVolumes, the files the kdesched block names
+(alertBrake.tokenFile and caFile, usage.prometheusCAFile). The classifier and deadletter never read
+the policy: they get kdesched.policyVolume alone. */}}
+{{- define "kdesched.volumes" -}}
+{{ include "kdesched.policyVolume" . }}
 {{- range .Values.extraVolumes }}
 {{- if eq (toString .name) "policy" }}
 {{- fail "extraVolumes: the name \"policy\" is the chart's own volume (the policy file at /etc/kdesched): choose another" }}
@@ -228,11 +242,9 @@ alertBrake.tokenFile and caFile, usage.prometheusCAFile). */}}
 {{- end }}
 {{- end -}}
 
-{{/* The volume mounts of every kdesched container: the policy, then extraVolumeMounts. */}}
+{{/* The volume mounts of the containers that read the policy: the policy, then extraVolumeMounts. */}}
 {{- define "kdesched.volumeMounts" -}}
-- name: policy
-  mountPath: /etc/kdesched
-  readOnly: true
+{{ include "kdesched.policyVolumeMount" . }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
