@@ -39,10 +39,15 @@ def gate(reason: str) -> float:
 
 def counts() -> dict[str, float]:
     return {"refused/rate-limit": refused("rate-limit"), "refused/disruption-budget": refused("disruption-budget"),
-            "gate/rate-limit": gate("rate-limit")}
+            "gate/rate-limit": gate("rate-limit"), "fallbacks/held-by-controls": fallbacks("held-by-controls")}
 
 
-def run_node_a(fake_api: FakeApiServer, kube: KubeClient, *, pdb: bool) -> tuple[dict[str, Any], dict[str, float]]:
+def fallbacks(reason: str) -> float:
+    return REGISTRY.get_sample_value("kdesched_surge_fallbacks_total", {"reason": reason}) or 0.0
+
+
+def run_node_a(fake_api: FakeApiServer, kube: KubeClient, *, pdb: bool,
+               lose_first_write: bool = False) -> tuple[dict[str, Any], dict[str, float]]:
     """node-a is tainted, the bucket holds 1 token. web-1 is a surge-first candidate: its PDB allows no
     disruption (``pdb``), or, without one, its sibling web-2 is not Ready, so the allowance holds web-1
     for a later wave. z-zed-1, another workload's pod on node-a with a Ready sibling elsewhere, is a
@@ -60,6 +65,9 @@ def run_node_a(fake_api: FakeApiServer, kube: KubeClient, *, pdb: bool) -> tuple
                              "rateLimits": {"global": {"perMinute": 1, "burst": 1}}}
     policy = default_like_policy(kdesched=block)
     reactor = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="test")
+    if lose_first_write:  # another run created a ledger record first: this run decides again
+        fake_api.script("POST", f"/apis/coordination.k8s.io/v1/namespaces/{reactor.execution.store.namespace}/leases",
+                        [409])
     try:
         reactor.execution.surges = surges(StubClient(2, generation=6))
         before = counts()
@@ -76,10 +84,22 @@ def test_a_held_pod_whose_surge_move_the_bucket_refuses_is_counted_once_as_rate_
     out, up = run_node_a(fake_api, kube, pdb=False)
     assert [e["pod"] for e in out["evictions"] if e.get("result") == "evicted"] == ["z-zed-1"]
     assert [e["result"] for e in out["evictions"] if e["pod"] == "a-web-1"] == ["paced"]
-    assert up == {"refused/rate-limit": 1.0, "refused/disruption-budget": 0.0, "gate/rate-limit": 1.0}
+    assert up == {"refused/rate-limit": 1.0, "refused/disruption-budget": 0.0, "gate/rate-limit": 1.0,
+                  "fallbacks/held-by-controls": 1.0}
     (fallback,) = out["summary"]["surge"]["fallbacks"]
     assert (fallback["pod"], fallback["reason"], fallback.get("control")) == (
         "default/a-web-1", "held-by-controls", "rate-limit")
+
+
+def test_a_run_that_decides_again_after_losing_its_ledger_write_counts_its_fallback_once(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """The run's first ledger write loses its race (a 409) and it decides again: the fallback of the
+    decision it carried out is counted, not one per attempt (before: 2)."""
+    out, up = run_node_a(fake_api, kube, pdb=False, lose_first_write=True)
+    assert not any(fake_api.scripts.values()), "the 409 was not played"
+    assert [e["pod"] for e in out["evictions"] if e.get("result") == "evicted"] == ["z-zed-1"]
+    assert up == {"refused/rate-limit": 1.0, "refused/disruption-budget": 0.0, "gate/rate-limit": 1.0,
+                  "fallbacks/held-by-controls": 1.0}
 
 
 def test_a_pdb_refused_pod_whose_surge_move_the_bucket_refuses_is_not_counted_twice(
@@ -88,6 +108,7 @@ def test_a_pdb_refused_pod_whose_surge_move_the_bucket_refuses_is_not_counted_tw
     surge-first move's refusal adds the gate's count and the report's reason, not a second refusal."""
     out, up = run_node_a(fake_api, kube, pdb=True)
     assert [b["pod"] for b in out["blocked"]] == ["a-web-1"]
-    assert up == {"refused/rate-limit": 0.0, "refused/disruption-budget": 1.0, "gate/rate-limit": 1.0}
+    assert up == {"refused/rate-limit": 0.0, "refused/disruption-budget": 1.0, "gate/rate-limit": 1.0,
+                  "fallbacks/held-by-controls": 1.0}
     (fallback,) = out["summary"]["surge"]["fallbacks"]
     assert fallback.get("control") == "rate-limit"

@@ -105,8 +105,10 @@ class Execution:
             for verdict in decided.admission.refused:
                 m.REFUSALS.labels(verdict.reason.value).inc()
             # (a surge-first move refused by the pipeline: the plan's refusals are counted by execute_plan)
-            for c, reason in decided.chosen.refused(decided.plan) if decided.chosen is not None else ():
-                record_refused(reason, strategy=c.strategy, namespace=c.pod.namespace)
+            if decided.chosen is not None:
+                decided.chosen.tell_fallbacks()
+                for c, reason in decided.chosen.refused(decided.plan):
+                    record_refused(reason, strategy=c.strategy, namespace=c.pod.namespace)
             # from here on the admissions are in the ledger: whatever happens, report (never raise)
             # so a redelivery does not run again what this run already did
             def keep_going() -> str | None:

@@ -104,6 +104,16 @@ class Chosen:
             return ledger
         return replace(ledger, surges={**ledger.surges, **{k: s for k, (s, _) in self.surges.items()}})
 
+    def tell_fallbacks(self) -> None:
+        """Count and log the pods that keep the normal path, once per run: from the decision the run
+        carried out, not from each attempt (a run whose ledger write lost its race decides again)."""
+        for c, why in self.fallbacks:
+            m.SURGE_FALLBACKS.labels(why.reason.value).inc()
+            # (a workload already moving is the ordinary wait of a paced maintenance, repeated every
+            # run for each held pod: not worth a line each time)
+            (log.debug if why.reason is Fallback.BUSY else log.info)(
+                "no surge-first move for %s (%s) [%s]: %s", c.pod.key, c.why, why.reason.value, why.message)
+
     def refused(self, plan: RunPlan) -> list[tuple[Candidate, Reason]]:
         """The candidates the admission pipeline refused (not deferred) when asked for their move
         (:meth:`~kdesched.admission.pipeline.RunAdmission.take`), with its reason, for
@@ -307,12 +317,6 @@ class Surges:
         owners = _read_owners(self.client, wanted, owners_to_read(wanted, ledger, now))
         listed = None if complete else _list_pods(self.client, owners)
         choice = choose(wanted, owners, ledger, snapshot, now, self.timeout_seconds, admit, listed)
-        for c, why in choice.fallbacks:
-            m.SURGE_FALLBACKS.labels(why.reason.value).inc()
-            # (a workload already moving is the ordinary wait of a paced maintenance, repeated every
-            # run for each held pod: not worth a line each time)
-            (log.debug if why.reason is Fallback.BUSY else log.info)(
-                "no surge-first move for %s (%s) [%s]: %s", c.pod.key, c.why, why.reason.value, why.message)
         if not choice.surges:
             return Chosen(plan, candidates=wanted, fallbacks=choice.fallbacks)
         rest = without(plan.evictions, plan.refusals, plan.pacing, wanted, choice, scope)
