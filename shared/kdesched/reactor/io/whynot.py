@@ -92,7 +92,9 @@ def classify(kind: Reason, result: str = "", cause: str = "") -> str | None:
         return PACED
     if result == "deferred":
         try:
-            return Reason(cause).event or WINDOW
+            # (a control whose hold passes in seconds, the fresh node change, posts none: the run is
+            # repeated then; a cause this module does not know is a window's)
+            return Reason(cause).event
         except ValueError:
             return WINDOW
     if result == "blocked":
