@@ -29,11 +29,11 @@ log = logging.getLogger("kdesched.cli.serve")
 
 
 
-def _default_port() -> int:
-    try:
-        return int(os.environ.get("PORT") or 8080)
-    except ValueError:
-        return 8080
+def _default_port() -> str:
+    """``$PORT`` or 8080, as text: argparse checks a text default with the flag's type, so a bad
+    ``$PORT`` (99999, 8O80) exits 2 naming ``--port`` instead of failing at bind time or being
+    replaced by 8080 without a word."""
+    return os.environ.get("PORT") or "8080"
 
 
 _port = NumberFlag(int, 0, 65535)
