@@ -62,7 +62,10 @@ DEFAULT_DRAIN_TEXT = "15, for the shipped manifest's grace period of 30 s"  # kd
 _positive_int = NumberFlag(int, 1, 100_000_000)
 
 MAX_SWEEP_SECONDS = 7 * 24 * 3600
-"""The longest sweep interval (a week): a larger one is a typo, and ``inf`` killed the sweep thread."""
+"""``--sweep-interval``'s bound: the policy's, kdesched.reactor.run.settings.MAX_SWEEP_SECONDS, not
+imported (that would load the policy and admission code into every ``kdesched function``'s cold
+start); tests/test_cli_policy_sweep.py checks they agree."""
+
 
 
 @dataclass(frozen=True)
@@ -227,9 +230,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     loaded = _load(args.policy, args.profile, args.dry_run)
     policy, settings = loaded.policy, loaded.settings
-    if args.sweep_interval is None and not settings.sweep_interval_seconds <= MAX_SWEEP_SECONDS:
-        raise InputError(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got "
-                           f"{settings.sweep_interval_seconds:g}")
     log.info("kdesched serve: %s (%s)", "dry run, nothing will be evicted" if loaded.dry_run else "live",
              loaded.dry_run_why)
     namespace, origin = lease_namespace(args.lease_namespace, args.kubeconfig, args.context)

@@ -164,6 +164,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_SWEEP_SECONDS = 7 * 24 * 3600
+"""The longest sweep interval (a week), here and for ``serve --sweep-interval``: a larger one is a
+typo, and ``inf`` killed the sweep thread. Checked with the policy, so ``policy validate`` refuses
+what ``serve`` would."""
+
+
 class _Reader:
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
@@ -252,6 +258,8 @@ def parse_settings(raw: Any, *, policy: Policy | None = None, env: Mapping[str, 
         else:
             renew_deadline = float(raw_deadline)
     sweep = r.number(block, "sweepIntervalSeconds", "kdesched", 900.0)
+    if sweep > MAX_SWEEP_SECONDS:
+        errors.append(f"kdesched.sweepIntervalSeconds: must be at most {MAX_SWEEP_SECONDS} (a week), got {sweep:g}")
     history_max = r.integer(block, "historyMaxEntries", "kdesched", 1000, minimum=10)
     dry_run = r.boolean(block, "dryRun", "kdesched", False)
     safety = parse_safety(block.get("safety"), errors)
