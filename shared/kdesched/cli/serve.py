@@ -108,7 +108,8 @@ def configure_serve_parser(subparsers: Any, common: argparse.ArgumentParser | No
                    help="periodic full run every SECONDS (default kdesched.sweepIntervalSeconds, 900; 0 disables)")
     p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
                    help="run without the leader Lease (only with a single replica)")
-    p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME or host name + random)")
+    p.add_argument("--identity", help="leader/lease holder identity (default: $POD_NAME, else the host name, plus a random "
+                        "suffix unique to this process)")
     p.add_argument("--drain-seconds", type=_drain_seconds, default=None, metavar="SECONDS",
                    help="on SIGTERM, how long runs in flight get to end before serve releases the leader Lease and "
                         f"exits 0 anyway (default {DEFAULT_DRAIN_TEXT}); keep it under the pod's "
