@@ -68,3 +68,34 @@ def test_a_landed_eviction_whose_answer_was_lost_keeps_its_admission() -> None:
                 r.continuations.cancel_all()
             a_client.close()
             b_client.close()
+
+
+def test_an_eviction_a_gateway_timed_out_keeps_its_admission_while_it_can_still_land() -> None:
+    """Both attempts answered 504 by a gateway, the pod read back still there: the API server may
+    still be carrying the first attempt out (its ?timeout= runs to the admission's deadline). The
+    admission is kept (``failed``/unconfirmed), so another process admits no second replica before
+    the first eviction lands (review J, finding 3: it was taken back at once)."""
+    with FakeApiServer() as fake:
+        fake.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdesched"}})
+        fake.add(*[node_obj(f"p{i}", taints=[TAINT]) for i in range(6)], *[node_obj(f"s{i}") for i in range(2)])
+        fake.add(*[web(f"web-7d9f8-{i}", f"p{i}") for i in range(6)])
+        gateway = Fault(code=504, message="gateway timeout: upstream did not answer in time")
+        fake.script_eviction("default/web-7d9f8-0", [gateway, gateway])
+        a_client, b_client = KubeClient.for_host(fake.url), KubeClient.for_host(fake.url)
+        a, b = reactor(a_client, "proc-a"), reactor(b_client, "proc-b")
+        try:
+            out_a = a.node_event(Trigger(ev.TAINTS_CHANGED, "e-p0"), parse_node_event({"node": "p0"}))
+            assert [(e["pod"], e["result"], e.get("cause")) for e in out_a["evictions"]] == [
+                ("web-7d9f8-0", "failed", "unconfirmed")]
+            out_b = b.node_event(Trigger(ev.TAINTS_CHANGED, "e-p1"), parse_node_event({"node": "p1"}))
+            fake.delete("Pod", "web-7d9f8-0", "default")  # the first attempt lands after all
+            gone = [f"web-7d9f8-{i}" for i in range(6) if fake.get("Pod", f"web-7d9f8-{i}", "default") is None]
+            assert len(gone) <= 1, (
+                f"{len(gone)} of 6 replicas evicted ({gone}) with maxUnavailable 1: process B got "
+                f"{[(e['pod'], e['result']) for e in out_b['evictions']]}")
+        finally:
+            for r in (a, b):
+                r.stop.set()
+                r.continuations.cancel_all()
+            a_client.close()
+            b_client.close()

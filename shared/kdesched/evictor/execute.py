@@ -16,7 +16,9 @@ refusal, ``throttled`` a 429 that no PDB sent, ``failed`` a server error, a lost
 refusal, each with its cause. An eviction whose answer was lost (the connection dropped after the
 request was written, a gateway timed out, or a 500) is confirmed before it is reported: the pod is read
 back, and gone, replaced or terminating means ``evicted`` (with its Event), so only a pod that was
-already gone before kdesched's first request is ``already-gone``.
+already gone before kdesched's first request is ``already-gone``. A pod read back still there
+before the admission's deadline is ``failed``/``unconfirmed``: the lost attempt may still land
+until its ``?timeout=`` (the deadline), so the ledger keeps counting it (issue 28).
 
 Events are posted beside the evictions, on their own workers, each retried within a small budget
 by the same rule; an Event that still cannot be posted is counted (``events_lost``, the report's
@@ -67,7 +69,7 @@ RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed
 # conflict | gone | unexpected | unconfirmed; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
 # kdesched.reactor.run.controls); dry-run none
 CONFIRMED = "confirmed"
-UNCONFIRMED = "unconfirmed"  # failed: the answer was lost and the pod could not be read back
+UNCONFIRMED = "unconfirmed"  # failed: the answer was lost; the pod unreadable, or still there before the deadline
 ACCEPTED = "accepted"
 REPLACED = "replaced"
 UNEXPECTED = "unexpected"
@@ -366,6 +368,26 @@ class _EventSender:
                     self.lost += 1
 
 
+def _last_answer(e: PlannedEviction, exc: DeadlinePassed | ApiError, attempts: int) -> EvictionOutcome:
+    """The outcome the last attempt's own answer (or the deadline) gives, with no lost answer before it."""
+    if isinstance(exc, DeadlinePassed):
+        return _abandoned(e, f"{exc}; the ledger no longer counts it, the next run re-decides")
+    if isinstance(exc, NotFound):
+        return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts,
+                               Cause.NOT_FOUND)
+    if isinstance(exc, Conflict):
+        return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
+                               f"failed): {exc.message or exc}", attempts, REPLACED)
+    if is_pdb_refusal(exc):
+        return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts, Cause.DISRUPTION_BUDGET)
+    cause = cause_of(exc)
+    if cause == Cause.THROTTLED:
+        return EvictionOutcome(e, "throttled", "still refused with 429 Too Many Requests (API throttling, not a "
+                               f"PodDisruptionBudget) after {attempts} attempt(s): {exc.message or exc}", attempts,
+                               cause)
+    return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts, cause)
+
+
 class LiveExecutor:
     """Evicts through the API server (policy/v1 Eviction), with retries, events, logs and metrics.
 
@@ -508,45 +530,46 @@ class LiveExecutor:
 
         try:
             _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
-        except DeadlinePassed as exc:
-            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
-                return known
-            return _abandoned(e, f"{exc}; the ledger no longer counts it, the next run re-decides")
-        except (NotFound, Conflict) as exc:
-            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
-                return known
-            if isinstance(exc, NotFound):
-                return EvictionOutcome(e, "already-gone", f"pod no longer exists: {exc.message or exc}", attempts,
-                                       Cause.NOT_FOUND)
-            return EvictionOutcome(e, "already-gone", "a different pod now has this name (uid precondition "
-                                   f"failed): {exc.message or exc}", attempts, REPLACED)
-        except ApiError as exc:
-            if lost and (known := self._after_lost(e, lost, attempts)) is not None:
-                return known
-            if is_pdb_refusal(exc):
-                return EvictionOutcome(e, "blocked", _blocked_message(exc, attempts), attempts,
-                                       Cause.DISRUPTION_BUDGET)
-            cause = cause_of(exc)
-            if cause == Cause.THROTTLED:
-                return EvictionOutcome(e, "throttled", "still refused with 429 Too Many Requests (API throttling, "
-                                       f"not a PodDisruptionBudget) after {attempts} attempt(s): {exc.message or exc}",
-                                       attempts, cause)
-            return EvictionOutcome(e, "failed", f"eviction failed after {attempts} attempt(s): {exc}", attempts, cause)
+        except (DeadlinePassed, ApiError) as exc:
+            own = _last_answer(e, exc, attempts)
+            return self._after_lost(e, lost, attempts, own, deadline) if lost else own
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts, ACCEPTED)
 
-    def _after_lost(self, e: PlannedEviction, lost: str, attempts: int) -> EvictionOutcome | None:
-        """After an attempt whose answer was lost, the last attempt failed: read the pod back.
-        Carried out: ``evicted`` (cause ``confirmed``). Cannot be read: ``failed`` with cause
-        ``unconfirmed``, which the ledger does not take back (the eviction may have landed; its
-        admission counts until its deadline, then a run that reads the pod settles it). Still
-        there as it was: None (the last attempt's own outcome)."""
+    def _after_lost(self, e: PlannedEviction, lost: str, attempts: int, own: EvictionOutcome,
+                    deadline: float | None) -> EvictionOutcome:
+        """After an attempt whose answer was lost, the last attempt failed (``own``: its outcome):
+        read the pod back. Carried out: ``evicted`` (cause ``confirmed``). Cannot be read:
+        ``failed`` with cause ``unconfirmed``, which the ledger does not take back (the eviction may
+        have landed; its admission counts until its deadline, then a run that reads the pod settles
+        it). Still there as it was: the lost attempt may still be carried out until its
+        ``?timeout=``, which runs to the admission's deadline (issue 28: an admission is released
+        only once its eviction provably can no longer land). With at most an attempt's minimum left
+        (no eviction queued behind can start any more), that is waited out and the pod read again;
+        with more left, ``unconfirmed`` (waiting would hold a concurrency slot, and every eviction
+        queued behind it, until the deadline). Past the deadline, or without one (no admission):
+        ``own``."""
         try:
             confirmed = self._confirm(e, lost)
+            left = deadline - self.clock() if deadline is not None else 0.0
+            if confirmed is None and 0 < left <= MIN_ATTEMPT_SECONDS:
+                log.info("evicting %s: %s, and the pod is still there; waiting %.1fs for its admission's deadline",
+                         _label(e), lost, left)
+                self.sleep(left)
+                confirmed, left = self._confirm(e, lost), 0.0
         except ApiError as exc:
             log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
             return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
                                    f"back ({exc}); the ledger keeps counting it", attempts, UNCONFIRMED)
-        return None if confirmed is None else EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+        if confirmed is not None:
+            return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+        if left <= 0:
+            return own
+        log.warning("evicting %s: %s, and the pod is still there; that attempt may still be carried out for "
+                    "%.0fs (until its admission's deadline)", _label(e), lost, left)
+        return EvictionOutcome(e, "failed", f"may still be evicted: {lost}, and the pod is still there, but the API "
+                               f"server may carry that attempt out until the admission's deadline ({left:.0f}s "
+                               f"from now); the ledger keeps counting it. The last attempt: {own.message}",
+                               attempts, UNCONFIRMED)
 
     def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
         """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was
