@@ -179,3 +179,44 @@ def test_paced_events_are_all_posted(fake_api: FakeApiServer, wide: KubeClient) 
     assert [o.result for o in out] == ["paced"] * 5
     assert sorted(e["regarding"]["name"] for e in fake_api.list("Event")) == [f"p{i}" for i in range(5)]
     assert fake_api.requests("POST", path("p0")) == []
+
+
+def test_ctrl_c_sends_no_eviction_not_started_yet(fake_api: FakeApiServer) -> None:
+    """A KeyboardInterrupt in the main thread, waiting for a concurrent batch: the evictions in
+    flight finish, none queued behind them is sent, and the interrupt goes on up. Before, leaving
+    the pool waited for every queued eviction to run to the end (review J, finding 4): all 12 sent."""
+    import os
+    import signal
+    import time
+
+    from tests.fakeapi import Fault
+
+    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=10_000, burst=10_000,
+                                                                    max_concurrent_evictions=2))
+    plan = [planned(fake_api, f"p{i:02d}") for i in range(12)]
+    for i in range(12):
+        fake_api.script_eviction(f"default/p{i:02d}", [Fault(delay=0.3)])  # each eviction takes 0.3 s
+    live = LiveExecutor(client, RetrySettings(max_attempts=1), events=False, max_concurrent=2)
+
+    def ctrl_c() -> None:  # the operator presses Ctrl-C while the first two are in flight
+        limit = time.monotonic() + 10
+        while fake_api.evictions_in_flight < 2 and time.monotonic() < limit:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    presser = threading.Thread(target=ctrl_c)
+    try:
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            live.execute(plan)
+        presser.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        client.close()
+    time.sleep(0.5)  # a queued eviction still being sent would show up by now
+    sent = [r.path for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert 2 <= len(sent) <= 4, f"{len(sent)} of 12 evictions were sent after Ctrl-C came with 2 in flight"
+    # the ones in flight were not cut off: each was carried out
+    assert [p for p in (f"p{i:02d}" for i in range(12)) if fake_api.get("Pod", p, "default") is None] == sorted(
+        s.split("/")[-2] for s in sent)

@@ -1,7 +1,8 @@
 """``kdesched``: simulate, run, serve, function and policy commands.
 
 Exit codes (a contract, docs/cli.md): 0 success, 2 bad input (the message names the file and the
-field), 1 runtime failure (API server unreachable, a strategy crashed...). Bad input never prints
+field), 1 runtime failure (API server unreachable, a strategy crashed...), 128 + the signal's number
+for a ``run`` that SIGINT or SIGTERM stopped (kdesched.cli.interrupts). Bad input never prints
 a traceback. Heavy imports (the kubernetes client, Flask) happen only in the commands that need
 them, so ``simulate`` starts fast.
 
@@ -38,6 +39,7 @@ from kdesched.cli.common import (
     load_policy_arg,
     stdin_once,
 )
+from kdesched.cli.interrupts import Interrupts
 from kdesched.cli.logs import setup_logging
 from kdesched.cli.policy_commands import cmd_policy_convert, cmd_policy_validate
 from kdesched.cli.startup import started
@@ -295,20 +297,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan_done = time.perf_counter()
     log.info("planned in %.3fs: %d eviction(s)", plan_done - read_done, len(plan.evictions))
     executor = RecordingExecutor() if loaded.dry_run else LiveExecutor(client)
-    # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements
-    report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
-                          grace_period_seconds=policy.grace_period_seconds,
-                          failure_events=policy.eviction_failure_event_notification, started=started,
-                          reader=LiveWorkloads(client),
-                          waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
+    # with the safety defaults on, run proceeds in waves: it waits for each workload's replacements.
+    # SIGINT/SIGTERM from here on stop it between evictions, with its report (kdesched.cli.interrupts)
+    with Interrupts() as interrupts:
+        report = execute_plan(plan, executor, dry_run=loaded.dry_run, trigger="run",
+                              grace_period_seconds=policy.grace_period_seconds,
+                              failure_events=policy.eviction_failure_event_notification, started=started,
+                              reader=LiveWorkloads(client), keep_going=interrupts.reason,
+                              waves=WaveSettings(safety.replacement_timeout_seconds, budget_seconds=None))
+    if interrupts.signum is not None:
+        report = _interrupted(report, interrupts.name)
     total = client.stats
     waited = client.rate_limiter.waited_seconds if client.rate_limiter is not None else 0.0
     log.info("carried out the plan in %.3fs: %d requests, %d bytes; requests waited %.3fs in all for the "
              "client-side rate limit", time.perf_counter() - plan_done, total.requests - read.requests,
              total.bytes_read - read.bytes_read, waited)
     write_report(report, args.output, sys.stdout, dry_run_why=loaded.dry_run_why)
+    if interrupts.signum is not None:
+        return interrupts.exit_code
     failed = any(o.result in ("failed", "throttled") for o in report.outcomes)
     return EXIT_RUNTIME if plan.errors or failed else EXIT_OK
+
+
+def _interrupted(report: Any, signal_name: str) -> Any:
+    """The report of a run a signal stopped, saying so in ``summary.errors``."""
+    from dataclasses import replace
+
+    from kdesched.evictor.execute import STOPPED
+
+    left = sum(1 for o in report.outcomes if o.result == "abandoned" and o.cause == STOPPED)
+    error = (f"interrupted by {signal_name}: {left} eviction(s) not started (abandoned); those in flight "
+             "finished and are reported")
+    log.warning("%s", error)
+    return replace(report, plan=replace(report.plan, errors=(*report.plan.errors, error)))
 
 
 def _health_refusal(loaded: LoadedPolicy, snapshot: Any, *, ignore: bool, client: Any = None) -> str:
@@ -499,7 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the Eviction API with retries (what the upstream descheduler Job does). Mode: "
                                      "upstream parity for a plain policy; with kdesched.safety.enabled: true, "
                                      "kdesched's safety defaults: somewhere to go, and evictions in waves that wait "
-                                     "for each workload's replacements to be Ready (replacementTimeoutSeconds).")
+                                     "for each workload's replacements to be Ready (replacementTimeoutSeconds). "
+                                     "Ctrl-C (SIGINT) or SIGTERM while it evicts: nothing more is started, the "
+                                     "evictions in flight finish, the report is written, exit 130 / 143.")
     run.add_argument("--policy", metavar="FILE", help=policy_help)
     run.add_argument("--profile", metavar="NAME", action="append", default=[], help=profile_help)
     run.add_argument("--kubeconfig", metavar="FILE",

@@ -406,7 +406,9 @@ class LiveExecutor:
     is still spent. Per-run limits are applied by the planner before execution, and waves
     (:mod:`kdesched.evictor.waves`) call ``execute`` once per batch, so concurrency is only ever
     inside one batch. ``keep_going`` is asked before each eviction is started (so before every
-    batch of concurrent evictions, and between them).
+    batch of concurrent evictions, and between them). Interrupted while it waits for the batch (a
+    KeyboardInterrupt in the caller's thread), it starts no eviction more, lets those in flight
+    finish and raises (``kdesched run`` turns the first SIGINT/SIGTERM into ``keep_going`` instead).
     """
 
     def __init__(self, client: KubeClient, retry: RetrySettings = RetrySettings(), events: bool = True,
@@ -443,9 +445,10 @@ class LiveExecutor:
                 deadline: float | None = None) -> list[EvictionOutcome]:
         sender = self._event_sender(len(evictions))
         latch = _StopLatch(keep_going)
+        interrupted = threading.Event()  # the caller's thread was interrupted (Ctrl-C): start nothing more
 
         def one(e: PlannedEviction) -> EvictionOutcome:
-            why = latch.stop_reason()
+            why = "interrupted" if interrupted.is_set() else latch.stop_reason()
             if why is None and deadline is not None and self.clock() > deadline - MIN_ATTEMPT_SECONDS:
                 why = ("its admission's deadline passed before it could be sent (queued behind other evictions); "
                        "the ledger no longer counts it, the next run re-decides")
@@ -470,7 +473,14 @@ class LiveExecutor:
                 return [one(e) for e in evictions]
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kdesched-evict") as pool:
                 futures = [pool.submit(one, e) for e in evictions]
-                return [f.result() for f in futures]  # plan order, whatever order they finished in
+                try:
+                    return [f.result() for f in futures]  # plan order, whatever order they finished in
+                except BaseException:
+                    # a KeyboardInterrupt (Ctrl-C) in this thread while it waits: leaving the pool
+                    # waits for its work, so nothing queued may start; those in flight finish
+                    interrupted.set()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         finally:
             self._drain(sender)
 
