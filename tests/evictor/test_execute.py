@@ -153,6 +153,32 @@ def test_retry_after_is_honoured(fake_api: FakeApiServer, kube: KubeClient, scri
     assert sleeps == pytest.approx(expected_sleeps, abs=0.05)
 
 
+@pytest.mark.parametrize(("retry_after", "pdb", "expected"), [
+    (45.0, False, ("throttled", "throttled", 1, [])),
+    (45.0, True, ("blocked", "disruption-budget", 1, [])),
+    (29.5, False, ("throttled", "throttled", 1, [])),  # would leave less than an attempt's minimum
+    (10.0, False, ("evicted", "accepted", 2, [10.0])),  # time left after the wait: honoured, retried
+], ids=["throttled-past", "pdb-past", "too-little-left", "within"])
+def test_a_retry_after_past_the_deadline_gives_up_at_once(fake_api: FakeApiServer, kube: KubeClient,
+                                                          retry_after: float, pdb: bool, expected: Any) -> None:
+    """A 429 whose Retry-After runs past the admission's deadline: no attempt could be sent after
+    waiting it, so the eviction is reported as the refusal it is at once, instead of sleeping out
+    its budget holding a concurrency slot (review J) and ending ``abandoned`` at the deadline."""
+    e = planned(fake_api, "p")
+    answer = Fault(429, PDB_MESSAGE if pdb else "too many requests", retry_after=retry_after)
+    fake_api.script_eviction("default/p", [answer])
+    clock = Clock()
+    sleeps = Sleeps()
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.t += seconds
+
+    live = LiveExecutor(kube, FAST, sleep=sleep, clock=clock, events=False)
+    (outcome,) = live.execute([e], deadline=clock.t + 30)
+    assert (outcome.result, outcome.cause, outcome.attempts, sleeps) == expected, outcome.message
+
+
 @pytest.mark.parametrize(("script", "result", "attempts", "cause"), [
     ([502, 504, 200], "evicted", 3, "accepted"),
     ([503, 429, 200], "evicted", 3, "accepted"),

@@ -240,3 +240,31 @@ def test_keep_going_stops_the_waiting_and_abandons_the_held_batches(
     assert outcomes[1].message == "not started: the Lease's renew deadline passed"
     assert cluster.now == 0.0  # no poll was waited for
     assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 1
+
+
+def test_a_keep_going_hook_that_raises_between_waves_stops_them_and_keeps_the_outcomes(
+        fake_api: FakeApiServer, kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook raises when asked between waves (review J, note on execute_waves): the run stops as
+    it does when the executor's check fails (evicting on is the unsafe side), the held batches are
+    ``abandoned`` with the failure, and wave 0's outcome is kept. It raised out of execute_waves
+    before, losing the outcomes of the batches already evicted."""
+    cluster, plan = setup(fake_api, {"web": 3}, {"web": None})
+    cluster.watch_evictions(kube, monkeypatch)
+    asked = iter([None])
+
+    def keep_going() -> str | None:
+        answer = next(asked, "raise")
+        if answer == "raise":
+            raise RuntimeError("lease store unreachable")
+        return answer
+
+    outcomes = execute_waves(plan.evictions, plan.pacing, LiveExecutor(kube, NO_RETRY, sleep=cluster.sleep),
+                             dry_run=False, reader=LiveWorkloads(kube, clock=cluster.clock),
+                             settings=WaveSettings(30.0, budget_seconds=None, poll_seconds=2.0),
+                             sleep=cluster.sleep, clock=cluster.clock, keep_going=keep_going)
+    assert [(o.result, o.cause) for o in outcomes] == [("evicted", "accepted"), ("abandoned", "stopped"),
+                                                       ("abandoned", "stopped")]
+    assert outcomes[1].message == ("not started: the keep-going check failed: RuntimeError: lease store "
+                                   "unreachable")
+    assert cluster.now == 0.0
+    assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 1

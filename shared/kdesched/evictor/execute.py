@@ -4,7 +4,8 @@ Why: strategies only plan. This is the one place that turns plans into API calls
 live here once. What is retried is decided by :func:`kdesched.kube.errors.is_transient` (the same
 rule as reads): throttling (429 without a PDB cause), 502/503/504, a 5xx with Retry-After and
 dropped connections, with exponential backoff and jitter inside a total time budget, honouring
-Retry-After. A PodDisruptionBudget's 429 is retried too, within the same budget: upstream does not
+Retry-After (one that runs past the admission's deadline ends the retries at once: no attempt could
+follow it). A PodDisruptionBudget's 429 is retried too, within the same budget: upstream does not
 retry within a cycle, but an event-driven run may be the only run for a while, so a PDB that is
 briefly at its limit (a rollout in progress) gets a few bounded chances here. So is a 500 without
 Retry-After (the server may have failed after acting: it is confirmed as a lost answer is), except
@@ -40,7 +41,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_any
+from tenacity.stop import stop_base
 
 from kdesched.evictor.metrics import record_cause, record_event_lost, record_eviction, record_paced
 from kdesched.kube.deadline import MIN_ATTEMPT_SECONDS, Deadline, DeadlinePassed
@@ -204,6 +206,21 @@ def _label(e: PlannedEviction) -> str:
     return f"{e.pod.key} from {e.node or '-'}"
 
 
+def ask_keep_going(keep_going: KeepGoing | None) -> str | None:
+    """Ask the hook once: None = go on, else why to stop (logged). A hook that raises stops the
+    run: evicting on is the unsafe side, and the outcomes so far must not be lost to its error."""
+    if keep_going is None:
+        return None
+    try:
+        reason = keep_going()
+    except Exception as exc:
+        log.exception("the keep-going check failed")
+        reason = f"the keep-going check failed: {type(exc).__name__}: {exc}"
+    if reason is not None:
+        log.warning("stopping evictions: %s", reason)
+    return reason
+
+
 class _StopLatch:
     """Asks ``keep_going`` before each eviction until it names a reason, then keeps that reason."""
 
@@ -217,13 +234,7 @@ class _StopLatch:
             return None
         with self.lock:
             if self.reason is None:
-                try:
-                    self.reason = self.keep_going()
-                except Exception as exc:  # a broken hook stops the run: evicting on is the unsafe side
-                    log.exception("the keep-going check failed")
-                    self.reason = f"the keep-going check failed: {type(exc).__name__}: {exc}"
-                if self.reason is not None:
-                    log.warning("stopping evictions: %s", self.reason)
+                self.reason = ask_keep_going(self.keep_going)
             return self.reason
 
 
@@ -273,8 +284,23 @@ def _blocked_message(exc: ApiError, attempts: int) -> str:
     return f"blocked by a PodDisruptionBudget after {attempts} attempt(s): {text}"
 
 
+class _RetryAfterPastDeadline(stop_base):
+    """Stop when the answer's Retry-After runs past ``deadline`` (less than an attempt's minimum
+    would be left after waiting it): no attempt could be sent then, and sleeping would hold a
+    concurrency slot, and every eviction queued behind it, for nothing. The answer stands."""
+
+    def __init__(self, deadline: float, clock: Callable[[], float]) -> None:
+        self.deadline = deadline
+        self.clock = clock
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
+        return (isinstance(exc, ApiError) and exc.retry_after is not None
+                and self.clock() + exc.retry_after > self.deadline - MIN_ATTEMPT_SECONDS)
+
+
 def _retrying(settings: RetrySettings, retry: Callable[[BaseException], bool], sleep: Sleep,
-              what: Callable[[], str]) -> Retrying:
+              what: Callable[[], str], give_up: stop_base | None = None) -> Retrying:
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         log.info("%s: attempt %d/%d failed (%s); retrying in %.2fs", what(), state.attempt_number,
@@ -282,7 +308,8 @@ def _retrying(settings: RetrySettings, retry: Callable[[BaseException], bool], s
 
     return Retrying(
         retry=retry_if_exception(retry),
-        stop=stop_after_attempt(settings.max_attempts) | StopAfterBudget(settings.max_total_seconds),
+        stop=stop_any(stop_after_attempt(settings.max_attempts), StopAfterBudget(settings.max_total_seconds),
+                      *([give_up] if give_up is not None else [])),
         wait=WaitHonouringRetryAfter(settings.initial_backoff_seconds, settings.max_backoff_seconds,
                                      settings.max_total_seconds),
         sleep=sleep,
@@ -539,7 +566,8 @@ class LiveExecutor:
                 raise
 
         try:
-            _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}")(attempt)
+            _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}",
+                      _RetryAfterPastDeadline(deadline, self.clock) if deadline is not None else None)(attempt)
         except (DeadlinePassed, ApiError) as exc:
             own = _last_answer(e, exc, attempts)
             return self._after_lost(e, lost, attempts, own, deadline) if lost else own

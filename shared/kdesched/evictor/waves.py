@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing
+from kdesched.evictor.execute import EvictionOutcome, Executor, KeepGoing, ask_keep_going
 from kdesched.evictor.metrics import mark_workload_below
 from kdesched.evictor.pacing import PacingPlan, Workload, WorkloadStatus, workload_of, workload_status
 from kdesched.model.errors import ModelError
@@ -106,7 +106,8 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
                   keep_going: KeepGoing | None = None, deadline: float | None = None) -> list[EvictionOutcome]:
     """Evict ``evictions`` wave by wave; outcomes come back in the plan's order. ``keep_going`` is
     handed to each batch's ``execute`` (asked before each eviction is started) and asked before
-    each poll: once it names a reason, every held batch is ``abandoned`` at once, without waiting."""
+    each poll: once it names a reason (or raises: the run stops, as it does in the executor), every
+    held batch is ``abandoned`` at once, without waiting."""
     steps = pacing.steps
     if len(steps) != len(evictions):
         raise ValueError(f"pacing plan has {len(steps)} steps for {len(evictions)} evictions")
@@ -158,7 +159,7 @@ def execute_waves(evictions: Sequence[PlannedEviction], pacing: PacingPlan, exec
     since = {w: start for w in held}
     last: dict[Workload, WorkloadStatus] = {}
     while held:
-        stop = keep_going() if keep_going is not None else None
+        stop = ask_keep_going(keep_going)  # guarded: a hook that raises stops, keeping the outcomes so far
         if stop is not None:  # the caller stopped the run: nothing more is sent, nothing waits
             stopped: KeepGoing = functools.partial(str, stop)  # the same reason, whatever the hook says next
             for w in list(held):
