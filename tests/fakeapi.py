@@ -58,6 +58,7 @@ REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 409: "Conflict"
            429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
 
 Key = tuple[str, str]  # (namespace or "", name)
+STOP_JOIN_SECONDS = 5.0  # stop(): the most it waits for the server's threads to end
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ class FakeApiServer:
         self._uids = itertools.count(1)
         self._stopping = False
         self._sockets: set[socket.socket] = set()
+        self._handlers: set[threading.Thread] = set()  # request threads; stop() joins them
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -197,6 +199,13 @@ class FakeApiServer:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            threads = [*self._handlers, *([self._thread] if self._thread is not None else [])]
+        # the handlers' threads are daemons, which server_close() does not join: one still serving
+        # (a scripted delay, a watch) would otherwise run on into a later test. Their waits end at
+        # _stopping and their sockets are cut, so this takes milliseconds.
+        deadline = time.monotonic() + STOP_JOIN_SECONDS
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         self._httpd = None
 
     def __enter__(self) -> Self:
@@ -373,11 +382,11 @@ class FakeApiServer:
             if entry.delay and limit is not None and entry.delay > limit:
                 # the real API server abandons a request at its ?timeout= (its request deadline):
                 # 504, and nothing carried out
-                time.sleep(limit)
+                self._pause(limit)
                 raise Reply(504, f"Timeout: request did not complete within the requested timeout - context "
                                  f"deadline exceeded ({limit:g}s)")
             if entry.delay:
-                time.sleep(entry.delay)
+                self._pause(entry.delay)
             if entry.drop and not entry.after:
                 raise Dropped
             if entry.code >= 300 and not entry.after:
@@ -388,6 +397,12 @@ class FakeApiServer:
         if code >= 300:
             raise Reply(code, f"scripted failure {code}", retry_after=retry_after)
         return None
+
+    def _pause(self, seconds: float) -> None:
+        """A scripted delay that stop() cuts short: the request is then dropped, not carried out."""
+        with self._lock:
+            if self._lock.wait_for(lambda: self._stopping, timeout=seconds):
+                raise Dropped
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any,
                headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -662,6 +677,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         with self.fake._lock:
             self.fake._sockets.add(self.connection)
+            self.fake._handlers = {t for t in self.fake._handlers if t.is_alive()}
+            self.fake._handlers.add(threading.current_thread())
 
     def finish(self) -> None:
         with self.fake._lock:
