@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from tests.fakeapi import FakeApiServer, Fault
+from tests.promstub import Stub, pause
 
 
 def _send_get(url: str, path: str) -> socket.socket:
@@ -40,5 +41,37 @@ def test_stopping_the_fake_api_ends_the_request_it_is_delaying() -> None:
         assert left == []
         assert took < 5.0
         assert sock.recv(1024) == b""  # dropped, not answered after the stop
+    finally:
+        sock.close()
+
+
+def test_stopping_the_prometheus_stub_ends_an_answer_waiting_on_its_client() -> None:
+    """The stub's handler threads are daemons too: one reading a request the client never finishes
+    (or still answering) went on after stop()."""
+    before = set(threading.enumerate())
+    stub = Stub(lambda h: h.rfile.read(1))  # waits for a byte the client never sends
+    sock = _send_get(stub.url, "/api/v1/query")
+    try:
+        _wait_until(lambda: stub.requests)
+        started = time.monotonic()
+        stub.stop()
+        assert time.monotonic() - started < 5.0
+        assert [t.name for t in threading.enumerate() if t not in before and t.is_alive()] == []
+    finally:
+        sock.close()
+
+
+def test_stopping_the_prometheus_stub_cuts_a_pause_short() -> None:
+    """A slow Prometheus is played with pause(), which stop() ends: a sleeping handler would outlive
+    its test by the rest of the sleep."""
+    before = set(threading.enumerate())
+    stub = Stub(lambda h: pause(h, 30.0))
+    sock = _send_get(stub.url, "/api/v1/query")
+    try:
+        _wait_until(lambda: stub.requests)
+        started = time.monotonic()
+        stub.stop()
+        assert time.monotonic() - started < 5.0
+        assert [t.name for t in threading.enumerate() if t not in before and t.is_alive()] == []
     finally:
         sock.close()

@@ -7,7 +7,7 @@ import base64
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from kdesched.kube.usage import read_brake_alerts
 from kdesched.model.alerts import Alert
 
 from tests.fakeapi import FakeApiServer
-from tests.kube.test_usage import Stub, reply
+from tests.promstub import pause, reply
 
 ALERTS = {"status": "success", "data": {"alerts": [
     {"labels": {"alertname": "EtcdMembersDown", "job": "etcd", "severity": "critical"},
@@ -30,19 +30,6 @@ ALERTS = {"status": "success", "data": {"alerts": [
      "activeAt": "2026-11-28T02:01:00Z", "value": "1e+00"}]}}
 RECENT = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"alertname": "CephHealthError", "alertstate": "firing"}, "value": [1764295200.0, "12.5"]}]}}
-
-
-@pytest.fixture
-def stub() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], Stub]]:
-    made: list[Stub] = []
-
-    def make(answer: Callable[[BaseHTTPRequestHandler], None]) -> Stub:
-        made.append(Stub(answer))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.stop()
 
 
 def routes(alerts: Any = ALERTS, recent: Any = RECENT) -> Callable[[BaseHTTPRequestHandler], None]:
@@ -115,7 +102,7 @@ def test_prometheus_down() -> None:
 
 def test_prometheus_slow(stub: Any) -> None:
     def slow(h: BaseHTTPRequestHandler) -> None:
-        time.sleep(1.5)
+        pause(h, 1.5)
         routes()(h)
     server = stub(slow)
     started = time.monotonic()

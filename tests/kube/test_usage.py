@@ -9,10 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ from kdesched.policy.usage import UsageSettings
 
 from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
+from tests.promstub import pause, reply
 from tests.test_cli_run import kubeconfig
 
 QUERY = "instance:node_cpu:rate:sum"
@@ -161,56 +159,6 @@ def test_run_with_a_node_missing_from_metrics_decides_nothing(fake_api: FakeApiS
 # --------------------------------------------------------------------------- Prometheus faults (stub server)
 
 
-class Stub:
-    """A loopback HTTP server answering ``/api/v1/query`` with ``answer(handler)``; records requests."""
-
-    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], None]) -> None:
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                stub.requests.append((self.path, dict(self.headers)))
-                answer(self)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def reply(code: int, body: Any, content_type: str = "application/json") -> Callable[[BaseHTTPRequestHandler], None]:
-    def answer(h: BaseHTTPRequestHandler) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", content_type)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-    return answer
-
-
-@pytest.fixture
-def stub() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], Stub]]:
-    made: list[Stub] = []
-
-    def make(answer: Callable[[BaseHTTPRequestHandler], None]) -> Stub:
-        made.append(Stub(answer))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.stop()
-
-
 VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"instance": "n1"}, "value": [1762000000.5, "0.9"]},
     {"metric": {"instance": "n2"}, "value": [1762000000.5, "0.1"]}]}}
@@ -239,7 +187,7 @@ def test_prometheus_down() -> None:
 
 def test_prometheus_slow(stub: Any) -> None:
     def slow(h: BaseHTTPRequestHandler) -> None:
-        time.sleep(1.5)
+        pause(h, 1.5)
         reply(200, VECTOR)(h)
     server = stub(slow)
     r = query_instant(server.url, QUERY, timeout=0.3)

@@ -14,7 +14,7 @@ import pytest
 from kdesched.kube.client import KubeClient
 
 from tests.fakeapi import FakeApiServer
-from tests.kube.test_usage import Stub, reply
+from tests.promstub import Stub, reply
 from tests.reactor.test_controls import THU_10, Clock, evicted, pool, reactor, results, taint_event
 
 
