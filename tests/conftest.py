@@ -13,6 +13,7 @@ import pytest
 from kdesched.kube.client import KubeClient
 
 from tests.fakeapi import FakeApiServer
+from tests.reactor.reactors import STARTED
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +29,18 @@ def _root_logging_restored() -> Iterator[None]:
         if type(handler) is logging.StreamHandler:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop every reactor a test made (tests.reactor.reactors.STARTED) before any fixture is torn
+    down: their paced repeats and continuations run on timers, which must neither outlive the test
+    nor call its fake API server while it goes."""
+    while STARTED:
+        r = STARTED.pop()
+        r.stop.set()
+        r.continuations.cancel_all()
+    return (yield)
 
 
 @pytest.fixture

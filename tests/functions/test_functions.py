@@ -16,6 +16,7 @@ from tests.builders import node_obj, pod_obj
 from tests.fakeapi import FakeApiServer
 from tests.functions.helpers import MODES, ce_request, post, reply_event, reply_mode
 from tests.reactor.policies import default_like_policy
+from tests.reactor.reactors import STARTED
 
 TAINT = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
 TAINTS = "RemovePodsViolatingNodeTaints"
@@ -25,7 +26,9 @@ APISERVER_SOURCE = "https://10.96.0.1:443"
 def make_reactor(kube: KubeClient, **block: Any) -> Reactor:
     block = {"settleSeconds": 0.02, "leaseWaitSeconds": 0.1, **block}
     policy = default_like_policy(kdesched=block)
-    return Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="fn-test")
+    r = Reactor(policy, parse_settings(block, policy=policy, env={}), kube, identity="fn-test")
+    STARTED.append(r)  # a braked run leaves a continuation timer: stopped after the test (tests/conftest.py)
+    return r
 
 
 def cluster(fake: FakeApiServer) -> None:

@@ -1,5 +1,6 @@
-"""Reactors a test started, stopped after it (tests/reactor/conftest.py): their paced repeats and
-continuations run on timers, which must not outlive the test's fake API server."""
+"""Reactors a test started, stopped after it (``pytest_runtest_teardown`` in tests/conftest.py, before
+the test's fixtures go): their paced repeats and continuations run on timers, which must not
+outlive the test or its fake API server."""
 
 from __future__ import annotations
 
