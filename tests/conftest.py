@@ -12,8 +12,27 @@ from collections.abc import Iterator
 import pytest
 from kdesched.kube.client import KubeClient
 
+from tests import threadguard
 from tests.fakeapi import FakeApiServer
 from tests.reactor.reactors import STARTED
+from tests.threadguard import REAL_TIERS, alive, describe, left_behind
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Error a test that leaves a thread running (tests/threadguard.py). Set up before, so torn
+    down after, the test's other function-scoped fixtures: the threads they stop are not counted;
+    those of wider-scoped fixtures were there before it."""
+    if any(request.node.get_closest_marker(tier) for tier in REAL_TIERS):
+        yield
+        return
+    before = alive()
+    yield
+    left = left_behind(before, wait=threadguard.WAIT_SECONDS)
+    if left:
+        pytest.fail("the test left a thread running (stop it in the test or its fixture, or allow it "
+                    "in tests/threadguard.py with a reason): " + "; ".join(describe(t) for t in left),
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)
