@@ -35,6 +35,12 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 # the evictor's tenacity policy owns that, so attempts and backoff are counted in one place.
 TRANSPORT_RETRIES = urllib3.Retry(total=2, connect=1, read=1, status=0, redirect=0, other=0,
                                   raise_on_status=False, backoff_factor=0)
+# TCP keepalive on every connection of the pool (the kubernetes client's ``keep_alive``: client-go's
+# timings, probes after 30 s idle, every 15 s, 9 of them). A watch of a quiet kind carries no byte
+# for minutes: without probes a load balancer's or NAT's idle timeout drops it silently (Azure's
+# LB: 4 minutes, less than the 300 s watch), and a peer gone without a reset is found by the kernel
+# after ~165 s instead of by the watch's read timeout (timeoutSeconds + 30 s).
+TCP_KEEPALIVE = True
 
 
 # Client-side limits. kube-scheduler v1.24 ships qps 50 / burst 100 (a control-plane component that
@@ -339,6 +345,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
 
     configuration = Configuration()
     configuration.retries = TRANSPORT_RETRIES
+    configuration.keep_alive = TCP_KEEPALIVE
     if kubeconfig is None and os.environ.get(SERVICE_HOST_ENV) and context is None:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
@@ -374,6 +381,7 @@ def host_configuration(url: str) -> Configuration:
 
     configuration = Configuration()
     configuration.retries = TRANSPORT_RETRIES
+    configuration.keep_alive = TCP_KEEPALIVE
     configuration.host = url.rstrip("/")
     configuration.verify_ssl = False
     return configuration

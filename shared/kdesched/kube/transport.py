@@ -59,6 +59,11 @@ log = logging.getLogger("kdesched.kube")
 
 T = TypeVar("T")
 
+#: a WATCH's connect timeout, and its read timeout's slack over the watch's ``timeoutSeconds``
+#: (the server ends the stream by then; a longer silence is a dead peer: :meth:`ResourceClient.watch`)
+WATCH_CONNECT_SECONDS = 10.0
+WATCH_READ_SLACK_SECONDS = 30.0
+
 #: the lanes of the client-side rate limit (module docstring); the main lane is ``MAIN``
 MAIN, EVENTS, LEASES = "main", "events", "leases"
 _LANE: ContextVar[str] = ContextVar("kdesched_kube_lane", default=MAIN)
@@ -171,6 +176,8 @@ class Transport:
         self.impersonation = impersonation
         self.request_timeout = request_timeout
         self.read_retry = read_retry
+        #: a watch's read timeout is its ``timeoutSeconds`` plus this (tests make it short)
+        self.watch_read_slack_seconds = WATCH_READ_SLACK_SECONDS
         self._sleep = sleep
         self._lock = threading.Lock()
         self._requests = 0
@@ -236,7 +243,7 @@ class Transport:
 
     # -- one request -----------------------------------------------------------------------------
     def _send(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Mapping[str, Any] | None = None, timeout: Any = None,
+              body: Mapping[str, Any] | None = None, timeout: float | tuple[float, float] | None = None,
               content_type: str = "application/json", server_timeout: float | None = None,
               deadline: Deadline | None = None) -> Any:
         """Send one request; return the unread response (a 2xx) or raise the typed error.
@@ -244,7 +251,11 @@ class Transport:
         ``server_timeout`` / ``deadline`` (a write): the API server abandons the request at its
         ``?timeout=``, and this client stops waiting shortly after. Both are fixed after the wait
         for a token: the time left until ``deadline`` then (at most ``server_timeout``), and
-        :class:`DeadlinePassed` (nothing sent) when too little is left (kdesched.kube.deadline)."""
+        :class:`DeadlinePassed` (nothing sent) when too little is left (kdesched.kube.deadline).
+
+        ``timeout``: seconds (the whole request) or ``(connect, read)``, the only forms the kubernetes
+        client takes as ``_request_timeout`` (it silently sends anything else, a ``urllib3.Timeout``
+        included, with no timeout at all); None: the client's :attr:`request_timeout`."""
         bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
         if bucket is not None:
             TRAFFIC.waited(bucket.acquire())

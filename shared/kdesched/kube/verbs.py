@@ -24,7 +24,7 @@ import urllib3
 from kdesched.kube.deadline import Deadline
 from kdesched.kube.errors import Gone, NotFound, error_from_status, trim, unavailable_from
 from kdesched.kube.resources import Resource, delete_options
-from kdesched.kube.transport import ReadRetry, Transport
+from kdesched.kube.transport import WATCH_CONNECT_SECONDS, ReadRetry, Transport
 from kdesched.model.fastload import decode_list_page
 
 log = logging.getLogger("kdesched.kube")
@@ -175,7 +175,9 @@ class ResourceClient(Transport):
               label_selector: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """Open a WATCH after ``resource_version`` (HTTP errors raise here) and return the stream of
         ``(type, object)``: ADDED, MODIFIED, DELETED, BOOKMARK. An ``ERROR`` event raises its typed
-        error (410: :class:`Gone`). Closing the iterator early drops the connection."""
+        error (410: :class:`Gone`). Closing the iterator early drops the connection. Connect
+        timeout :data:`WATCH_CONNECT_SECONDS`; a silence longer than ``timeout_seconds`` plus
+        :attr:`watch_read_slack_seconds` ends the stream with :class:`Unavailable` ("timed out")."""
         query = [("watch", "true"), ("resourceVersion", resource_version),
                  ("timeoutSeconds", str(int(timeout_seconds)))]
         if allow_bookmarks:
@@ -184,8 +186,12 @@ class ResourceClient(Transport):
             query.append(("fieldSelector", field_selector))
         if label_selector:
             query.append(("labelSelector", label_selector))
-        # the server closes the stream after timeoutSeconds; the read timeout only catches a dead peer
-        timeout = urllib3.Timeout(connect=10.0, read=float(timeout_seconds) + 30.0)
+        # The server ends the stream after timeoutSeconds, so a longer silence is a dead peer (a node
+        # lost, a load balancer failed over, a NAT entry expired: no reset ever comes). urllib3's
+        # read timeout is per read, so it never cuts a healthy stream; no total timeout, which
+        # would. A (connect, read) tuple: the kubernetes client drops anything else it does not
+        # know as _request_timeout (a urllib3.Timeout object included) and sends without one.
+        timeout = (WATCH_CONNECT_SECONDS, float(timeout_seconds) + self.watch_read_slack_seconds)
         resp = self._send("GET", res.path(namespace), query=query, timeout=timeout)
         return self._events(resp.response, res)
 
