@@ -261,6 +261,29 @@ def test_the_lists_in_progress_count_against_the_ceiling(
     cache.governor.release("Node")
 
 
+def test_a_list_admitted_then_not_wanted_gives_its_count_back(
+        fake_api: FakeApiServer, build: Callable[..., ClusterCache]) -> None:
+    """A reflector retired (or a cache giving up) between its count and its LIST lists nothing: the
+    objects its count reserved must not go on counting against the other kinds' LISTs (review J)."""
+    fake_api.add(node_obj("n1"), node_obj("n2"), *(pod_obj(f"p{i}", "n1") for i in range(4)))
+    cache = build(kinds=["Node", "Pod"], max_objects=5, recheck_seconds=0)
+    pods = cache.reflectors["Pod"]
+    count = cache.client.count_objects
+
+    def count_then_retire(kind: str) -> int | None:
+        n = count(kind)
+        pods.retired = True  # a concurrent retirement: the reflector is not wanted any more
+        return n
+
+    cache.client.count_objects = count_then_retire  # type: ignore[method-assign]
+    assert pods.relist() is False  # admitted (4 pods fit), then not wanted: nothing listed
+    assert pod_lists(fake_api) == []
+    cache.client.count_objects = count  # type: ignore[method-assign]
+    cache.governor.admit("Node")  # 2 nodes; the Pod store is empty and no Pod LIST is in progress
+    assert cache.disabled == ""
+    cache.governor.release("Node")
+
+
 def test_back_under_the_ceiling_each_kind_waits_a_step_before_listing_again(
         fake_api: FakeApiServer, kube: KubeClient, build: Callable[..., ClusterCache]) -> None:
     fake_api.add(node_obj("n1"), *(pod_obj(f"p{i}", "n1") for i in range(7)))  # the pods alone are over 6

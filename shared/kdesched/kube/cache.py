@@ -132,9 +132,9 @@ class Reflector(ListWatch):
         still needs the nodes lists them anyway: their store is kept while the cache is off.)"""
         cache = self.cache
         cache.governor.admit(self.kind)
-        if not self.wanted():
-            return False
-        try:
+        try:  # the count is given back whatever happens next, a LIST not wanted any more included
+            if not self.wanted():
+                return False
             items, resource_version = self.client.list_for_cache(self.kind, page_size=cache.page_size)
             records: dict[str, Any] = {}
             bad: dict[str, tuple[str, ModelError]] = {}
