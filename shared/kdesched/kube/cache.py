@@ -32,8 +32,11 @@ How (docs/reactor.md, "Warm cache in serve"), in three roles, each a module:
 :meth:`ClusterCache.usable` is False until every kind a run needs has completed its first LIST;
 the caller then LISTs as before (``serve`` never plans from a kind the cache has not seen whole).
 Records are immutable; a snapshot copies the (sorted) lists of records under a short lock, so a
-run never sees a half-applied change. Staleness is the watch lag; the eviction's uid precondition
-(``KubeClient.evict_pod``) refuses a pod that was replaced meanwhile.
+run never sees a half-applied change. Staleness is the watch lag, and bounded: a kind with no
+watch open and no LIST for longer than ``max_stale_seconds`` (:data:`DEFAULT_MAX_STALE_SECONDS`;
+its age: :meth:`ListWatch.age`) makes :meth:`ClusterCache.usable` False too, and says so in
+:meth:`ClusterCache.describe` (``/readyz``), until it is listed or watched again. The eviction's
+uid precondition (``KubeClient.evict_pod``) refuses a pod that was replaced meanwhile.
 """
 
 from __future__ import annotations
@@ -88,6 +91,14 @@ from kdesched.model.snapshot import KINDS, Derived, Snapshot
 log = logging.getLogger("kdesched.kube.cache")
 
 DEFAULT_PAGE_SIZE = 500
+# A kind not current for longer than this (no watch open and no LIST since: ListWatch.age) is not
+# served; runs LIST per event until it is listed or watched again. Twice the longest backoff wait
+# (the 30 s cap, jittered up to 60 s): a kind whose WATCH keeps failing while its LISTs work
+# re-LISTs after every failure and stays served (its data at most a wait and a LIST old); one that
+# missed two retries at the cap, or whose LISTs fail too, is not. An API server restart of a
+# minute or so stays under it. It does not bound an open watch (current while open): a watch gone
+# silent ends by its read timeout (timeoutSeconds + 30 s) or TCP keepalive (~165 s).
+DEFAULT_MAX_STALE_SECONDS = 120.0
 _Store = KindStore  # the name tests and benchmarks knew it by
 
 
@@ -109,6 +120,7 @@ class CacheStats:
     backoffs: int = 0  # waits before a re-LIST or a reconnect (after 410, errors, a recovery)
     backoff_seconds: float = 0.0  # their total length (jittered steps)
     max_objects: int = 0  # the ceiling
+    stale: tuple[tuple[str, float], ...] = ()  # (kind, age): listed, not current for over the bound: not served
 
 
 class Reflector(ListWatch):
@@ -131,6 +143,7 @@ class Reflector(ListWatch):
         gives up instead); False then, and nothing was listed. (A Node reflector whose classifier
         still needs the nodes lists them anyway: their store is kept while the cache is off.)"""
         cache = self.cache
+        started = self.clock()  # what the LIST is current as of (ListWatch.age), set as it is stored
         cache.governor.admit(self.kind)
         try:  # the count is given back whatever happens next, a LIST not wanted any more included
             if not self.wanted():
@@ -154,6 +167,7 @@ class Reflector(ListWatch):
                     bad[key] = (raw_node(item), exc)
             del items
             records = {k: records[k] for k in sorted(records)}  # key order, whatever the server's order
+            self.fresh_at = started
             cache._replace(self.kind, records, bad, self)
         finally:
             cache.governor.release(self.kind)
@@ -230,16 +244,19 @@ class ClusterCache:
                  backoff_reset_seconds: float = BACKOFF_RESET_SECONDS, backoff_jitter: float = BACKOFF_JITTER,
                  own_client: bool = True, recheck_seconds: float = DEFAULT_RECHECK_SECONDS,
                  clock: Callable[[], float] = time.monotonic, random: Callable[[], float] = _random.random,
-                 wait: Callable[[float], object] | None = None) -> None:
+                 wait: Callable[[float], object] | None = None,
+                 max_stale_seconds: float = DEFAULT_MAX_STALE_SECONDS) -> None:
         """``max_objects`` None: :func:`auto_ceiling` (the container's memory limit). ``clock``,
         ``random`` and ``wait`` (default: wait on ``stop``, so a backoff ends when the cache stops)
-        are for tests: backoffs without real waiting."""
+        are for tests: backoffs without real waiting. ``max_stale_seconds``: the module docstring."""
         wanted = tuple(dict.fromkeys(kinds))
         unknown = set(wanted) - set(KINDS)
         if unknown:
             raise ValueError(f"unsupported kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
-        if max_objects is not None and max_objects < 1:
-            raise ValueError(f"max_objects must be >= 1, got {max_objects}")
+        if (max_objects is not None and max_objects < 1) or not max_stale_seconds > 0:
+            raise ValueError(f"max_objects must be >= 1 and max_stale_seconds > 0, got {max_objects} "
+                             f"and {max_stale_seconds}")
+        self.max_stale_seconds = max_stale_seconds
         self.kinds = tuple(k for k in KINDS if k in wanted)  # the order snapshots list kinds in
         # one watch per kind stays open: its own pool, so runs keep theirs (and its traffic counts
         # apart); but the same rate limit: the API server sees one client
@@ -362,10 +379,16 @@ class ClusterCache:
             return tuple(k for k in (kinds or self.kinds) if k not in self._stores or not self._stores[k].synced)
 
     def usable(self, kinds: Collection[str]) -> bool:
-        """Whether a run that reads ``kinds`` can plan from the cache now (every one listed, and the
-        cache not given up)."""
+        """Whether a run that reads ``kinds`` can plan from the cache now (every one listed and
+        current, and the cache not given up)."""
         with self._lock:
-            return not self.disabled and self._synced(kinds)
+            return not self.disabled and self._synced(kinds) and not self._stale(kinds)
+
+    def _stale(self, kinds: Collection[str]) -> dict[str, float]:
+        """Caller holds the lock: the listed kinds of ``kinds`` older than the bound, with their ages."""
+        now = self.clock()
+        ages = {k: self.reflectors[k].age(now) for k in kinds if k in self._stores and self._stores[k].synced}
+        return {k: age for k, age in ages.items() if age > self.max_stale_seconds}
 
     def stats(self) -> CacheStats:
         with self._lock:
@@ -373,11 +396,12 @@ class ClusterCache:
             synced = tuple(k for k, s in self._stores.items() if s.synced)
             counters = dict(self._counters)
             backoff_seconds = self._backoff_seconds
+            stale = tuple(self._stale(self.kinds).items())
         client = self.client.stats
         return CacheStats(objects, sum(BYTES_PER_RECORD[k] * n for k, n in objects.items()), synced,
                           tuple(k for k in self.kinds if k not in synced), self.disabled, counters["lists"],
                           counters["relists_gone"], counters["watch_errors"], client.requests, client.bytes_read,
-                          self.governor.recoveries, counters["backoffs"], backoff_seconds, self.max_objects)
+                          self.governor.recoveries, counters["backoffs"], backoff_seconds, self.max_objects, stale)
 
     def describe(self) -> str:
         """One line for /readyz and logs."""
@@ -386,6 +410,9 @@ class ClusterCache:
             return self.governor.describe_off()
         if s.unsynced:
             return f"watch cache syncing: not listed yet: {', '.join(s.unsynced)}"
+        if s.stale:
+            return ("watch cache stale: " + ", ".join(f"{k} not listed or watched for {a:.0f} s" for k, a in s.stale)
+                    + f" (over {self.max_stale_seconds:g} s; {s.watch_errors} failed LISTs/WATCHes): LIST per event")
         return (f"watch cache synced: {sum(s.objects.values())} objects "
                 f"(~{s.bytes_estimate / 2**20:.1f} MiB estimated)")
 
@@ -444,26 +471,13 @@ class ClusterCache:
         if unknown:
             raise ValueError(f"unsupported kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
         nodes = list(dict.fromkeys(pod_nodes)) if pod_nodes is not None else None
-        parts: dict[str, tuple[Any, ...]] = {}
-        derived: Derived | None = None
         with self._lock:
-            if self.disabled or not self._synced(include):
-                raise LookupError(f"the watch cache cannot serve {', '.join(include)}: "
-                                  + (self.disabled or "not listed yet: " + ", ".join(
-                                      k for k in include if k not in self._stores or not self._stores[k].synced)))
-            for kind in KINDS:
-                if kind not in include:
-                    continue
-                store = self._stores[kind]
-                error = store.first_error(nodes if kind == "Pod" else None)
-                if error is not None:
-                    raise error
-                if kind == "Pod" and nodes is not None:
-                    parts[kind] = tuple(itertools.chain.from_iterable(store.node_pods(n) for n in nodes))
-                else:
-                    parts[kind] = store.sorted_records()
-                    if kind == "Pod":
-                        derived = store.derived()
+            stale = self._stale(include)
+            if self.disabled or not self._synced(include) or stale:
+                raise LookupError(f"the watch cache cannot serve {', '.join(include)}: " + (
+                    self.disabled or (f"not current: {', '.join(stale)}" if stale else "not listed yet: " + ", ".join(
+                        k for k in include if k not in self._stores or not self._stores[k].synced))))
+            parts, derived = _read_stores(self._stores, include, nodes)
         all_notes = []
         if nodes is not None and "Pod" in include:
             all_notes.append(f"pods read for {len(nodes)} node(s) only: {', '.join(nodes) or '-'}")
@@ -472,8 +486,30 @@ class ClusterCache:
                               parts.get("PersistentVolumeClaim", ()), [*all_notes, *notes], derived=derived)
 
 
+def _read_stores(stores: Mapping[str, KindStore], include: Collection[str], nodes: list[str] | None
+                 ) -> tuple[dict[str, tuple[Any, ...]], Derived | None]:
+    """Under the cache's lock: the records of the kinds in ``include`` (a Pod store's for ``nodes``
+    only, when given) and the Pod store's indexes for a full read; raises the :class:`ModelError`
+    of a malformed object they include."""
+    parts: dict[str, tuple[Any, ...]] = {}
+    derived: Derived | None = None
+    for kind in KINDS:
+        if kind not in include:
+            continue
+        store = stores[kind]
+        error = store.first_error(nodes if kind == "Pod" else None)
+        if error is not None:
+            raise error
+        if kind == "Pod" and nodes is not None:
+            parts[kind] = tuple(itertools.chain.from_iterable(store.node_pods(n) for n in nodes))
+        else:
+            parts[kind] = store.sorted_records()
+            if kind == "Pod":
+                derived = store.derived()
+    return parts, derived
+
 
 __all__ = ["BACKOFF_INITIAL", "BACKOFF_JITTER", "BACKOFF_MAX", "BACKOFF_RESET_SECONDS", "BYTES_PER_RECORD",
-           "CLUSTER_SCOPED", "DEFAULT_MAX_OBJECTS", "DEFAULT_PAGE_SIZE", "DEFAULT_RECHECK_SECONDS", "MEMORY_SHARE",
-           "PARSERS", "RECOVER_FRACTION", "SHORT_WATCH_SECONDS", "Backoff", "CacheStats", "Ceiling", "ClusterCache",
+           "CLUSTER_SCOPED", "DEFAULT_MAX_OBJECTS", "DEFAULT_MAX_STALE_SECONDS", "DEFAULT_PAGE_SIZE",
+           "DEFAULT_RECHECK_SECONDS", "MEMORY_SHARE", "PARSERS", "RECOVER_FRACTION", "SHORT_WATCH_SECONDS", "Backoff", "CacheStats", "Ceiling", "ClusterCache",
            "KindListener", "Reflector", "ShortWatch", "auto_ceiling", "ceiling_for", "record_key"]

@@ -15,8 +15,15 @@ What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/ref
   too (it only advances the resourceVersion; v1.24 sends none in practice, nothing depends on one),
   so a reconnect does not replay history.
 - A 410 Gone (HTTP, or an ``ERROR`` event) forgets the resourceVersion: the next round re-LISTs,
-  and a user *replaces* (or diffs) what it holds, so what the gap changed is not lost. Any other
-  error reconnects from the last resourceVersion. Both wait first (:class:`Backoff`).
+  and a user *replaces* (or diffs) what it holds, so what the gap changed is not lost. So does
+  any other failed watch, as client-go's ``ListAndWatch`` returns and ``Run`` lists again: a
+  WATCH the server (or a proxy) answers with an error (403 where RBAC grants ``list`` but not
+  ``watch``, 5xx), an ``ERROR`` event, a very short watch (below). Only a failure that says
+  nothing about the watch itself reconnects from the last resourceVersion (:func:`resumable`):
+  a lost connection (refused, reset, cut mid-stream, a read timeout: client-go's stream decoder
+  ends such a stream as a normal close) and a 429 (client-go's ``isWatchErrorRetriable``); a
+  re-LIST there would only add load to a server that is down or throttling. Before this, a kind
+  whose every WATCH failed kept its first LIST for ever. Every retry waits first (:class:`Backoff`).
 - Backoff: client-go's ``backoffManager`` is ``wait.NewExponentialBackoffManager(800*time.Millisecond,
   30*time.Second, 2*time.Minute, 2.0, 1.0, clock)`` and ``Run`` is ``wait.BackoffUntil(ListAndWatch,
   backoffManager, true, stopCh)``, so every return of ListAndWatch, a 410 included, waits one step;
@@ -25,7 +32,13 @@ What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/ref
   twice its step (jitter 1.0: the cap waits 30-60 s), reset after 2 minutes without one. The first
   LIST does not wait (unless ``wait_first``). Waits end at once when ``stop`` is set.
 - A watch the server ends within a second without one event is a failure (:class:`ShortWatch`,
-  client-go's "very short watch"): else a server closing watches at once is a tight loop.
+  client-go's "very short watch"): else a server closing watches at once is a tight loop. So is
+  one whose connection breaks by then (a proxy resetting every stream): it re-LISTs.
+- Freshness (:meth:`ListWatch.age`): while a watch is open the kind is current (a watch gone
+  silent on a dead peer ends by its read timeout: :meth:`kdesched.kube.verbs.ResourceClient.watch`);
+  otherwise it is as old as the last LIST's start, the last event or watch start, or the last
+  normal end of a watch. The watch cache stops serving a kind older than its bound
+  (:mod:`kdesched.kube.cache`).
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import Gone
+from kdesched.kube.errors import ApiError, Gone, Unavailable
 
 # client-go's reflector backoff (module docstring): 0.8 s doubling to 30 s, jitter 1.0 (a wait is
 # its step times 1 to 2), reset after 2 minutes without a backoff.
@@ -83,6 +96,12 @@ class ShortWatch(Exception):
     """The server ended a watch at once without an event: retried after a backoff, as an error."""
 
 
+def resumable(exc: BaseException) -> bool:
+    """Whether a watch that failed with ``exc`` reconnects from its resourceVersion (module
+    docstring): a lost connection or a 429. Any other failure re-LISTs."""
+    return isinstance(exc, Unavailable) or (isinstance(exc, ApiError) and exc.status == 429)
+
+
 class KindListener(Protocol):
     """Told about a kind's raw objects (after a store applied them, when there is one)."""
 
@@ -119,13 +138,18 @@ class ListWatch:
         self.thread: threading.Thread | None = None
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.backoff_seconds = 0.0
+        #: when the kind was last known current (:meth:`age`), on :attr:`clock`; None: never listed
+        self.fresh_at: float | None = None
+        self.watching = False  # a watch stream is open
 
     # -- what a subclass changes -------------------------------------------------------------------
     def relist(self) -> bool:
         """LIST the kind (counted before anyone is told of it), tell the listeners, and keep the
-        list's resourceVersion. False: nothing was listed (a subclass declined to), so no watch
-        follows."""
+        list's resourceVersion, and (:attr:`fresh_at`) when the LIST began, what it is current as of.
+        False: nothing was listed (a subclass declined to), so no watch follows."""
+        started = self.clock()
         result = self.client.list_raw(self.kind)
+        self.fresh_at = started
         self.counted("lists")
         for listener in self.listeners:
             listener.listed(result.items)
@@ -150,17 +174,27 @@ class ListWatch:
         self.counts["backoffs"] += 1
         self.backoff_seconds += delay
 
+    def age(self, now: float) -> float:
+        """Seconds since the kind was last known current (module docstring): 0 while a watch is
+        open; infinite before the first LIST."""
+        if self.watching:
+            return 0.0
+        fresh_at = self.fresh_at
+        return float("inf") if fresh_at is None else max(0.0, now - fresh_at)
+
     # -- the loop ----------------------------------------------------------------------------------
     def watch_once(self) -> None:
         """One WATCH request from the current resourceVersion until the server ends it. Raises
-        :class:`ShortWatch` when the server ended it at once without an event, :class:`Gone` when
-        the resourceVersion is too old."""
+        :class:`ShortWatch` when it ended (or its connection broke) at once without an event,
+        :class:`Gone` when the resourceVersion is too old."""
         assert self.resource_version is not None
         self.counted("watches")
         started = self.clock()
         events = 0
         stream = self.client.watch_raw(self.kind, resource_version=self.resource_version,
                                        timeout_seconds=self.watch_timeout_seconds, allow_bookmarks=True)
+        self.fresh_at, self.watching = self.clock(), True  # open: the server sends every change from here
+        short = min(SHORT_WATCH_SECONDS, self.watch_timeout_seconds / 2)
         try:
             for etype, obj in stream:  # (closing the stream early drops the connection)
                 if self.stop.is_set() or not self.wanted():
@@ -172,14 +206,21 @@ class ListWatch:
                     self.apply(etype, obj)
                 if rv:
                     self.resource_version = rv
+                self.fresh_at = self.clock()
+        except Unavailable as exc:  # the stream broke: resumed from here, unless it never worked
+            lasted = self.clock() - started
+            if events or lasted >= short or self.stop.is_set():
+                raise
+            raise ShortWatch(f"the watch's connection broke after {lasted:.2f} s without an event: {exc}") from exc
         finally:
+            self.watching = False
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
         lasted = self.clock() - started
-        if not events and lasted < min(SHORT_WATCH_SECONDS, self.watch_timeout_seconds / 2) \
-                and not self.stop.is_set():
+        if not events and lasted < short and not self.stop.is_set():
             raise ShortWatch(f"the server ended the watch after {lasted:.2f} s without an event")
+        self.fresh_at = self.clock()  # the server ended it: every change until now was delivered
 
     def _back_off(self) -> float:
         delay = self.backoff.next_delay()
@@ -211,11 +252,13 @@ class ListWatch:
                     self.log.debug("%s watch ended while stopping: %s", self.what, exc)
                     break
                 self.counted("watch_errors")
+                what, then = ("list", "retrying") if self.resource_version is None else ("watch", "retrying")
+                if what == "watch" and not resumable(exc):
+                    self.resource_version, then = None, "re-listing"  # as client-go: the next round LISTs
                 delay = self._back_off()
-                self.log.warning("%s %s failed, retrying in %.1fs: %s", self.what,
-                                 "list" if self.resource_version is None else "watch", delay, exc)
+                self.log.warning("%s %s failed, %s in %.1fs: %s", self.what, what, then, delay, exc)
                 self.wait(delay)
 
 
 __all__ = ["BACKOFF_INITIAL", "BACKOFF_JITTER", "BACKOFF_MAX", "BACKOFF_RESET_SECONDS", "COUNTERS",
-           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch"]
+           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch", "resumable"]
