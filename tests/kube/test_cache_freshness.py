@@ -224,7 +224,22 @@ def test_a_kind_neither_listed_nor_watched_past_the_bound_is_not_served(
     assert described.endswith("failed LISTs/WATCHes): LIST per event")
     with pytest.raises(LookupError, match="not current: Pod"):
         cache.snapshot(None, ("Node", "Pod"))
+    assert stale_gauge(cache) == {"Node": 0.0, "Pod": 1.0}  # /metrics says so too: alertable
     # the API answers again: the next LIST (a re-LIST: the watch failed) serves again
     fake_api.scripts.clear()
     assert cache.wait_for(lambda: cache.usable(("Node", "Pod")), 10)
     assert {p.name for p in cache.snapshot(None, ("Node", "Pod")).pods} == {"a"}
+    assert stale_gauge(cache) == {"Node": 0.0, "Pod": 0.0}
+
+
+def stale_gauge(cache: ClusterCache) -> dict[str, float]:
+    """``kdesched_cache_stale{kind}`` as serve's /metrics would show it for ``cache``."""
+    from kdesched.reactor.serve.server import CACHE_METRICS
+
+    before = CACHE_METRICS.cache
+    CACHE_METRICS.cache = cache
+    try:
+        families = {f.name: f for f in CACHE_METRICS.collect()}
+    finally:
+        CACHE_METRICS.cache = before
+    return {s.labels["kind"]: s.value for s in families["kdesched_cache_stale"].samples}

@@ -100,6 +100,9 @@ class _CacheCollector(Collector):
         backoff_s = GaugeMetricFamily("kdesched_cache_backoff_seconds", "Seconds the watch cache spent in those waits.")
         ceiling = GaugeMetricFamily("kdesched_cache_max_objects", "The watch cache's ceiling (objects), from "
                                     "--cache-max-objects or the container's memory limit.")
+        stale = GaugeMetricFamily("kdesched_cache_stale", "1 while the kind has been neither listed nor watched for "
+                                  "longer than the watch cache's bound (120 s): not served, runs LIST it per event.",
+                                  labels=["kind"])
         runs = GaugeMetricFamily("kdesched_cache_snapshots", "Run snapshots of kdesched serve, by where they came "
                                  "from: cache (the watch cache) or list (LISTed for the run).", labels=["source"])
         server = self.server
@@ -108,9 +111,11 @@ class _CacheCollector(Collector):
             runs.add_metric(["list"], server.snapshots_listed)
         if cache is not None:
             stats = cache.stats()
+            too_old = {kind for kind, _ in stats.stale}
             for kind, count in stats.objects.items():
                 objects.add_metric([kind], count)
                 synced.add_metric([kind], 1 if kind in stats.synced else 0)
+                stale.add_metric([kind], 1 if kind in too_old else 0)
             size.add_metric([], stats.bytes_estimate)
             off.add_metric([], 1 if stats.disabled else 0)
             relists.add_metric([], stats.relists_gone)
@@ -119,7 +124,7 @@ class _CacheCollector(Collector):
             backoffs.add_metric([], stats.backoffs)
             backoff_s.add_metric([], stats.backoff_seconds)
             ceiling.add_metric([], stats.max_objects)
-        return [objects, size, synced, off, relists, back, read, runs, backoffs, backoff_s, ceiling]
+        return [objects, size, synced, stale, off, relists, back, read, runs, backoffs, backoff_s, ceiling]
 
 
 CACHE_METRICS = _CacheCollector()
