@@ -327,8 +327,9 @@ def _settle_notes(settled: Settled) -> list[str]:
         notes.append(f"paced: gave up {len(settled.timed_out)} held eviction(s) ({pods}{more}): their workload was not "
                      "back at its Ready count within replacementTimeoutSeconds; the next event or sweep re-decides")
     if settled.abandoned:
-        notes.append(f"disruption ledger: {len(settled.abandoned)} admission(s) never carried out (their run stopped "
-                     "between admitting and evicting) go back to their move's held pods")
+        notes.append(f"disruption ledger: {len(settled.abandoned)} admission(s) whose pod is still there past their "
+                     "deadline (their run stopped between admitting and evicting, or the eviction's answer was lost "
+                     "and it did not land) go back to their move's held pods")
     if settled.expired:
         notes.append(f"disruption ledger: {len(settled.expired)} eviction(s) in flight past replacementTimeoutSeconds "
                      "no longer hold their workload's allowance (a replacement that is still not Ready still counts)")
