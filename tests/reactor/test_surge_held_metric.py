@@ -185,3 +185,25 @@ def test_two_moves_count_once_each_and_the_longest_past_its_timeout_is_served(fa
     finally:
         reactor.stop.set()
         reactor.continuations.cancel_all()
+
+
+def test_a_process_that_has_not_settled_for_a_long_time_stops_reporting_what_it_saw() -> None:
+    """The alert takes the max over processes. A process whose last settle saw a held move and that
+    settles no more (a function pod kept warm with no event for it, while another process ended the
+    move) would keep the alert firing: what it saw is reported for ``HELD_FRESH_SECONDS`` only (more
+    than the 900 s sweep, which settles), then 0 until it settles again."""
+    from kdesched.reactor.run.surge_held import HELD_FRESH_SECONDS
+
+    api, driver, ledger, _ = rolling_out()
+    clock = [5000.0]
+    driver.held.clock = lambda: clock[0]
+    ended: list[Ended] = []
+    ledger = run(driver, ledger, api, T0 + 120 + 3700, ended)
+    assert held() == only("rollout") and past_timeout() == 3700.0
+    assert HELD_FRESH_SECONDS > 900
+    clock[0] += HELD_FRESH_SECONDS - 1
+    assert held() == only("rollout")
+    clock[0] += 2
+    assert held() == NONE_HELD and past_timeout() == 0.0
+    run(driver, ledger, api, T0 + 120 + 3800, ended)  # it settles again: reported again
+    assert held() == only("rollout") and past_timeout() == 3800.0
