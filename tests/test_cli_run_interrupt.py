@@ -109,3 +109,20 @@ def test_sigterm_to_a_running_command_stops_it_the_same_way(fake_api: FakeApiSer
     time.sleep(0.4)
     assert proc.returncode == 143, err
     check_report(json.loads(out), fake_api, "SIGTERM")
+
+
+def test_a_signal_ignored_at_start_stays_ignored() -> None:
+    """``kdesched run &`` from a script starts with SIGINT ignored (the shell's rule for background
+    jobs): the script's Ctrl-C is not for it, and the run must not take it as a stop."""
+    import signal
+
+    from kdesched.cli.interrupts import Interrupts
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Interrupts():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # (still handled: not ignored)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

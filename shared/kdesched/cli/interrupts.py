@@ -35,6 +35,8 @@ class Interrupts:
     def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue  # (ignored at start, e.g. SIGINT of `kdesched run &` in a script: not for us)
                 self._previous[s] = signal.signal(s, self._handle)
         return self
 
