@@ -17,7 +17,7 @@ from typing import Any
 from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
 from kdesched.evictor.surge import Surge
 from kdesched.kube.client import ListResult
-from kdesched.kube.errors import Conflict
+from kdesched.kube.errors import Conflict, TooManyRequests
 from kdesched.model.records import Pod
 from kdesched.reactor.run.surge import Chosen, Ended, Surges
 
@@ -25,6 +25,7 @@ from tests.builders import NOW, pod, ts
 
 T0 = NOW.timestamp()
 KEY = "Deployment/default/web"
+PDB_429 = TooManyRequests(429, "Too Many Requests", "Cannot evict pod as it would violate the pod's disruption budget.")
 READY = [{"type": "Ready", "status": "True"}]
 NOT_READY = [{"type": "Ready", "status": "False"}]
 STRATEGY = "RemovePodsViolatingNodeTaints"
@@ -187,3 +188,15 @@ def three_on_node_a_evicted(api: Api, *, first_created: float = -3600) -> tuple[
     ledger = run(driver, ledger, api, T0 + 6, ended)
     assert evictions_of(api) == ["web-1"] and api.replicas == 4
     return old, driver, ledger, ended
+
+
+def doubled_up_and_refused(api: Api) -> tuple[Surges, Ledger, Pod]:
+    """Two originals on node-a (web-1 moved, web-0), every eviction refused by the PDB, the extra pod
+    web-2 Ready on node-b: past its timeout a scale-back would delete an original, so the move keeps
+    the +1 and tries the eviction on. The driver, the ledger, the old pod."""
+    api.refuse = PDB_429
+    old = web(api, "web-1", "node-a")
+    web(api, "web-0", "node-a")
+    driver, ledger, _ = begun(api, old)
+    web(api, "web-2", "node-b", created=2)
+    return driver, ledger, old

@@ -13,13 +13,11 @@ from dataclasses import replace
 
 from kdesched.evictor.ledger import Ledger, Settled
 from kdesched.evictor.reasons import Reason, Verdict
-from kdesched.kube.errors import TooManyRequests
 from kdesched.reactor.run.surge import LATE_EVICT_SECONDS, Ended, Surges
 
 from tests.builders import NOW
-from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
+from tests.reactor.surge_api import KEY, PDB_429, T0, Api, begun, doubled_up_and_refused, drive, run, web
 
-PDB_429 = TooManyRequests(429, "Too Many Requests", "Cannot evict pod as it would violate the pod's disruption budget.")
 BRAKE = Verdict(Reason.HEALTH_BRAKE, "health brake: 1 of 3 nodes (33%) are NotReady")
 
 
@@ -51,11 +49,7 @@ def test_a_refused_move_keeps_the_extra_replica_while_a_scale_back_would_delete_
     run: a PDB refusing for hours must not cost a request a second); once it is allowed, the move
     finishes as usual."""
     api = Api(replicas=2)
-    api.refuse = PDB_429
-    old = web(api, "web-1", "node-a")
-    web(api, "web-0", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-2", "node-b", created=2)
+    driver, ledger, old = doubled_up_and_refused(api)
     ended: list[Ended] = []
     ledger = drive(driver, ledger, api, T0 + 5, ended, until=T0 + 120)  # a run every second: tried at each
     before_deadline = evictions(api)

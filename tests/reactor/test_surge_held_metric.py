@@ -13,7 +13,7 @@ from kdesched.evictor.ledger import InFlight, Ledger, Move, Settled
 from kdesched.evictor.metrics import REGISTRY
 from kdesched.evictor.surge import Held, Surge
 from kdesched.kube.client import KubeClient
-from kdesched.kube.errors import ServerError, TooManyRequests
+from kdesched.kube.errors import ServerError
 from kdesched.model.records import Pod
 from kdesched.reactor.events import routing as ev
 from kdesched.reactor.events.requests import Trigger, parse_node_event
@@ -21,10 +21,8 @@ from kdesched.reactor.run.surge import Ended, Surges
 
 from tests.builders import NOW, node_obj, pod, pod_obj
 from tests.fakeapi import FakeApiServer
-from tests.reactor.surge_api import KEY, T0, Api, begun, drive, run, web
+from tests.reactor.surge_api import KEY, T0, Api, begun, doubled_up_and_refused, drive, run, web
 from tests.reactor.test_surge import READY, StubClient, quick_reactor, surges
-
-PDB_429 = TooManyRequests(429, "Too Many Requests", "Cannot evict pod as it would violate the pod's disruption budget.")
 
 
 def held() -> dict[str, float]:
@@ -76,11 +74,7 @@ def test_a_refused_eviction_past_the_timeout_is_counted_between_its_spaced_tries
     """Two originals on node-a: past its timeout the move keeps the +1 and tries the eviction every
     30 s; the settles between two tries (which do nothing) still count it held."""
     api = Api(replicas=2)
-    api.refuse = PDB_429
-    old = web(api, "web-1", "node-a")
-    web(api, "web-0", "node-a")
-    driver, ledger, _ = begun(api, old)
-    web(api, "web-2", "node-b", created=2)
+    driver, ledger, old = doubled_up_and_refused(api)
     ended: list[Ended] = []
     ledger = drive(driver, ledger, api, T0 + 5, ended, until=T0 + 119)
     assert held() == NONE_HELD  # before its timeout a refused eviction is the ordinary wait
