@@ -99,20 +99,28 @@ def silent_server() -> Iterator[int]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(5)
+    srv.settimeout(0.05)  # (a close does not wake a blocked accept: the loop looks at `stop`)
     conns: list[socket.socket] = []
+    stop = threading.Event()
 
     def serve() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 c, _ = srv.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            c.settimeout(5)
             conns.append(c)
             c.recv(65536)
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
 
-    threading.Thread(target=serve, daemon=True).start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     yield srv.getsockname()[1]
+    stop.set()
+    thread.join(5)
     srv.close()
     for c in conns:
         c.close()
