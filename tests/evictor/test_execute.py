@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from kdesched.evictor.execute import (
+    UNCONFIRMED,
     EvictionOutcome,
     LiveExecutor,
     RecordingExecutor,
@@ -520,7 +521,7 @@ def test_no_attempt_is_sent_after_the_admissions_deadline(fake_api: FakeApiServe
     assert outcome.result == "abandoned" and "deadline passed after 2 attempt(s)" in outcome.message
     sent = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
     assert len(sent) == 2  # the third would have started past the deadline
-    assert [r.query["timeout"] for r in sent] == ["6s", "2s"]  # each bounded by what was left
+    assert [r.query["timeout"] for r in sent] == ["3s", "1s"]  # each bounded by what was left, less the connect
     assert fake_api.get("Pod", "p", "default") is not None  # nothing landed
 
 
@@ -593,22 +594,27 @@ def test_an_evictions_server_timeout_is_what_is_left_after_the_rate_limit(
     (outcome,) = live.execute([e], deadline=deadline)
     assert outcome.result == "evicted" and landed and all(t <= deadline for t in landed)
     (sent,) = [r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
-    assert sent.query["timeout"] == "6s"  # 10 s allowed, 4 s waited for a token
+    assert sent.query["timeout"] == "3s"  # 10 s allowed, 4 s waited for a token, 3 s for the connect
 
 
 def test_an_attempt_slower_than_the_deadline_cannot_land_later(fake_api: FakeApiServer, kube: KubeClient) -> None:
-    """The server is slow: the attempt is abandoned by both sides at the deadline (the API server at
-    its ?timeout=), the pod is read back still there, and the admission is given back."""
+    """The server is slow: each attempt is abandoned by the API server at its ?timeout= (504), which
+    ends by the deadline, connect included; none starts after it, and the pod is read back still
+    there. The API server counts a ?timeout= from receiving the request, so the admission is kept
+    (``unconfirmed``) until the deadline plus the margin; the ledger's settle gives it back."""
     e = planned(fake_api, "p")
-    fake_api.script_eviction("default/p", [Fault(delay=5.0)])
+    fake_api.script_eviction("default/p", [Fault(delay=5.0), Fault(delay=5.0)])
     live = LiveExecutor(kube, RetrySettings(max_attempts=3, initial_backoff_seconds=0.1, max_backoff_seconds=0.1,
                                             max_total_seconds=60), sleep=Sleeps())
     import time
 
     started = time.monotonic()
-    (outcome,) = live.execute([e], deadline=time.monotonic() + 2.2)
+    deadline = started + 2.2
+    (outcome,) = live.execute([e], deadline=deadline)
     assert time.monotonic() - started < 4.5
-    assert outcome.result == "abandoned" and "deadline passed" in outcome.message
+    sent = [r.query["timeout"] for r in fake_api.requests("POST") if r.path.endswith("/eviction")]
+    assert sent == ["1s", "1s"]  # 2.2 s left, 3 s of it for the connect: the ?timeout= keeps its second
+    assert (outcome.result, outcome.cause) == ("failed", UNCONFIRMED), outcome.message
     assert fake_api.get("Pod", "p", "default") is not None
 
 

@@ -18,8 +18,9 @@ refusal, each with its cause. An eviction whose answer was lost (the connection 
 request was written, a gateway timed out, or a 500) is confirmed before it is reported: the pod is read
 back, and gone, replaced or terminating means ``evicted`` (with its Event), so only a pod that was
 already gone before kdesched's first request is ``already-gone``. A pod read back still there
-before the admission's deadline is ``failed``/``unconfirmed``: the lost attempt may still land
-until its ``?timeout=`` (the deadline), so the ledger keeps counting it (issue 28).
+before the admission's deadline plus :data:`LANDING_MARGIN_SECONDS` is ``failed``/``unconfirmed``:
+the lost attempt may still land until its ``?timeout=`` runs out on the API server (by the deadline,
+counted from when it got there), so the ledger keeps counting it (issue 28).
 
 Events are posted beside the evictions, on their own workers, each retried within a small budget
 by the same rule; an Event that still cannot be posted is counted (``events_lost``, the report's
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_any
 from tenacity.stop import stop_base
 
+from kdesched.evictor.ledger_records import CLOCK_MARGIN_SECONDS
 from kdesched.evictor.metrics import record_cause, record_event_lost, record_eviction, record_paced
 from kdesched.kube.deadline import MIN_ATTEMPT_SECONDS, Deadline, DeadlinePassed
 from kdesched.kube.errors import (
@@ -71,7 +73,13 @@ RESULTS = ("evicted", "dry-run", "already-gone", "blocked", "throttled", "failed
 # conflict | gone | unexpected | unconfirmed; paced allowance; abandoned stopped; deferred health-brake | window (never sent:
 # kdesched.reactor.run.controls); dry-run none
 CONFIRMED = "confirmed"
-UNCONFIRMED = "unconfirmed"  # failed: the answer was lost; the pod unreadable, or still there before the deadline
+UNCONFIRMED = "unconfirmed"  # failed: the answer was lost; the pod unreadable, or still there while it may land
+# how long after an admission's deadline a lost attempt is still taken to be able to land: each
+# attempt's ?timeout= and connect end by the deadline (kdesched.kube.deadline.Deadline.write_bounds),
+# but the API server counts that timeout from receiving the request, which a host name's DNS look-up,
+# the way there, and a write it commits as it gives up can put a little later. The ledger's clock
+# margin: other processes count the admission that long past its deadline too (InFlight.may_still_land)
+LANDING_MARGIN_SECONDS = CLOCK_MARGIN_SECONDS
 ACCEPTED = "accepted"
 REPLACED = "replaced"
 UNEXPECTED = "unexpected"
@@ -580,34 +588,30 @@ class LiveExecutor:
         ``failed`` with cause ``unconfirmed``, which the ledger does not take back (the eviction may
         have landed; its admission counts until its deadline, then a run that reads the pod settles
         it). Still there as it was: the lost attempt may still be carried out until its
-        ``?timeout=``, which runs to the admission's deadline (issue 28: an admission is released
-        only once its eviction provably can no longer land). With at most an attempt's minimum left
-        (no eviction queued behind can start any more), that is waited out and the pod read again;
-        with more left, ``unconfirmed`` (waiting would hold a concurrency slot, and every eviction
-        queued behind it, until the deadline). Past the deadline, or without one (no admission):
-        ``own``."""
+        ``?timeout=``, which the API server counts from receiving it and which ends by the
+        admission's deadline; so, until the deadline plus :data:`LANDING_MARGIN_SECONDS` (what the
+        way there and the clocks may add; issue 28: an admission is released only once its eviction
+        provably can no longer land), ``unconfirmed`` too. Waiting that out instead would hold a
+        concurrency slot, and every eviction queued behind it, for what the ledger's settle finds
+        anyway. Read back after it, or without a deadline (no admission): ``own``."""
         try:
+            read_at = self.clock()  # the pod as it was at or after this moment
             confirmed = self._confirm(e, lost)
-            left = deadline - self.clock() if deadline is not None else 0.0
-            if confirmed is None and 0 < left <= MIN_ATTEMPT_SECONDS:
-                log.info("evicting %s: %s, and the pod is still there; waiting %.1fs for its admission's deadline",
-                         _label(e), lost, left)
-                self.sleep(left)
-                confirmed, left = self._confirm(e, lost), 0.0
         except ApiError as exc:
             log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
             return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
                                    f"back ({exc}); the ledger keeps counting it", attempts, UNCONFIRMED)
         if confirmed is not None:
             return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+        left = deadline + LANDING_MARGIN_SECONDS - read_at if deadline is not None else 0.0
         if left <= 0:
             return own
         log.warning("evicting %s: %s, and the pod is still there; that attempt may still be carried out for "
-                    "%.0fs (until its admission's deadline)", _label(e), lost, left)
+                    "%.1fs (until its admission's deadline, plus %gs)", _label(e), lost, left, LANDING_MARGIN_SECONDS)
         return EvictionOutcome(e, "failed", f"may still be evicted: {lost}, and the pod is still there, but the API "
-                               f"server may carry that attempt out until the admission's deadline ({left:.0f}s "
-                               f"from now); the ledger keeps counting it. The last attempt: {own.message}",
-                               attempts, UNCONFIRMED)
+                               f"server may carry that attempt out until the admission's deadline (plus "
+                               f"{LANDING_MARGIN_SECONDS:g}s; {left:.0f}s from now); the ledger keeps counting it. "
+                               f"The last attempt: {own.message}", attempts, UNCONFIRMED)
 
     def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
         """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was

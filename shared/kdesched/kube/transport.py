@@ -250,7 +250,8 @@ class Transport:
 
         ``server_timeout`` / ``deadline`` (a write): the API server abandons the request at its
         ``?timeout=``, and this client stops waiting shortly after. Both are fixed after the wait
-        for a token: the time left until ``deadline`` then (at most ``server_timeout``), and
+        for a token: the time left until ``deadline`` then, less what the connection may take (the
+        API server counts the ``?timeout=`` from receiving the request; at most ``server_timeout``), and
         :class:`DeadlinePassed` (nothing sent) when too little is left (kdesched.kube.deadline).
 
         ``timeout``: seconds (the whole request) or ``(connect, read)``, the only forms the kubernetes
@@ -259,9 +260,12 @@ class Transport:
         bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
         if bucket is not None:
             TRAFFIC.waited(bucket.acquire())
+        connect: float | None = None  # a bounded write's whole connect (TCP, then TLS)
         if server_timeout is not None or deadline is not None:
             limit = max(1, int(server_timeout)) if server_timeout is not None else None
-            seconds = deadline.server_timeout() if deadline is not None else limit  # raises DeadlinePassed
+            seconds: int | None = limit
+            if deadline is not None:  # raises DeadlinePassed; the connect's time comes out of what is left
+                seconds, connect = deadline.write_bounds(DEADLINE_CONNECT_SECONDS)
             seconds = min(x for x in (seconds, limit) if x is not None)
             query = [*(query or []), ("timeout", f"{seconds}s")]
             timeout = seconds + 0.5  # the API server answers by then (a timeout error at worst)
@@ -284,8 +288,8 @@ class Transport:
         clock = self.clock if answered_by_api_server(path) else None
         sent_at = time.monotonic()
         try:
-            if deadline is not None and isinstance(timeout, float) and content_type == "application/json":
-                resp = self._send_once(method, url, sent, serialized, timeout)
+            if connect is not None and isinstance(timeout, float) and content_type == "application/json":
+                resp = self._send_once(method, url, sent, serialized, timeout, connect)
             else:
                 resp = self.api_client.call_api(method, url, sent, serialized, post_params,
                                                 _request_timeout=timeout if timeout is not None else self.request_timeout)
@@ -305,16 +309,24 @@ class Transport:
             raise error_from_response(resp.status, str(resp.reason or ""), data, resp.headers)
         return resp
 
-    def _send_once(self, method: str, url: str, headers: Mapping[str, str], body: Any, total: float) -> Any:
+    def _send_once(self, method: str, url: str, headers: Mapping[str, str], body: Any, total: float,
+                   connect: float) -> Any:
         """A write bounded by a deadline, sent once: no transport retry. urllib3 retries a failed
         connect with the same request, whose ``?timeout=`` was fixed before the first connect; after
         one that hung (a SYN to a dead endpoint behind the Service) the eviction went out late with
         its whole ``?timeout=`` and could land after the deadline. A failed connect is raised
         (:class:`Unavailable`, never sent) for the executor to retry, timed from what is left then.
+
+        ``connect``: what the connection may take in all, already taken out of the ``?timeout=``
+        (:meth:`~kdesched.kube.deadline.Deadline.write_bounds`): the API server starts that timeout
+        only when it receives the request, so a connection made later could let the write land
+        after the deadline. urllib3 bounds the TCP connect and then the TLS handshake each by the
+        connect timeout: half of it each. (A host name's DNS look-up is not bounded; in a cluster
+        the API server is an address. The ledger's clock margin covers the rest: execute.py.)
         The JSON write the API client would make (``kubernetes.client.rest``), minus its retries."""
         return self.api_client.rest_client.pool_manager.request(
             method, url, body=json.dumps(body) if body is not None else None,
-            timeout=urllib3.Timeout(connect=min(DEADLINE_CONNECT_SECONDS, total), total=total),
+            timeout=urllib3.Timeout(connect=min(connect / 2, total), total=total),
             headers=headers, preload_content=False, retries=False)
 
     def _read(self, resp: Any) -> bytes:
