@@ -12,7 +12,8 @@ Deploy as a singleton (min-scale = max-scale = 1): the cache is per process.
 
 Re-sync: ApiServerSource sends nothing for what changed while it was down (a node deleted then
 stayed in the cache for good). So the first event after ``KDESCHED_CLASSIFIER_RESYNC_SECONDS``
-(default 300; 0 = never) since the last LIST re-LISTs the nodes first: nodes gone leave the cache
+(default 300; 0 = never) since the last LIST starts a re-LIST of the nodes, on a thread of its own
+(one at a time; the event is answered meanwhile, within its own bound): nodes gone leave the cache
 (their uids count as dead), changes made in the gap are posted to the broker like extra events.
 
 Redelivery, across restarts too (issue 31): the reply can be lost between this function and the
@@ -121,6 +122,8 @@ class ClassifierFunction:
             answers=self.answers, clock=clock)
         self._seed_lock = threading.Lock()
         self._listed_at = 0.0  # clock() when the last LIST (seed or re-sync) was sent
+        self._resync_start = threading.Lock()  # one re-sync thread at a time
+        self._resync_thread: threading.Thread | None = None
 
     def seed(self, *, background: bool = False) -> bool:
         """One LIST of nodes into the cache; False (logged) if the API server cannot be read. Then the
@@ -165,16 +168,45 @@ class ClassifierFunction:
         if self.recorder is not None:
             self.recorder.write(force=force)
 
+    def _resync_due(self) -> bool:
+        return self.resync_seconds > 0 and self.classifier.seeded and self.clock() - self._listed_at >= self.resync_seconds
+
+    def start_resync_if_due(self) -> bool:
+        """:meth:`resync_if_due` on a thread of its own, when due and none is running: True if one
+        was started. An event's answer must not wait for it: the re-sync LISTs every node and posts
+        what it found with each event's own bound (3 x 5 s) and no overall one, so on the request it
+        pushed the answer past Knative's timeout against a slow broker (the delivery lost, once per
+        interval: review L). It answers nobody, like the start-up reconcile; events handled
+        meanwhile are safe (:meth:`Classifier.resync` keeps what was observed after its LIST began)."""
+        if not self._due_and_idle():
+            return False
+        with self._resync_start:
+            if not self._due_and_idle():
+                return False
+            self._resync_thread = threading.Thread(target=self.resync_if_due, name="kdesched-resync", daemon=True)
+            self._resync_thread.start()
+        return True
+
+    def _due_and_idle(self) -> bool:
+        running = self._resync_thread is not None and self._resync_thread.is_alive()
+        return not running and self._resync_due()
+
+    def wait_for_resync(self, timeout: float | None = None) -> bool:
+        """Wait for a re-sync started by :meth:`start_resync_if_due`; True once none is running."""
+        thread = self._resync_thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
     def resync_if_due(self) -> None:
         """Re-LIST the nodes into the cache (:meth:`Classifier.resync`) when the last LIST is
         ``resync_seconds`` old: nodes deleted unseen leave it, changes made in the gap are posted
-        to the broker. One delivery re-lists; others go on meanwhile. A LIST that fails is logged and
-        tried again by the next event after the interval. Changes whose post fails stay held in the
+        to the broker. One at a time (the seed lock); events go on meanwhile (handled on their own
+        requests: :meth:`start_resync_if_due`). A LIST that fails is logged and tried again by the
+        next event after the interval. Changes whose post fails stay held in the
         node record at their previous state (:meth:`NodeRecorder.send_held`): the next re-sync posts
         them again, and so does the next start's reconcile if this process dies first."""
-        if self.resync_seconds <= 0 or not self.classifier.seeded:
-            return
-        if self.clock() - self._listed_at < self.resync_seconds or not self._seed_lock.acquire(blocking=False):
+        if not self._resync_due() or not self._seed_lock.acquire(blocking=False):
             return
         try:
             started = self.clock()
@@ -218,7 +250,7 @@ class ClassifierFunction:
             raise Unavailable("the node cache is not seeded: LIST nodes failed; retry later")
         if self.recorder is not None:
             self.recorder.read()  # (at once once read: the seed reads it before its first answer)
-        self.resync_if_due()
+        self.start_resync_if_due()  # not on this request: its answer has its own bound (POST_WITHIN_SECONDS)
         action = incoming.type.rsplit(".", 1)[-1]  # add | update | delete
         digest = digest_of(incoming.data)  # NodeInputError: 400 naming the field
         name = digest.name
