@@ -13,7 +13,9 @@ fails with an answer (403, 5xx), an ERROR event, or one whose connection breaks 
 resourceVersion; a cache whose every WATCH is refused still drops a deleted pod (review J's
 repro); a kind not listed or watched for longer than ``max_stale_seconds`` makes the cache not
 usable, names it in describe() (/readyz) and snapshot() refuses it, an open quiet watch does not
-age, and the next successful LIST serves again (a fake clock, waits not slept).
+age, and the next successful LIST serves again (a fake clock, waits not slept). A watch is current
+until it ends or breaks, so a quiet kind whose watch breaks is not stale at once (review L,
+finding 2), unless it broke by going silent (read timeout, keepalive).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any
 
 import pytest
 from kdesched.kube.cache import DEFAULT_MAX_STALE_SECONDS, ClusterCache
-from kdesched.kube.client import KubeClient
+from kdesched.kube.client import KubeClient, ListResult
+from kdesched.kube.errors import Unavailable
+from kdesched.kube.reflector import ListWatch
 from kdesched.reactor.events.classifier import Classifier
 from kdesched.reactor.io.watch import NodeWatcher
 
@@ -214,9 +218,10 @@ def test_a_kind_neither_listed_nor_watched_past_the_bound_is_not_served(
     reflector = cache.reflectors["Pod"]
     nodes = cache.reflectors["Node"]  # its watch was cut too, and resumed (a lost connection)
     assert cache.wait_for(lambda: not reflector.watching and cache.stats().watch_errors >= 3 and nodes.watching, 10)
-    clock.now += 100  # 105 s since the watch's last sign of life: within the bound, still served
+    # the watch was open until the cut (current until then), and nothing has worked since
+    clock.now += 100  # 100 s since: within the bound, still served
     assert cache.usable(("Node", "Pod"))
-    clock.now += 20  # 125 s
+    clock.now += 25  # 125 s
     assert not cache.usable(("Node", "Pod")) and cache.usable(("Node",))
     assert cache.stats().stale == (("Pod", pytest.approx(125.0)),)
     described = cache.describe()
@@ -243,3 +248,70 @@ def stale_gauge(cache: ClusterCache) -> dict[str, float]:
     finally:
         CACHE_METRICS.cache = before
     return {s.labels["kind"]: s.value for s in families["kdesched_cache_stale"].samples}
+
+
+# -- a watch that was open is current until it ends (review L, finding 2) ------------------------------------
+
+
+def test_a_quiet_watch_that_breaks_is_not_stale_at_once(
+        fake_api: FakeApiServer, clocked: tuple[ClusterCache, Clock]) -> None:
+    """Review L's repro: the Pod watch is open with no event for 200 s (quiet kinds: PriorityClass,
+    Namespace, PDB...), then the connection is cut (an API server restart) and the reconnect is
+    throttled. The kind was current a second ago: the cache keeps serving it, no per-event LISTs."""
+    cache, clock = clocked
+    clock.now += 200
+    assert cache.usable(("Node", "Pod"))
+    fake_api.script("GET", "/api/v1/pods", [429] * 10_000)  # the reconnect is throttled: resumed, no re-LIST
+    fake_api.cut_connections()
+    reflector = cache.reflectors["Pod"]
+    try:
+        assert cache.wait_for(lambda: not reflector.watching and cache.stats().watch_errors >= 1, 10)
+        clock.now += 1  # one second without a watch
+        assert reflector.age(clock.now) == pytest.approx(1.0)
+        assert cache.usable(("Node", "Pod")), cache.describe()
+        clock.now += 120  # but the bound still holds from the moment the watch ended
+        assert not cache.usable(("Node", "Pod"))
+        assert cache.stats().stale == (("Pod", pytest.approx(121.0)),)
+    finally:
+        fake_api.scripts.clear()
+
+
+class OneWatch:
+    """A client whose LIST answers at once and whose one WATCH stays quiet for ``quiet`` seconds
+    (on ``clock``), then fails with ``error`` (None: the server ends it)."""
+
+    def __init__(self, clock: Clock, quiet: float, error: Exception | None) -> None:
+        self.clock, self.quiet, self.error = clock, quiet, error
+
+    def list_raw(self, kind: str, **_: Any) -> Any:
+        return ListResult([], "7")
+
+    def watch_raw(self, kind: str, **_: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        def stream() -> Iterator[tuple[str, dict[str, Any]]]:
+            self.clock.now += self.quiet
+            if self.error is not None:
+                raise self.error
+            yield from ()
+        return stream()
+
+
+@pytest.mark.parametrize(("error", "age"), [
+    (None, 1.0),  # the server ended it (its timeoutSeconds): current until then
+    ("connection lost: connection reset", 1.0),  # an API server restart, a load balancer reset
+    ("connection lost: the answer was cut off", 1.0),
+    # no byte for longer than the read timeout, or keepalive found the peer gone: the peer may have
+    # been dead since the watch's last sign of life, which its age counts from (as before)
+    ("connection lost: timed out", 201.0),
+    ("connection lost: connection timed out", 201.0),
+], ids=["ended", "reset", "cut", "read-timeout", "keepalive"])
+def test_a_watch_is_current_until_it_ends_unless_its_peer_went_silent(error: str | None, age: float) -> None:
+    clock = Clock()
+    client = OneWatch(clock, 200.0, Unavailable(error, maybe_sent=True) if error else None)
+    lw = ListWatch(client, "Namespace", clock=clock)  # type: ignore[arg-type]
+    lw.resource_version = "7"
+    try:
+        lw.watch_once()
+    except Unavailable:
+        pass
+    assert not lw.watching
+    assert lw.age(clock.now + 1) == pytest.approx(age)

@@ -97,7 +97,8 @@ DEFAULT_PAGE_SIZE = 500
 # re-LISTs after every failure and stays served (its data at most a wait and a LIST old); one that
 # missed two retries at the cap, or whose LISTs fail too, is not. An API server restart of a
 # minute or so stays under it. It does not bound an open watch (current while open): a watch gone
-# silent ends by its read timeout (timeoutSeconds + 30 s) or TCP keepalive (~165 s).
+# silent ends by its read timeout (timeoutSeconds + 30 s) or TCP keepalive (~165 s) and then counts
+# from its last event; any other watch counts from when it ended or broke (ListWatch.age).
 DEFAULT_MAX_STALE_SECONDS = 120.0
 _Store = KindStore  # the name tests and benchmarks knew it by
 

@@ -36,9 +36,12 @@ What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/ref
   one whose connection breaks by then (a proxy resetting every stream): it re-LISTs.
 - Freshness (:meth:`ListWatch.age`): while a watch is open the kind is current (a watch gone
   silent on a dead peer ends by its read timeout: :meth:`kdesched.kube.verbs.ResourceClient.watch`);
-  otherwise it is as old as the last LIST's start, the last event or watch start, or the last
-  normal end of a watch. The watch cache stops serving a kind older than its bound
-  (:mod:`kdesched.kube.cache`).
+  otherwise it is as old as the last LIST's start or the end of the last watch: a watch is current
+  until the server ends it or its connection breaks (an API server restart, a reset), so a quiet
+  kind (no event for minutes) does not turn stale the moment its watch breaks. Only a watch that
+  broke because nothing came for too long (:func:`went_silent`: its read timeout, keepalive) counts
+  from its last event or start: its peer may have been dead since. The watch cache stops serving
+  a kind older than its bound (:mod:`kdesched.kube.cache`).
 """
 
 from __future__ import annotations
@@ -100,6 +103,15 @@ def resumable(exc: BaseException) -> bool:
     """Whether a watch that failed with ``exc`` reconnects from its resourceVersion (module
     docstring): a lost connection or a 429. Any other failure re-LISTs."""
     return isinstance(exc, Unavailable) or (isinstance(exc, ApiError) and exc.status == 429)
+
+
+def went_silent(exc: Unavailable) -> bool:
+    """Whether a watch's connection broke because nothing came for too long: the read timeout
+    (``timeoutSeconds`` + 30 s, past the server's own end of the watch) or TCP keepalive finding the
+    peer gone. The peer may have been dead since the watch's last sign of life, so the kind's age
+    counts from that (:meth:`ListWatch.age`); any other break (reset, cut, closed: an API server
+    restart, a proxy) had a live peer until then."""
+    return "timed out" in (exc.message or "")
 
 
 class KindListener(Protocol):
@@ -208,6 +220,8 @@ class ListWatch:
                     self.resource_version = rv
                 self.fresh_at = self.clock()
         except Unavailable as exc:  # the stream broke: resumed from here, unless it never worked
+            if not went_silent(exc):  # open until now (a restart, a reset): every change until now came
+                self.fresh_at = self.clock()
             lasted = self.clock() - started
             if events or lasted >= short or self.stop.is_set():
                 raise
@@ -261,4 +275,4 @@ class ListWatch:
 
 
 __all__ = ["BACKOFF_INITIAL", "BACKOFF_JITTER", "BACKOFF_MAX", "BACKOFF_RESET_SECONDS", "COUNTERS",
-           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch", "resumable"]
+           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch", "resumable", "went_silent"]
