@@ -10,7 +10,9 @@ How (docs/reactor.md, "Warm cache in serve"), in three roles, each a module:
 - **reflectors**: one :class:`Reflector` thread per kind, the kube layer's one LIST + WATCH loop
   (:class:`kdesched.kube.reflector.ListWatch`: resourceVersion and bookmarks, a 410 Gone re-LISTs
   the kind and *replaces* its store, client-go's backoff before every re-LIST and reconnect, the
-  "very short watch"), LISTing pods through the msgspec fast path of :mod:`kdesched.model.fastload`.
+  "very short watch"; a re-LIST after a failed watch is served by the API server's watch cache
+  when its answer fits the memory a re-LIST may take), LISTing pods through the msgspec fast path
+  of :mod:`kdesched.model.fastload`.
   ``stats().backoffs``. Every request of the cache (LIST pages, WATCH starts, counts) takes a token
   from the client's rate limit (:class:`~kdesched.kube.transport.TokenBucket`): the cache's own
   client (its own pool, :meth:`KubeClient.sibling`) shares the bucket of the client it was made
@@ -145,11 +147,16 @@ class Reflector(ListWatch):
         still needs the nodes lists them anyway: their store is kept while the cache is off.)"""
         cache = self.cache
         started = self.clock()  # what the LIST is current as of (ListWatch.age), set as it is stored
-        cache.governor.admit(self.kind)
+        counted = cache.governor.admit(self.kind)
         try:  # the count is given back whatever happens next, a LIST not wanted any more included
             if not self.wanted():
                 return False
-            items, resource_version = self.client.list_for_cache(self.kind, page_size=cache.page_size)
+            if self.relist_from and not cache.governor.unpaged_fits(self.kind, counted):
+                log.info("%s re-LIST: %s objects read in one answer would not fit the memory a re-LIST may take: "
+                         "in pages, a consistent read", self.kind, "uncounted" if counted is None else counted)
+                self.relist_from = None
+            items, resource_version = self.list_at(lambda rv: self.client.list_for_cache(
+                self.kind, page_size=None if rv else cache.page_size, resource_version=rv))
             records: dict[str, Any] = {}
             bad: dict[str, tuple[str, ModelError]] = {}
             raws: list[dict[str, Any]] = []

@@ -85,6 +85,17 @@ from kdesched.model.records import Pod
 log = logging.getLogger("kdesched.kube")
 
 
+def _at_version_retry(resource_version: str | None, page_size: int | None) -> ReadRetry | None:
+    """The retry of a LIST at ``resource_version`` without a limit (a re-LIST from the API server's
+    watch cache): one attempt. A v1.24 API server whose watch cache of the kind is behind that
+    version waits 3 s for it, then answers 504 "Too large resource version" with Retry-After 1;
+    retried within the client's read bounds that is up to half a minute before the caller falls
+    back to a consistent read (a quiet kind's watch cache stays behind a version the etcd LIST
+    gave). The caller (:meth:`kdesched.kube.reflector.ListWatch.list_at`) falls back at once, or
+    backs off and asks again. None: the client's bounds."""
+    return NO_READ_RETRY if resource_version not in (None, "", "0") and page_size is None else None
+
+
 @dataclass(frozen=True, slots=True)
 class ListResult:
     """The items of a (paginated) LIST, each with ``kind`` filled in, and the list's resourceVersion."""
@@ -158,15 +169,20 @@ class KubeClient(ResourceClient):
 
     # -- reads -----------------------------------------------------------------------------------
     def list_raw(self, kind: str, *, namespace: str | None = None, field_selector: str | None = None,
-                 label_selector: str | None = None, page_size: int = 500) -> ListResult:
+                 label_selector: str | None = None, page_size: int | None = 500,
+                 resource_version: str | None = None) -> ListResult:
         """All objects of ``kind`` (in ``namespace``, or cluster-wide), paginated with limit/continue.
 
         The items of a LIST carry no kind/apiVersion; both are filled in. The resourceVersion is the
         first page's (every page of a continued list is served from the same snapshot).
+        ``resource_version`` and ``page_size`` None: a re-LIST from the API server's watch cache
+        (:meth:`list_for_cache`).
         """
-        items, resource_version = self.list_all(resource_for(kind), namespace=namespace, page_size=page_size,
-                                                field_selector=field_selector, label_selector=label_selector)
-        return ListResult(items, resource_version)
+        items, list_rv = self.list_all(resource_for(kind), namespace=namespace, page_size=page_size,
+                                       field_selector=field_selector, label_selector=label_selector,
+                                       resource_version=resource_version,
+                                       retry=_at_version_retry(resource_version, page_size))
+        return ListResult(items, list_rv)
 
     def list_for_snapshot(self, kind: str, *, field_selector: str | None = None, page_size: int = 500,
                           from_cache: bool = False) -> list[Pod | dict[str, Any]]:
@@ -186,10 +202,17 @@ class KubeClient(ResourceClient):
         items = self.list_all(RESOURCES["Pod"], namespace=namespace, label_selector=label_selector, fast=True)[0]
         return [p if isinstance(p, Pod) else Pod.from_api(p) for p in items]
 
-    def list_for_cache(self, kind: str, *, page_size: int = 500) -> tuple[list[Pod | dict[str, Any]], str]:
-        """:meth:`list_for_snapshot` plus the list's resourceVersion (what a watch starts from):
-        the watch cache (:mod:`kdesched.kube.cache`) lists each kind through this once."""
-        return self.list_all(resource_for(kind), page_size=page_size, fast=kind == "Pod")
+    def list_for_cache(self, kind: str, *, page_size: int | None = 500, resource_version: str | None = None
+                       ) -> tuple[list[Pod | dict[str, Any]], str]:
+        """:meth:`list_for_snapshot` plus the list's resourceVersion (what a watch starts from): how
+        the watch cache (:mod:`kdesched.kube.cache`) lists a kind. By default a consistent read
+        from etcd in pages of ``page_size`` (the first LIST, and after a 410). A re-LIST after a
+        failed watch asks ``resource_version`` (the last one seen) with ``page_size`` None, as
+        client-go's reflector: a v1.24 API server answers that from its watch cache, in one
+        response, at least as fresh as that version (a ``limit`` would send it to etcd). That
+        LIST is one attempt (:func:`_at_version_retry`)."""
+        return self.list_all(resource_for(kind), page_size=page_size, fast=kind == "Pod",
+                             resource_version=resource_version, retry=_at_version_retry(resource_version, page_size))
 
     def count_objects(self, kind: str) -> int | None:
         """How many objects of ``kind`` exist (cluster-wide), from one LIST of a single object and

@@ -69,6 +69,12 @@ DEFAULT_MAX_OBJECTS = 300_000
 MEMORY_SHARE = 0.35
 # Bytes per object for the ceiling: a pod's (the largest record, and almost all of the objects).
 CEILING_BYTES_PER_OBJECT = BYTES_PER_RECORD["Pod"]
+# An unpaged LIST (the re-LIST after a failed watch, from the API server's watch cache:
+# kdesched.kube.reflector) is read whole before it is decoded, beside both stores: its peak bytes
+# per object, an estimate: a pod's JSON as served (~3.7 KB for bench/generate.py's pods, more with
+# managedFields) twice over while urllib3 joins the chunks of the answer. A paged LIST holds one
+# page of 500 at a time instead.
+UNPAGED_BYTES_PER_OBJECT = 8192
 # Once over the ceiling, the object counts are re-checked this often (one LIST of a single object
 # per kind, its remainingItemCount); under RECOVER_FRACTION of the ceiling the cache lists again.
 DEFAULT_RECHECK_SECONDS = 900.0
@@ -104,6 +110,18 @@ def auto_ceiling(cgroup_root: str | None = None) -> Ceiling:
     return ceiling
 
 
+def fits_unpaged(*, max_objects: int, held: int, listing: int | None) -> bool:
+    """Whether an unpaged LIST of ``listing`` objects (None: not counted, so not known) fits the
+    memory the ceiling leaves a re-LIST: the stores twice over (:data:`MEMORY_SHARE`), here the
+    ``held`` objects of the stores as they are, the new store, and the answer read whole
+    (:data:`UNPAGED_BYTES_PER_OBJECT`). At a pod's bytes per record that is a kind of up to about
+    40 % of the ceiling with the others small."""
+    if listing is None:
+        return False
+    need = held * CEILING_BYTES_PER_OBJECT + listing * (CEILING_BYTES_PER_OBJECT + UNPAGED_BYTES_PER_OBJECT)
+    return need <= 2 * max_objects * CEILING_BYTES_PER_OBJECT
+
+
 class MemoryGovernor:
     """Keeps one :class:`~kdesched.kube.cache.ClusterCache` under its ceiling (module docstring).
     It works under the cache's lock (the methods saying so) and on its stores."""
@@ -124,20 +142,21 @@ class MemoryGovernor:
                  f"{int(RECOVER_FRACTION * self.max_objects)}" if self.recheck_seconds > 0 else "")
         return f"watch cache off ({self.disabled}): LIST per event{again}"
 
-    def admit(self, kind: str) -> None:
+    def admit(self, kind: str) -> int | None:
         """Before a LIST of ``kind``: count it (one LIST of a single object); when the stores, the
         LISTs in progress and this one would be past the ceiling, give up now, before the objects
         are read. A server that does not count leaves it to :meth:`check` as the list lands. A
-        failed count raises (the reflector backs off as after a failed LIST)."""
+        failed count raises (the reflector backs off as after a failed LIST). Returns the count
+        (None: not counted)."""
         if self.disabled:
-            return  # only a Node reflector feeding its listeners lists now; that store is kept
+            return None  # only a Node reflector feeding its listeners lists now; that store is kept
         cache = self.cache
         n = cache.client.count_objects(kind)
         if n is None:
-            return
+            return None
         with cache._lock:
             if self.disabled:
-                return
+                return n
             counts = {k: max(len(s), self._expected.get(k, 0)) for k, s in cache._stores.items() if k != kind}
             counts[kind] = n
             total = sum(counts.values())
@@ -146,6 +165,15 @@ class MemoryGovernor:
                 cache._bump()
             else:
                 self._expected[kind] = n
+        return n
+
+    def unpaged_fits(self, kind: str, listing: int | None) -> bool:
+        """Whether a LIST of ``kind`` (``listing`` objects counted by :meth:`admit`) may be read
+        unpaged (:func:`fits_unpaged`), with what the stores and the other LISTs in progress hold."""
+        with self.cache._lock:
+            held = sum(len(s) if k == kind else max(len(s), self._expected.get(k, 0))
+                       for k, s in self.cache._stores.items())
+        return fits_unpaged(max_objects=self.max_objects, held=held, listing=listing)
 
     def release(self, kind: str) -> None:
         """The LIST of ``kind`` admitted by :meth:`admit` is over (stored or failed)."""
@@ -222,4 +250,5 @@ class MemoryGovernor:
 
 
 __all__ = ["BYTES_PER_RECORD", "CEILING_BYTES_PER_OBJECT", "DEFAULT_MAX_OBJECTS", "DEFAULT_RECHECK_SECONDS",
-           "MEMORY_SHARE", "RECOVER_FRACTION", "Ceiling", "MemoryGovernor", "auto_ceiling", "ceiling_for"]
+           "MEMORY_SHARE", "RECOVER_FRACTION", "UNPAGED_BYTES_PER_OBJECT", "Ceiling", "MemoryGovernor", "auto_ceiling",
+           "ceiling_for", "fits_unpaged"]

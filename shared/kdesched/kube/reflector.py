@@ -10,7 +10,7 @@ a :class:`ListWatch`, differing only in what a LIST and an event do (:meth:`List
 
 What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/reflector.go``):
 
-- LIST (paginated), remember its resourceVersion, then WATCH from it with
+- LIST, remember its resourceVersion, then WATCH from it with
   ``allowWatchBookmarks=true``. Every event's ``metadata.resourceVersion`` is kept, a BOOKMARK's
   too (it only advances the resourceVersion; v1.24 sends none in practice, nothing depends on one),
   so a reconnect does not replay history.
@@ -24,6 +24,21 @@ What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/ref
   ends such a stream as a normal close) and a 429 (client-go's ``isWatchErrorRetriable``); a
   re-LIST there would only add load to a server that is down or throttling. Before this, a kind
   whose every WATCH failed kept its first LIST for ever. Every retry waits first (:class:`Backoff`).
+- What a LIST asks (:attr:`ListWatch.relist_from`). The first LIST, and a re-LIST after a 410, is
+  a consistent read: no resourceVersion, in pages of 500 (``limit``/``continue``), from etcd. A
+  re-LIST after any other failed watch asks the last resourceVersion seen (the LIST's, or the
+  last event's) with no ``limit``, as client-go's ``relistResourceVersion`` (paging switched off
+  "to avoid thundering herd on etcd"): a v1.24 API server answers that from its watch cache, at
+  least as fresh as that version, in one response (its ``shouldDelegateList`` sends
+  ``resourceVersion=""``, a ``continue``, or a ``limit`` with a resourceVersion other than "0"
+  to etcd), so a watch that keeps failing costs no etcd read of the whole kind at every step. A
+  version the server cannot serve (410; 504 "Too large resource version" from an API server whose
+  watch cache is behind) falls back to the consistent read at once, as client-go's
+  ``isExpiredError || isTooLargeResourceVersionError``; any other failure keeps it for the next
+  round. That LIST is one attempt (``KubeClient._at_version_retry``): a quiet kind's watch cache
+  may not reach the etcd LIST's version until its next write, and the server answers that after
+  3 s. The watch cache reads such an answer whole only when it fits the memory its ceiling
+  leaves a re-LIST (:func:`kdesched.kube.governor.fits_unpaged`); else in pages, from etcd.
 - Backoff: client-go's ``backoffManager`` is ``wait.NewExponentialBackoffManager(800*time.Millisecond,
   30*time.Second, 2*time.Minute, 2.0, 1.0, clock)`` and ``Run`` is ``wait.BackoffUntil(ListAndWatch,
   backoffManager, true, stopCh)``, so every return of ListAndWatch, a 410 included, waits one step;
@@ -51,7 +66,7 @@ import random as _random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kdesched.kube.client import KubeClient
 from kdesched.kube.errors import ApiError, Gone, Unavailable
@@ -66,6 +81,10 @@ BACKOFF_JITTER = 1.0
 SHORT_WATCH_SECONDS = 1.0
 
 COUNTERS = ("lists", "watches", "relists_gone", "watch_errors", "backoffs")
+# A consistent LIST's page size (a re-LIST from a resourceVersion asks no limit).
+PAGE_SIZE = 500
+
+_T = TypeVar("_T")
 
 
 class Backoff:
@@ -103,6 +122,21 @@ def resumable(exc: BaseException) -> bool:
     """Whether a watch that failed with ``exc`` reconnects from its resourceVersion (module
     docstring): a lost connection or a 429. Any other failure re-LISTs."""
     return isinstance(exc, Unavailable) or (isinstance(exc, ApiError) and exc.status == 429)
+
+
+def unservable_version(exc: BaseException) -> bool:
+    """Whether a LIST at a resourceVersion failed because the server cannot serve that version:
+    410 (compacted), or 504 "Too large resource version" (its watch cache is behind it; v1.24's
+    ``storage.NewTooLargeResourceVersionError``, cause ``ResourceVersionTooLarge``)."""
+    if isinstance(exc, Gone):
+        return True
+    if not isinstance(exc, ApiError) or exc.status != 504:
+        return False
+    causes = (exc.details or {}).get("causes")
+    if isinstance(causes, list) and any(isinstance(c, Mapping) and c.get("reason") == "ResourceVersionTooLarge"
+                                        for c in causes):
+        return True
+    return "too large resource version" in (exc.message or "").lower()
 
 
 def went_silent(exc: Unavailable) -> bool:
@@ -146,6 +180,9 @@ class ListWatch:
         self.log = logger or logging.getLogger("kdesched.kube.reflector")
         self.what = what or kind
         self.resource_version: str | None = None
+        #: what the next LIST asks (module docstring): the last resourceVersion seen, after a failed
+        #: watch; None: a consistent read (the first LIST, after a 410)
+        self.relist_from: str | None = None
         self.listeners: list[KindListener] = []
         self.thread: threading.Thread | None = None
         self.counts = dict.fromkeys(COUNTERS, 0)
@@ -160,13 +197,30 @@ class ListWatch:
         list's resourceVersion, and (:attr:`fresh_at`) when the LIST began, what it is current as of.
         False: nothing was listed (a subclass declined to), so no watch follows."""
         started = self.clock()
-        result = self.client.list_raw(self.kind)
+        result = self.list_at(lambda rv: self.client.list_raw(
+            self.kind, resource_version=rv, page_size=None if rv else PAGE_SIZE))
         self.fresh_at = started
         self.counted("lists")
         for listener in self.listeners:
             listener.listed(result.items)
         self.resource_version = result.resource_version
         return True
+
+    def list_at(self, read: Callable[[str | None], _T]) -> _T:
+        """``read(resourceVersion)``: at :attr:`relist_from` when set, else (None) a consistent
+        read; a version the server cannot serve (:func:`unservable_version`) falls back to the
+        consistent read at once. Any other failure keeps :attr:`relist_from` for the next round."""
+        rv = self.relist_from
+        if rv:
+            try:
+                return read(rv)
+            except ApiError as exc:
+                if not unservable_version(exc):
+                    raise
+                self.log.info("%s: the API server cannot list at resourceVersion %s (%s): a consistent read",
+                              self.what, rv, exc)
+                self.relist_from = None
+        return read(None)
 
     def apply(self, etype: str, obj: dict[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) to the listeners."""
@@ -252,12 +306,13 @@ class ListWatch:
                 if self.resource_version is None:
                     if not self.relist():
                         continue  # declined (the cache gave up): the loop ends or lists again
+                    self.relist_from = None
                     if self.stop.is_set():  # stopped while listing: no watch to wait out
                         break
                 self.watch_once()
             except Gone:
                 self.counted("relists_gone")
-                self.resource_version = None
+                self.resource_version = self.relist_from = None  # a consistent re-LIST
                 delay = self._back_off()
                 self.log.info("%s watch expired (410 Gone): re-listing in %.1fs", self.what, delay)
                 self.wait(delay)
@@ -267,12 +322,14 @@ class ListWatch:
                     break
                 self.counted("watch_errors")
                 what, then = ("list", "retrying") if self.resource_version is None else ("watch", "retrying")
-                if what == "watch" and not resumable(exc):
-                    self.resource_version, then = None, "re-listing"  # as client-go: the next round LISTs
+                if what == "watch" and not resumable(exc):  # as client-go: the next round LISTs, from here
+                    self.relist_from, self.resource_version = self.resource_version, None
+                    then = f"re-listing from resourceVersion {self.relist_from}"
                 delay = self._back_off()
                 self.log.warning("%s %s failed, %s in %.1fs: %s", self.what, what, then, delay, exc)
                 self.wait(delay)
 
 
 __all__ = ["BACKOFF_INITIAL", "BACKOFF_JITTER", "BACKOFF_MAX", "BACKOFF_RESET_SECONDS", "COUNTERS",
-           "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch", "resumable", "went_silent"]
+           "PAGE_SIZE", "SHORT_WATCH_SECONDS", "Backoff", "KindListener", "ListWatch", "ShortWatch", "resumable",
+           "unservable_version", "went_silent"]

@@ -60,14 +60,17 @@ class ResourceClient(Transport):
         return obj if subresource else res.typed(obj)
 
     def list_all(self, res: Resource, *, namespace: str | None = None, field_selector: str | None = None,
-                 label_selector: str | None = None, page_size: int = 500, fast: bool = False,
-                 resource_version: str | None = None) -> tuple[list[Any], str]:
+                 label_selector: str | None = None, page_size: int | None = 500, fast: bool = False,
+                 resource_version: str | None = None, retry: ReadRetry | None = None) -> tuple[list[Any], str]:
         """Every object of ``res`` (in ``namespace``, or cluster-wide) through limit/continue pages,
         and the list's resourceVersion (the first page's: a continued list is one snapshot). A
         continue token that expired (410) starts the list over, at most ``max_list_restarts``
-        times. ``fast``: Pods as records where msgspec takes them (:mod:`kdesched.model.fastload`)."""
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        times. ``fast``: Pods as records where msgspec takes them (:mod:`kdesched.model.fastload`).
+        ``page_size`` None: no ``limit``, one answer (with a ``resource_version`` other than "0",
+        the API server's watch cache serves it; with a limit etcd would). ``retry``: each page's
+        bounds instead of the client's."""
+        if page_size is not None and page_size < 1:
+            raise ValueError(f"page_size must be >= 1 or None, got {page_size}")
         path = res.path(namespace)
         restarts = 0
         while True:
@@ -76,7 +79,7 @@ class ResourceClient(Transport):
             token: str | None = None
             try:
                 while True:
-                    query = [("limit", str(page_size))]
+                    query = [("limit", str(page_size))] if page_size is not None else []
                     if resource_version is not None and not token:
                         query.append(("resourceVersion", resource_version))
                     if field_selector:
@@ -86,7 +89,7 @@ class ResourceClient(Transport):
                     if token:
                         query.append(("continue", token))
                     page_items, meta = self._retry_read(f"LIST {path}", functools.partial(
-                        self._list_page, path, query, res.kind, res.group_version, fast))
+                        self._list_page, path, query, res.kind, res.group_version, fast), retry)
                     items.extend(page_items)
                     if not list_rv:
                         list_rv = str(meta.get("resourceVersion") or "")
