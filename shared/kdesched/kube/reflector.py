@@ -45,7 +45,11 @@ What the loop does, as client-go's reflector (``k8s.io/client-go/tools/cache/ref
   apimachinery's ``exponentialBackoffManagerImpl.getNextBackoff`` resets the step when the last
   backoff began more than ``resetDuration`` ago: 0.8 s doubling to 30 s, each wait jittered up to
   twice its step (jitter 1.0: the cap waits 30-60 s), reset after 2 minutes without one. The first
-  LIST does not wait (unless ``wait_first``). Waits end at once when ``stop`` is set.
+  LIST does not wait (unless ``wait_first``). Waits end at once when ``stop`` is set. Unlike
+  client-go, the time spent in a LIST (worked or failed) does not count towards the reset
+  (:meth:`Backoff.unhealthy_until_now`): the 2 minutes are of a watch, or of back-off waits.
+  Otherwise a kind whose LIST takes over 2 minutes (150,000 pods from a loaded server) and whose
+  WATCH keeps failing would re-LIST after 0.8-1.6 s every time, back to back.
 - A watch the server ends within a second without one event is a failure (:class:`ShortWatch`,
   client-go's "very short watch"): else a server closing watches at once is a tight loop. So is
   one whose connection breaks by then (a proxy resetting every stream): it re-LISTs.
@@ -90,8 +94,9 @@ _T = TypeVar("_T")
 class Backoff:
     """client-go's reflector backoff (``wait.NewExponentialBackoffManager``, module docstring): each
     :meth:`next_delay` is the current step times ``1 + jitter * random()``; the step then doubles up
-    to ``cap``; a call more than ``reset_after`` seconds after the previous one starts again at
-    ``initial`` (the time between was healthy). Clock and random source are injectable."""
+    to ``cap``; a call more than ``reset_after`` seconds after the previous one (or after
+    :meth:`unhealthy_until_now`) starts again at ``initial`` (the time between was healthy). Clock
+    and random source are injectable."""
 
     def __init__(self, initial: float = BACKOFF_INITIAL, cap: float = BACKOFF_MAX, *,
                  reset_after: float = BACKOFF_RESET_SECONDS, factor: float = 2.0, jitter: float = BACKOFF_JITTER,
@@ -103,6 +108,11 @@ class Backoff:
         self._clock, self._random = clock, random
         self._step = initial
         self._last = clock()  # as client-go: the first call within reset_after of creation does not reset
+
+    def unhealthy_until_now(self) -> None:
+        """The time until now says nothing of the watch's health (a LIST ran): the reset interval
+        starts again from now, so a LIST longer than ``reset_after`` does not reset the step."""
+        self._last = self._clock()
 
     def next_delay(self) -> float:
         now = self._clock()
@@ -304,7 +314,11 @@ class ListWatch:
         while not self.stop.is_set() and self.wanted():
             try:
                 if self.resource_version is None:
-                    if not self.relist():
+                    try:
+                        listed = self.relist()
+                    finally:  # a LIST, worked or failed, is no healthy time (module docstring, Backoff)
+                        self.backoff.unhealthy_until_now()
+                    if not listed:
                         continue  # declined (the cache gave up): the loop ends or lists again
                     self.relist_from = None
                     if self.stop.is_set():  # stopped while listing: no watch to wait out
