@@ -25,17 +25,7 @@ from kdesched.reactor.run.admit import EVICTED
 from kdesched.strategies.framework import PlannedEviction
 
 from tests.builders import pod_obj
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
+from tests.evictor.test_lost_answer_in_flight import Clock
 
 
 class SlowConnectClient:
