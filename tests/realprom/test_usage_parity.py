@@ -104,11 +104,19 @@ def ca_of(kubeconfig: Path) -> bytes:
 
 def first_cycle_with_client(log: str) -> list[dc.Eviction] | None:
     """The evictions of upstream's first cycle that ran with its Prometheus client, or None while
-    none has ended. The cycles that ended after the client was made count; the first of them may
-    have begun before it (its "not initialized" error is then logged after the "recreating" line:
-    the fresh-clone CI at 67700f1). Such a cycle evicted nothing, and the next one decides."""
+    none has ended. A cycle is the log between two "Number of evictions/requests" lines; the cycles
+    that ended after the client was made count. The first of them may have begun before it, and its
+    "not initialized" error is then logged on either side of the "recreating" line (after it: the
+    fresh-clone CI at 67700f1; before it: the CI at 0de3ba2, where the two goroutines' lines came out
+    of order). Such a cycle evicted nothing, and the next one decides."""
     ready = log.find("recreating prometheus client")
-    for cycle in log[ready:].split("Number of evictions/requests")[:-1] if ready >= 0 else ():
+    if ready < 0:
+        return None
+    start = 0
+    for cycle in log.split("Number of evictions/requests")[:-1]:
+        start, end = start + len(cycle) + len("Number of evictions/requests"), start + len(cycle)
+        if end < ready:
+            continue  # ended before the client was made
         if "prometheus client not initialized" not in cycle:
             return dc.parse_upstream_log(cycle)
         assert not dc.parse_upstream_log(cycle), f"a cycle without its Prometheus client evicted:\n{cycle}"
@@ -192,6 +200,17 @@ def test_the_cycle_begun_before_the_prometheus_client_is_skipped() -> None:
     log += EVICTED_LINE.format(pod="a") + 'I5 descheduler.go:252] "Number of evictions/requests" totalEvicted=1\n'
     assert first_cycle_with_client(log) == [dc.Eviction("LowNodeUtilization", "default", "a", "n1")]
     assert first_cycle_with_client(log.replace("recreating", "creating")) is None  # no client yet
+
+
+def test_the_cycle_whose_error_is_logged_before_the_recreating_line_is_skipped() -> None:
+    """The CI log at 0de3ba2: the error, then "recreating", then that cycle's summary."""
+    log = ('E1 descheduler.go:300] "running balance extension point failed with error" err="error initializing '
+           'usage client: prometheus client not initialized"\n'
+           "I2 prom_client_controller.go:228] authentication secret token updated, recreating prometheus client\n"
+           'I3 descheduler.go:252] "Number of evictions/requests" totalEvicted=0\n')
+    assert first_cycle_with_client(log) is None
+    log += EVICTED_LINE.format(pod="c") + 'I4 descheduler.go:252] "Number of evictions/requests" totalEvicted=1\n'
+    assert first_cycle_with_client(log) == [dc.Eviction("LowNodeUtilization", "default", "c", "n1")]
 
 
 def test_a_cycle_without_its_client_that_evicted_fails_the_comparison() -> None:
