@@ -212,6 +212,42 @@ def test_a_fast_replacement_ready_in_the_admission_second_is_found() -> None:
     assert (c.outcome, c.landed) == (ACHIEVED, "n2")
 
 
+def test_a_replacement_created_in_the_second_before_an_admission_stamped_a_little_ahead_is_found() -> None:
+    """The admission's time is the API server's clock as this process estimates it (kdesched.kube.clock):
+    right after the estimate restarted its bounds are a second wide, so the stamp may be a little
+    ahead of the server's. An eviction admitted at 0.95 s into a second and stamped 0.15 s ahead has a
+    replacement whose creationTimestamp is in the second before the stamp's. Before, it was no
+    replacement at all: the move settled 'unknown', the wasted-move back-off lapsed, and a
+    1-replica workload pinned back on its tainted node was evicted again at once (the CI at 0de3ba2:
+    3 evictions in 40 s under a 20 s base)."""
+    def ready_pod(name: str, node: str, created: float, ready: float) -> Pod:
+        raw = web(name, node, created=created)
+        stamp = datetime.fromtimestamp(T0 + ready, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+        return Pod.from_api(raw)
+
+    ledger = moved([wpod("web-a", "n1")], TAINTS, at=T0 + 1.1, ready=1)
+    back = ready_pod("web-b", "n1", 0, 2)  # created at T0 + 0.97 by the server's clock
+    settled = ledger.settle({KEY: [back]}, T0 + 3, 120, CLUSTER)
+    (c,) = settled.checked
+    assert (c.outcome, c.landed) == (WASTED, "n1") and c.why == "landed back on node n1"
+    assert settled.ledger.backoffs[backoff_key(KEY, TAINTS)].wasted == 1
+    # a clear replacement (created after the stamp's second) still wins over such a pod
+    three = moved([wpod("web-a", "n1")], TAINTS, at=T0 + 1.1, ready=3)
+    (c,) = three.settle({KEY: [ready_pod("web-b", "n1", 0, 2), wpod("web-c", "n3"), ready_pod("web-d", "n2", 2, 3)]},
+                        T0 + 4, 120, CLUSTER).checked
+    assert (c.outcome, c.landed) == (ACHIEVED, "n2")
+    # and it is taken only when the workload has a pod more than it had left (3 pods, back at 2 Ready
+    # without a new one: web-b is one of the originals)
+    short = Ledger().admit([Admission(wpod("web-a", "n1"), TAINTS, False, "node:n1:" + TAINTS, "n2", 3, 2)],
+                           T0 + 1.1)
+    (c,) = short.settle({KEY: [ready_pod("web-b", "n1", 0, 2), wpod("web-c", "n3")]}, T0 + 4, 120, CLUSTER).checked
+    assert c.outcome == UNKNOWN
+    # a pod created two seconds before the stamp is never its replacement
+    (c,) = ledger.settle({KEY: [ready_pod("web-f", "n1", -1, 2)]}, T0 + 3, 120, CLUSTER).checked
+    assert c.outcome == UNKNOWN
+
+
 def test_a_bare_pod_has_no_replacement_to_follow() -> None:
     bare = Pod.from_api(pod_obj("lone", "n1", owner_kind=None))
     ledger = Ledger().admit([Admission(bare, TAINTS, False, "s", "n2", 1, 1)], T0)

@@ -84,6 +84,12 @@ def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
             and e.get("reportingController") == "kdesched.dev/descheduler"]
 
 
+def story(log: str) -> str:
+    """The lines of serve's log that tell the moves' story (for a failure's message)."""
+    keep = ("evicted ", "checked move", "not evicting", "pacing ", "lost", "unconfirmed", "WARNING", "ERROR")
+    return "\n".join(line[:400] for line in log.splitlines() if any(k in line for k in keep))[-12000:]
+
+
 def ledger_annotation(cluster: Cluster) -> str:
     return ledger_text(cluster, NS)
 
@@ -126,7 +132,9 @@ def test_a_replacement_put_back_on_its_node_is_wasted_and_backed_off_without_a_l
         assert len(in_window) >= 3, f"only {len(in_window)} evictions without the back-off"
         assert s.metric("kdesched_moves_total", strategy=TAINTS, outcome="wasted") >= 2
         return
-    assert len(in_window) <= 2, f"{len(in_window)} evictions of web in {window:g}s: an eviction loop"
+    assert len(in_window) <= 2, (f"{len(in_window)} evictions of web in {window:g}s: an eviction loop "
+                                 f"(replacements at +{', +'.join(f'{t - first:.1f}' for t in in_window)}s)\n"
+                                 + story(s.log()) + "\nledger:\n" + ledger_annotation(real))
     # the move is flagged wasted: metric, a WastedMove Event on the Deployment, the back-off in the ledger
     assert s.metric("kdesched_moves_total", strategy=TAINTS, outcome="wasted") >= 1
     wasted = events(real, "WastedMove")

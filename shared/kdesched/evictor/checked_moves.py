@@ -32,6 +32,10 @@ DRAINS = frozenset({TAINTS, NODE_AFFINITY})
 # their purpose is a fresh pod, wherever it runs: landing on the same node wastes nothing
 FRESH_POD = frozenset({"PodLifeTime", "RemoveFailedPods", "RemovePodsHavingTooManyRestarts"})
 ACHIEVED, WASTED, PENDING_TIMEOUT, UNKNOWN = "achieved", "wasted", "pending_timeout", "unknown"
+# how far before the admission's second a replacement may have been stamped by the API server: the
+# admission's time is the server's clock as the admitting process estimated it, within half a second
+# of it (plus a round trip) even right after the estimate restarted (kdesched.kube.clock)
+CLOCK_SLACK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +119,26 @@ def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int |
     """Each evicted pod's replacement (uid -> pod), from the workload's pods as the snapshot has
     them: the pods created after its eviction was admitted, matched in order (earliest eviction,
     earliest replacement). ``creationTimestamp`` and the Ready condition's time have second
-    resolution, so a pod created in the admission's second is:
+    resolution, and the admission's time is the API server's clock as the admitting process
+    estimated it (:mod:`kdesched.kube.clock`: within half a second, or a little more, of the
+    server's when its estimate has just restarted, so a stamp may be a little ahead). So a pod is:
 
-    * never a replacement if it was Ready in an earlier second (it existed before);
-    * a replacement if it became Ready in a later second, or is not Ready yet;
-    * ambiguous if it became Ready in the admission's own second: a fast replacement, or one of a
-      Deployment's original pods created a moment before. Such a pod is taken only when no other
-      fits, and only up to ``spare`` of them: the pods the workload has beyond what it had left
-      after the evictions (None: no limit). A workload back at its count with no new pod has none.
+    * never a replacement if it was created, or became Ready, more than :data:`CLOCK_SLACK_SECONDS`
+      before the admission's second (it existed before);
+    * a replacement if it was created in the admission's second or later and became Ready in a later
+      second, or is not Ready yet;
+    * ambiguous otherwise: created or Ready within the slack before the admission, or Ready in the
+      admission's own second (a fast replacement, a replacement stamped a little early by the
+      server's clock, or one of a Deployment's original pods created a moment before). Such a pod
+      is taken only when no other fits, and only up to ``spare`` of them: the pods the workload has
+      beyond what it had left after the evictions (None: no limit). A workload back at its count
+      with no new pod has none.
 
-    A pod created in an earlier second is never a replacement: taking one for it would report the
-    move landed on that pod's node (found on a real control plane: a Deployment created a second
-    before)."""
+    A pod created well before is never a replacement: taking one for it would report the move
+    landed on that pod's node (found on a real control plane: a Deployment created a second
+    before). Missing a replacement costs as much the other way: the move settles ``unknown`` and
+    its wasted-move back-off lapses (found on a real control plane: a 1-replica workload pinned
+    back on its tainted node, evicted again at once)."""
     gone = {f.uid for f in inflight}
     candidates = sorted((p for p in pods if p.uid not in gone and not p.terminating and not p.terminal
                          and p.creation_time is not None), key=_created)
@@ -135,15 +147,16 @@ def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int |
     ambiguous_left = len(candidates) if spare is None else spare
     for f in sorted(inflight, key=lambda f: f.at):
         second = int(f.at)
+        earliest = int(f.at - CLOCK_SLACK_SECONDS)
         clear: Pod | None = None
         ambiguous: Pod | None = None
         for p in candidates:
-            if p.uid in used or _created(p) < second:
+            if p.uid in used or _created(p) < earliest:
                 continue
             ready_at = _ready_at(p)
-            if ready_at is not None and int(ready_at) < second:
-                continue  # Ready before the eviction was admitted: it was there already
-            if ready_at is not None and int(ready_at) == second:
+            if ready_at is not None and int(ready_at) < earliest:
+                continue  # Ready well before the eviction was admitted: it was there already
+            if _created(p) < second or (ready_at is not None and int(ready_at) <= second):
                 ambiguous = ambiguous or p
                 continue
             clear = p

@@ -82,6 +82,9 @@ class RunNotices:
             m.MOVES.labels(c.strategy, c.outcome).inc()
             if c.seconds is not None:
                 m.MOVE_READY.labels(c.strategy).observe(c.seconds)
+            landed = f", replacement Ready on node {c.landed}" if c.landed and c.seconds is not None else ""
+            log.info("checked move of %s off node %s (%s, %s): %s%s%s", c.pod, c.source, c.strategy, c.workload,
+                     c.outcome, landed, f" ({c.why})" if c.why else "")
         backoffs = decided.settled.ledger.backoffs
         cd = self.admission
 
