@@ -8,11 +8,14 @@ from dataclasses import replace
 from typing import Any
 
 from kdesched.evictor.ledger import Ledger, Settled
+from kdesched.evictor.planner import PlannedEviction
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import MAX_EXTRA_EVICTIONS, Surge
+from kdesched.kube.errors import Unavailable
 from kdesched.reactor.run.surge import Ended, Surges
 
 from tests.builders import NOW
-from tests.reactor.surge_api import KEY, T0, Api, run, three_on_node_a_evicted, web
+from tests.reactor.surge_api import KEY, PDB_429, T0, Api, run, three_on_node_a_evicted, web
 from tests.reactor.surge_api import evictions_of as evicted
 
 
@@ -96,3 +99,54 @@ def test_a_record_written_before_the_count_reads_back_with_none() -> None:
     assert Surge.from_json(old) == s and s.extra == 0
     counted = replace(s, extra=2, extra_at=T0 + 40.5)
     assert Surge.from_json(counted.to_json()) == counted
+
+
+def test_a_refused_extra_eviction_does_not_use_up_the_cap_and_is_tried_again_after_the_spacing() -> None:
+    """The PDB refuses the eviction of the pod made during the move (429) for longer than the cap's
+    worth of tries: nothing was evicted, so nothing counts towards MAX_EXTRA_EVICTIONS. Each refusal
+    is tried again after the spacing, and once the PDB allows it the pod is evicted (not held at the
+    cap for evictions that never happened)."""
+    api = FastApi(replicas=3)
+    driver, ledger, ended = late_settle(api)
+    api.refuse = PDB_429
+    tries = MAX_EXTRA_EVICTIONS + 2
+    for i in range(tries):
+        api.now = T0 + 30 + 31 * i
+        ledger = run(driver, ledger, api, api.now, ended)
+    assert evicted(api)[1:] == ["web-10"] * tries  # one try per spacing
+    assert ledger.surges[KEY].extra <= 1  # (the last claim, taken back at the next settle)
+    held = [e["note"] for e in api.events if e.get("reason") == "SurgeMoveHeld"]
+    assert not any("per move" in n for n in held), held
+    api.refuse = None
+    api.now = T0 + 30 + 31 * tries
+    ledger = run(driver, ledger, api, api.now, ended)
+    assert evicted(api)[1:] == ["web-10"] * (tries + 1)
+    assert ledger.surges[KEY].extra == 1  # the one carried out
+
+
+def test_an_extra_eviction_whose_answer_was_lost_still_counts() -> None:
+    """An eviction that may have landed (the connection dropped after it was sent) counts towards the
+    cap like one carried out: the ReplicaSet may be making a pod for it already."""
+    api = FastApi(replicas=3)
+    driver, ledger, ended = late_settle(api)
+    api.refuse = Unavailable("reset by peer", maybe_sent=True)
+    for i in range(2):
+        api.now = T0 + 30 + 31 * i
+        ledger = run(driver, ledger, api, api.now, ended)
+    assert ledger.surges[KEY].extra == 2
+
+
+def test_an_extra_eviction_held_by_a_brake_is_neither_sent_nor_counted() -> None:
+    """A brake or a closed window holds the eviction of a pod made during the move: it is not claimed,
+    so the cap is untouched, and the move says why it waits."""
+    api = FastApi(replicas=3)
+    driver, ledger, ended = late_settle(api)
+
+    def brake(_e: PlannedEviction) -> Verdict:
+        return Verdict(Reason.HEALTH_BRAKE, "the health brake holds")
+
+    for i in range(MAX_EXTRA_EVICTIONS + 1):
+        ledger = driver.advance(Settled(ledger), {KEY: list(api.pods.values())}, T0 + 30 + 31 * i, ended,
+                                hold=brake).ledger
+        driver.evict_claimed(ledger)
+    assert evicted(api) == ["web-1"] and ledger.surges[KEY].extra == 0

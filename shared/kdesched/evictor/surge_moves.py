@@ -7,8 +7,9 @@ what it answered (a scale-up, an eviction, a scale-back). Every decision in betw
 pure, so it is tested on built objects and the reactor holds only I/O and its own memory:
 
 * at the settle, :func:`next_step` (per move, from what was read), :func:`settle_moves` (the ledger
-  after the steps, with the checked moves and the moves that ended) and :func:`remembered` (the
-  evictions this process sent that a lost ledger write did not record);
+  after the steps, with the checked moves and the moves that ended), :func:`remembered` (the
+  evictions this process sent that a lost ledger write did not record) and :func:`refunded` (the
+  claimed evictions of pods made during a move that were refused: not counted towards its cap);
 * after planning, :func:`candidates` (which pods should move surge-first), :func:`owners_to_read`
   (whose owners the reactor must read), :func:`choose` (which of them may, and why the others may
   not) and :func:`without` (the plan's evictions and refusals without them, and their admissions).
@@ -197,6 +198,27 @@ def remembered(settled: Settled, evicted: Mapping[str, float]) -> Settled:
     if not filled:
         return settled
     return replace(settled, ledger=replace(ledger, surges={**ledger.surges, **filled}), surges_changed=True)
+
+
+def refunded(settled: Settled, refused: Mapping[str, Surge]) -> Settled:
+    """The ledger with the claims ``refused`` (workload -> the move's record as claimed) taken back: an
+    eviction of a pod made during the move that this process claimed (:attr:`Surge.extra`) and then
+    sent without effect (refused by a PDB's 429, a webhook, or not sent at all: the pod already gone,
+    the read before it failed). The cap bounds the pods actually evicted, so such a claim does not use
+    it up; its time (:attr:`Surge.extra_at`) stays, so the next try waits the spacing like after any
+    eviction. Only a record that still holds that very claim is changed: taken back once (a record
+    with the count lowered no longer matches), and never a later claim."""
+    ledger = settled.ledger
+    back = {k: replace(s, extra=s.extra - 1) for k, s in ledger.surges.items()
+            if (c := refused.get(k)) is not None and s.extra > 0 and _claim_of(s) == _claim_of(c)}
+    if not back:
+        return settled
+    return replace(settled, ledger=replace(ledger, surges={**ledger.surges, **back}), surges_changed=True)
+
+
+def _claim_of(s: Surge) -> tuple[str, float, int, float]:
+    """The identity of a move's last extra-eviction claim, as the ledger keeps it (to the millisecond)."""
+    return s.uid, round(s.started, 3), s.extra, round(s.extra_at, 3)
 
 
 def checked_move(key: str, s: Surge, step: Step, now: float) -> CheckedMove:

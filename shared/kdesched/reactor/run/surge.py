@@ -61,6 +61,7 @@ from kdesched.evictor.surge_moves import (
     choose,
     next_step,
     owners_to_read,
+    refunded,
     remembered,
     settle_moves,
     without,
@@ -154,6 +155,10 @@ class Surges:
         # (workload -> the move's record as claimed, the step): sent by :meth:`evict_claimed` once the
         # run's ledger write went through; spacing and cap are the record's (evictor.surge)
         self._claimed: dict[str, tuple[Surge, Step]] = {}
+        # those claims whose eviction was then refused or not sent (workload -> the record as claimed):
+        # taken back in the ledger by the next settle (evictor.surge_moves.refunded), so that only pods
+        # actually evicted count towards the cap. Lost with the process: the claim then stays counted
+        self._refused: dict[str, Surge] = {}
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
@@ -173,7 +178,13 @@ class Surges:
             self._told = {m: at for m, at in self._told.items() if m in moves}
             self._evicted = {m: at for m, at in self._evicted.items() if m in moves}
             self._claimed = {}  # (a claim of an earlier attempt whose ledger write was lost: never sent)
-            marked, restored = set(self._not_started), dict(self._restored)
+            self._refused = {k: c for k, c in self._refused.items()
+                             if k in settled.ledger.surges and _move_of(settled.ledger.surges[k]) == _move_of(c)}
+            marked, restored, refused = set(self._not_started), dict(self._restored), dict(self._refused)
+        # (taken back before the steps are decided: a refused claim neither holds the move at the cap nor,
+        # once its spacing is over, delays the next try; kept in memory until the move ends, and harmless
+        # when already taken back: the record no longer holds that claim)
+        settled = refunded(settled, refused)
         if not settled.ledger.surges:
             self.held.settled(moves, {}, now)  # (none left: ended here or elsewhere)
             return settled
@@ -293,7 +304,9 @@ class Surges:
                 continue
             log.info("surge-first move of %s: %s (extra eviction %d of at most %d, at most one every %gs)", key,
                      step.why, s.extra, MAX_EXTRA_EVICTIONS, EXTRA_SPACING_SECONDS)
-            _evict_extra(self.client, s, step)
+            if not _evict_extra(self.client, s, step):
+                with self._lock:
+                    self._refused[key] = s
 
     def _forget(self, s: Surge) -> None:
         with self._lock:
@@ -505,28 +518,37 @@ def _going(client: KubeClient, namespace: str, name: str, uid: str) -> bool:
     return False
 
 
-def _evict_extra(client: KubeClient, s: Surge, step: Step) -> None:
+def _evict_extra(client: KubeClient, s: Surge, step: Step) -> bool:
     """Evict ``step.target``, a pod made during the move, so that the scale-back removes the pod the
     ReplicaSet makes for it (evictor.surge._kept): the Eviction API (its PDB checked), preconditioned on
-    its uid, read first; one attempt, bounded. Claimed in the ledger before (:meth:`Surges.evict_claimed`):
-    a refused one still counts towards the move's cap; the next settle judges again."""
+    its uid, read first; one attempt, bounded. Claimed in the ledger before (:meth:`Surges.evict_claimed`).
+    Returns whether it may have been carried out: False when certainly not (refused: a PDB's 429, a
+    webhook, a 403; or not sent: the pod gone or going already, its read failed), and the claim is then
+    taken back (not counted towards the move's cap); True when evicted, or when its answer was lost
+    (a timeout, a 5xx: it may have landed, and counts)."""
     p = step.target
     if p is None:
-        return
+        return False
     try:
         if _going(client, p.namespace, p.name, p.uid):
-            return
+            return False
+    except ApiError as exc:
+        log.info("surge-first move of %s: cannot read its extra pod %s before evicting it: %s; tried again later",
+                 s.pod, p.key, exc)
+        return False
+    try:
         client.evict_pod(p.namespace, p.name, uid=p.uid, grace_period_seconds=None, annotations={},
                          timeout=EVICT_TIMEOUT_SECONDS)
     except NotFound:
-        return
+        return False
     except ApiError as exc:
         log.info("surge-first move of %s: evicting its extra pod %s: %s; tried again later", s.pod, p.key, exc)
-        return
+        return not _certainly_unapplied(exc)
     client.create_event(namespace=p.namespace, name=p.name, uid=p.uid, reason="Descheduled",
                         note=f"surge-first move of {s.pod} ({s.strategy}): this pod, made during the move, evicted so "
                         f"that Deployment {s.deployment} goes back to {s.original} replicas without deleting a pod "
                         "from before the move")
+    return True
 
 
 def _evict(client: KubeClient, namespace: str, name: str, s: Surge, step: Step, now: float) -> bool:
