@@ -102,20 +102,25 @@ class Ended:
 
 
 def next_step(o: Observed, now: float, *, not_started: bool,
-              hold: Callable[[PlannedEviction], Verdict | None] | None = None) -> Step:
+              hold: Callable[[PlannedEviction], Verdict | None] | None = None,
+              extra: Callable[[PlannedEviction], Verdict | None] | None = None) -> Step:
     """What the move ``o`` does now. ``not_started``: this process recorded it and could not scale up
     (it ends at once); ``hold``: whether the run's brakes or a closed window defer an eviction now
     (the move's eviction then waits, and the move is given up at its deadline, the replicas restored
-    if that removes the extra pod; else the +1 is kept until the eviction is allowed)."""
+    if that removes the extra pod; else the +1 is kept until the eviction is allowed); ``extra``:
+    whether the eviction of a pod made during the move may go now, asked as one more eviction (the
+    brakes, the windows and the disruption budgets; ``hold`` when not given): refused, it waits,
+    neither claimed nor counted towards the move's cap."""
     s = o.surge
     step = advance(s, o.deployment, o.replicaset, o.pods, now)
     if not_started and step.action == Action.WAIT and (o.deployment is None or not s.ours(o.deployment)):
         # (replicas at kdesched's value, written by kdesched: the scale-up did land after all, and the
         # move goes its normal way, given up and put back at worst)
         return Step(Action.END, "its Deployment changed before the scale-up", OVERRIDDEN)
-    if hold is not None and step.action == Action.EVICT_EXTRA and step.target is not None:
-        # the extra pod's eviction is an eviction like any other: the brakes and windows hold it
-        verdict = hold(PlannedEviction(step.target, step.target.node_name, s.strategy, "", "surge-first"))
+    ask = extra if extra is not None else hold
+    if ask is not None and step.action == Action.EVICT_EXTRA and step.target is not None:
+        # the extra pod's eviction is an eviction like any other: the brakes, windows and budgets hold it
+        verdict = ask(PlannedEviction(step.target, step.target.node_name, s.strategy, "", "surge-first"))
         if verdict is not None:
             return Step(Action.WAIT, f"{step.why} (its eviction waits: {verdict.message})", "", step.replacement,
                         held=step.held)

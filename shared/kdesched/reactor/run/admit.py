@@ -27,7 +27,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from kdesched.admission.control import RunContext
@@ -37,7 +37,7 @@ from kdesched.evictor.admissions import admissions_of, pods_by_workload
 from kdesched.evictor.execute import UNCONFIRMED, EvictionOutcome
 from kdesched.evictor.ledger import Admission, Held, Ledger, Settled, workload_key
 from kdesched.evictor.planner import PlannedEviction
-from kdesched.evictor.reasons import Verdict
+from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import OVERRIDDEN
 from kdesched.kube.errors import ApiError
 from kdesched.model.alerts import AlertsReading
@@ -186,10 +186,13 @@ def decide(store: LedgerStore, policy: Policy, snapshot: Snapshot, scope: RunSco
                 # for the rest of the run: its plan and any later attempt see the same Nodes)
                 if not all_nodes and every_node is not None:
                     snapshot, all_nodes = every_node(snapshot), True
-                held_by = pipeline.begin(RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
-                                                    namespace_labels or (lambda _ns: None), alerts, origin=origin,
-                                                    all_nodes=all_nodes))
-                settled = surges.advance(settled, pods_of, now, ended, hold=deferral(held_by))
+                held_ctx = RunContext(settled.ledger, snapshot, now, scope.complete, trigger, False,
+                                      namespace_labels or (lambda _ns: None), alerts, origin=origin,
+                                      all_nodes=all_nodes)
+                # (and the eviction of a pod made during a move is asked as one more eviction: the
+                # disruption budgets too)
+                settled = surges.advance(settled, pods_of, now, ended, hold=deferral(pipeline.begin(held_ctx)),
+                                         extra=extra_admission(pipeline, held_ctx))
             elif surges is not None and not dry_run:
                 # no move left (ended here or in another process): its memory and held gauges go too
                 settled = surges.advance(settled, pods_of, now, ended)
@@ -262,6 +265,29 @@ def deferral(admission: RunAdmission) -> Callable[[PlannedEviction], Verdict | N
     def ask(eviction: PlannedEviction) -> Verdict | None:
         verdict = admission.finish([eviction], [True])[0]
         return verdict if verdict is not None and verdict.reason.defers else None
+    return ask
+
+
+def extra_admission(pipeline: Pipeline, ctx: RunContext) -> Callable[[PlannedEviction], Verdict | None]:
+    """May a surge-first move evict a pod made during it now (evictor.surge._kept, ``EVICT_EXTRA``)?
+    Asked as one more eviction sent now, so the brakes, a closed window and kdesched's disruption
+    budgets answer it like any other: a budget refuses it while it is spent. Counted as the move's own
+    pod: that one stays in flight in the ledger until the move ends (every budget counts the move as
+    one pod down meanwhile), and the extra eviction is that pod's stand-in going (the workload never
+    drops below the Ready count it had before the move), so the budgets judge it on the ledger without
+    the move's in-flight entry. Counted twice, a budget of one pod at a time would refuse every extra
+    eviction for good, and the move, which only that eviction ends, would keep its +1 forever. The
+    bucket and the cool-downs are not asked: the move's admission took them. A fresh check per ask:
+    no side effect on the run."""
+    def ask(eviction: PlannedEviction) -> Verdict | None:
+        ledger = ctx.ledger
+        key = workload_key(eviction.pod)
+        s, mv = ledger.surges.get(key), ledger.moves.get(key)
+        if s is not None and mv is not None:
+            mv = replace(mv, inflight=tuple(f for f in mv.inflight if f.uid != s.uid))
+            ledger = replace(ledger, moves={**ledger.moves, key: mv})
+        verdict = pipeline.begin(replace(ctx, ledger=ledger)).finish([eviction], [False])[0]
+        return verdict if verdict is not None and (verdict.reason.defers or verdict.reason is Reason.BUDGET) else None
     return ask
 
 

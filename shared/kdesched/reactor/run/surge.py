@@ -162,14 +162,17 @@ class Surges:
 
     # -- settle: finish or restore ----------------------------------------------------------------
     def advance(self, settled: Settled, pods_of: Mapping[str, Sequence[Pod]] | None, now: float,
-                ended: list[Ended], hold: Callable[[PlannedEviction], Verdict | None] | None = None) -> Settled:
+                ended: list[Ended], hold: Callable[[PlannedEviction], Verdict | None] | None = None,
+                extra: Callable[[PlannedEviction], Verdict | None] | None = None) -> Settled:
         """Every surge-first move of the ledger, one step on: read what each move needs, decide each
         step (:func:`~kdesched.evictor.surge_moves.next_step`), carry the steps out, and return the
         ledger as they left it (:func:`~kdesched.evictor.surge_moves.settle_moves`); the moves that
         ended are appended to ``ended``. Runs whatever the switch says: a move begun before the switch
         was turned off is still finished or restored. ``hold``: whether the run's brakes or a closed
         window defer an eviction now; the move's eviction then waits (and the move is given up at its
-        timeout, the replicas restored)."""
+        timeout, the replicas restored). ``extra``: whether the eviction of a pod made during a move may
+        go now, asked as one more eviction (the brakes, windows and disruption budgets,
+        :func:`kdesched.reactor.run.admit.extra_admission`); ``hold`` answers it when not given."""
         with self._lock:  # what it remembers of moves the ledger no longer has (ended, here or elsewhere)
             moves = {_move_of(s) for s in settled.ledger.surges.values()}
             self._not_started &= moves
@@ -195,7 +198,7 @@ class Surges:
         # settle tried again on the ledger as it was): it ends as it was decided, its block and
         # checked move kept, not re-judged as replicas put back by someone else
         def step_of(o: Observed) -> Step:
-            return self._spaced(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold), now)
+            return self._spaced(o, next_step(o, now, not_started=_move_of(o.surge) in marked, hold=hold, extra=extra), now)
 
         steps = [(o, self._spaced(o, replace(restored[_move_of(o.surge)], action=Action.END), now))
                  if _move_of(o.surge) in restored else _rejudged(self.client, o, step_of(o), step_of) for o in observed]
