@@ -326,6 +326,16 @@ class Step:
     # the move keeps the +1 with no time limit, for this reason (a WAIT, or an eviction tried on); None
     # for a step whose wait ends by itself (a replacement starting, the timeout)
     held: Held | None = None
+    # a WAIT because an admission control holds the step's eviction (a brake, a window, a budget):
+    # its reason, so that what the move says (SurgeMoveHeld) changes when another control holds it
+    control: Reason | None = None
+
+    @property
+    def told_as(self) -> str:
+        """The short class of why a move waits, for de-duplicating what it says: a new class is told at
+        once, the same one repeated is not (reactor.run.surge, SurgeMoveHeld)."""
+        return "/".join(v for v in (self.held.value if self.held else "",
+                                    self.control.value if self.control else "") if v)
 
 
 def own_pods(s: Surge, pods: Sequence[Pod]) -> list[Pod]:

@@ -123,7 +123,7 @@ def next_step(o: Observed, now: float, *, not_started: bool,
         verdict = ask(PlannedEviction(step.target, step.target.node_name, s.strategy, "", "surge-first"))
         if verdict is not None:
             return Step(Action.WAIT, f"{step.why} (its eviction waits: {verdict.message})", "", step.replacement,
-                        held=step.held)
+                        held=step.held, control=verdict.reason)
     late = now >= s.deadline and step.replacement is not None and step.outcome != DONE
     if hold is not None and (step.action == Action.EVICT or (step.action == Action.RESTORE and late)):
         marked = next((p for p in o.pods or () if p.uid == s.uid), None)

@@ -149,8 +149,9 @@ class Surges:
         # the eviction, so that a PDB refusing for hours costs one request every LATE_EVICT_SECONDS,
         # not one a second
         self._late: dict[tuple[str, float], float] = {}
-        # moves kept at +1 while their Deployment rolls out: when this process last said so
-        self._told: dict[tuple[str, float], float] = {}
+        # moves kept at +1 and waiting saying why (a rollout, an eviction held): why, as a short class
+        # (Step.told_as), and when this process last said so; a new class is said at once
+        self._told: dict[tuple[str, float], tuple[str, float]] = {}
         # evictions of pods made during a move (evictor.surge._kept) this settle claimed in the ledger
         # (workload -> the move's record as claimed, the step): sent by :meth:`evict_claimed` once the
         # run's ledger write went through; spacing and cap are the record's (evictor.surge)
@@ -178,7 +179,7 @@ class Surges:
             self._not_started &= moves
             self._restored = {m: st for m, st in self._restored.items() if m in moves}
             self._late = {m: at for m, at in self._late.items() if m in moves}
-            self._told = {m: at for m, at in self._told.items() if m in moves}
+            self._told = {m: told for m, told in self._told.items() if m in moves}
             self._evicted = {m: at for m, at in self._evicted.items() if m in moves}
             self._claimed = {}  # (a claim of an earlier attempt whose ledger write was lost: never sent)
             self._refused = {k: c for k, c in self._refused.items()
@@ -251,13 +252,17 @@ class Surges:
     def _tell(self, o: Observed, step: Step, now: float) -> None:
         """A log line every :data:`LATE_EVICT_SECONDS` at most, and a ``SurgeMoveHeld`` Event on the
         Deployment (at most one a minute), while a move keeps the +1 and waits saying why (a rollout,
-        evictor.surge._held; an eviction of a pod made during the move held, evictor.surge._kept)."""
-        move = _move_of(o.surge)
+        evictor.surge._held; an eviction of a pod made during the move held, evictor.surge._kept). Both
+        per reason (:attr:`~kdesched.evictor.surge.Step.told_as`): a move held for a new reason (the
+        rollout over, the cap of extra evictions reached; a window open, a budget spent) says so at
+        once, only the same reason repeated is kept quiet."""
+        move, told_as = _move_of(o.surge), step.told_as
         with self._lock:
-            if now - self._told.get(move, float("-inf")) < LATE_EVICT_SECONDS:
+            last = self._told.get(move)
+            if last is not None and last[0] == told_as and now - last[1] < LATE_EVICT_SECONDS:
                 return
             if len(self._told) < MAX_REMEMBERED:
-                self._told[move] = now
+                self._told[move] = (told_as, now)
         past = now - o.surge.deadline
         if past >= LONG_HELD_SECONDS:
             # (no time limit keeps the +1 of a move held this way: say so loudly, an operator may act)
@@ -266,7 +271,7 @@ class Surges:
         else:
             log.info("surge-first move of %s: %s", o.key, step.why)
         self.events.post(o.key.split("/", 2)[1], o.surge.deployment, "SurgeMoveHeld",
-                         f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}")
+                         f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}", tag=told_as)
 
     def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None, now: float) -> bool | None:
         """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
@@ -376,8 +381,10 @@ class Surges:
 
 
 class SurgeEvents:
-    """The Events of surge-first moves, on the workload's owner: begun, ended, and why a pod could
-    not move surge-first (those at most one per object and reason a minute per process)."""
+    """The Events of surge-first moves, on the workload's owner: begun, ended, why a move is held and
+    why a pod could not move surge-first (those two at most one per object, Event reason and why (the
+    ``tag``: the held class, the fallback and its control) a minute per process: a new why is posted
+    at once, the same one repeated is not)."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
@@ -405,8 +412,10 @@ class SurgeEvents:
             kind, namespace, name = key.split("/", 2)
             if kind == "Pod" or ref is None:
                 continue
+            # (per reason, and for held-by-controls per control: a window closed, then a budget spent, are two)
+            tag = why.reason.value + (f"/{why.control.value}" if why.control is not None else "")
             self.post(namespace, name, "NoSurge", f"{c.pod.key} ({c.why}) cannot be moved surge-first: "
-                      f"{why.message}; the normal rules apply", kind=kind, tag=why.reason.value)
+                      f"{why.message}; the normal rules apply", kind=kind, tag=tag)
 
     def post(self, namespace: str, name: str, reason: str, note: str, *, kind: str = "Deployment",
              once: bool = True, tag: str = "") -> None:
