@@ -263,15 +263,7 @@ class Surges:
                 return
             if len(self._told) < MAX_REMEMBERED:
                 self._told[move] = (told_as, now)
-        past = now - o.surge.deadline
-        if past >= LONG_HELD_SECONDS:
-            # (no time limit keeps the +1 of a move held this way: say so loudly, an operator may act)
-            log.warning("surge-first move of %s: still kept at %d replicas %.0fs after it began (%.0fs past its "
-                        "timeout): %s", o.key, o.surge.surged, now - o.surge.started, past, step.why)
-        else:
-            log.info("surge-first move of %s: %s", o.key, step.why)
-        self.events.post(o.key.split("/", 2)[1], o.surge.deployment, "SurgeMoveHeld",
-                         f"surge-first move of {o.surge.pod} off node {o.surge.node}: {step.why}", tag=told_as)
+        self.events.held(o.key, o.surge, step.why, told_as, now)
 
     def _act(self, key: str, s: Surge, step: Step, deployment: DeploymentInfo | None, now: float) -> bool | None:
         """Carry out ``step``: None when a write lost a race (nothing changes in the ledger), True when
@@ -416,6 +408,19 @@ class SurgeEvents:
             tag = why.reason.value + (f"/{why.control.value}" if why.control is not None else "")
             self.post(namespace, name, "NoSurge", f"{c.pod.key} ({c.why}) cannot be moved surge-first: "
                       f"{why.message}; the normal rules apply", kind=kind, tag=tag)
+
+    def held(self, key: str, s: Surge, why: str, tag: str, now: float) -> None:
+        """A move kept at +1 says why: a log line (a warning once :data:`LONG_HELD_SECONDS` have passed
+        since its timeout: no time limit keeps the +1 of a move held this way, an operator may act) and a
+        ``SurgeMoveHeld`` Event on the Deployment, de-duplicated per ``tag`` (why, as a short class)."""
+        past = now - s.deadline
+        if past >= LONG_HELD_SECONDS:
+            log.warning("surge-first move of %s: still kept at %d replicas %.0fs after it began (%.0fs past its "
+                        "timeout): %s", key, s.surged, now - s.started, past, why)
+        else:
+            log.info("surge-first move of %s: %s", key, why)
+        self.post(key.split("/", 2)[1], s.deployment, "SurgeMoveHeld",
+                  f"surge-first move of {s.pod} off node {s.node}: {why}", tag=tag)
 
     def post(self, namespace: str, name: str, reason: str, note: str, *, kind: str = "Deployment",
              once: bool = True, tag: str = "") -> None:
