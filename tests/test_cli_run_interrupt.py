@@ -126,3 +126,32 @@ def test_a_signal_ignored_at_start_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_while_evictions_are_retried_sends_no_new_attempt(
+        fake_api: FakeApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every eviction answers 503 (retried, up to 5 attempts in a 60 s budget). Before, the two in
+    flight at the SIGINT went on retrying to their last attempt; now neither sends another: they are
+    ``abandoned``, cut short, and ``summary.errors`` says so apart from those not started."""
+    fake_api.add(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
+    fake_api.add(*[pod_obj(f"p{i:02d}", "n1", owner_name=f"rs{i}") for i in range(N)])
+    for i in range(N):
+        fake_api.script_eviction(f"default/p{i:02d}", [Fault(503, delay=0.3)] * 5)
+    previous = signal.getsignal(signal.SIGINT)
+    presser = signal_when_in_flight(fake_api, os.getpid(), signal.SIGINT)
+    try:
+        code = main(args(tmp_path, fake_api))
+    finally:
+        presser.join()
+        assert signal.getsignal(signal.SIGINT) is previous
+    time.sleep(0.4)
+    assert code == 130
+    report = json.loads(capsys.readouterr().out)
+    posted = sent(fake_api)
+    assert 2 <= len(posted) <= 4 and len(set(posted)) == len(posted), posted  # one attempt each, no retry
+    cut = [e for e in report["evictions"] if e["pod"] in posted]
+    assert all((e["result"], e["cause"], e["attempts"]) == ("abandoned", "stopped", 1) for e in cut), cut
+    assert all("cut short by the stop (interrupted (SIGINT))" in e["message"] for e in cut), cut
+    (error,) = report["summary"]["errors"]
+    assert error.startswith(f"interrupted by SIGINT: {N - len(posted)} eviction(s) not started (abandoned), "
+                            f"{len(posted)} cut short between retries (abandoned)"), error

@@ -325,9 +325,13 @@ def _interrupted(report: Any, signal_name: str) -> Any:
 
     from kdesched.evictor.execute import STOPPED
 
-    left = sum(1 for o in report.outcomes if o.result == "abandoned" and o.cause == STOPPED)
-    error = (f"interrupted by {signal_name}: {left} eviction(s) not started (abandoned); those in flight "
-             "finished and are reported")
+    stopped = [o for o in report.outcomes if o.result == "abandoned" and o.cause == STOPPED]
+    left = sum(1 for o in stopped if o.attempts == 0)
+    # (retried when the signal came: no new attempt was sent, so say so apart from those not started)
+    cut = len(stopped) - left
+    cut_short = f", {cut} cut short between retries (abandoned)" if cut else ""
+    error = (f"interrupted by {signal_name}: {left} eviction(s) not started (abandoned){cut_short}; those in "
+             "flight finished their attempt and are reported")
     log.warning("%s", error)
     return replace(report, plan=replace(report.plan, errors=(*report.plan.errors, error)))
 

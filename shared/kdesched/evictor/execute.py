@@ -26,7 +26,10 @@ Events are posted beside the evictions, on their own workers, each retried withi
 by the same rule; an Event that still cannot be posted is counted (``events_lost``, the report's
 ``summary.eventsLost``, ``kdesched_events_lost_total``), never silently dropped and never a delay
 for the next eviction. ``keep_going`` lets the caller stop a run between evictions (a Lease past
-its renew deadline): evictions not started yet are ``abandoned`` with the caller's reason.
+its renew deadline, SIGTERM, Ctrl-C): evictions not started yet are ``abandoned`` with the caller's
+reason, and one being retried sends no new attempt (the attempt on the wire finishes; a wait for
+the next one is cut short): ``abandoned`` too, saying so, unless an earlier attempt's answer was
+lost, when it is confirmed as above (``unconfirmed`` keeps it in the ledger while it may land).
 Dry-run is the same path with :class:`RecordingExecutor`: no API call, the same log and metric.
 A live run evicts a bounded number of pods concurrently (:class:`LiveExecutor`), so 700 evictions
 are not 700 round trips in a row; outcomes still come back in the plan's order.
@@ -35,11 +38,12 @@ are not 700 round trips in a row; outcomes still come back in the plan's order.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_any
@@ -85,6 +89,10 @@ REPLACED = "replaced"
 UNEXPECTED = "unexpected"
 ALLOWANCE = "allowance"
 STOPPED = "stopped"
+# while an eviction waits for its next attempt (a backoff, a Retry-After), the stop is asked at
+# least this often: a stop (SIGTERM, Ctrl-C, a Lease past its renew deadline) must not sit out a
+# wait that can run to the admission's deadline, past serve's drain and the pod's grace period
+STOP_POLL_SECONDS = 1.0
 REASON_ANNOTATION = "kdesched.dev/reason"
 REQUESTED_BY_ANNOTATION = "kdesched.dev/requested-by"
 REQUESTED_BY = "kdesched"
@@ -208,6 +216,21 @@ def _paced(held: Sequence[tuple[PlannedEviction, str]], record_metrics: bool) ->
 
 def _abandoned(e: PlannedEviction, why: str) -> EvictionOutcome:
     return EvictionOutcome(e, "abandoned", f"not started: {why}", 0, STOPPED)
+
+
+class _StoppedBetweenAttempts(Exception):
+    """Raised instead of sending the next attempt of an eviction once the run is asked to stop."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _cut_short(e: PlannedEviction, why: str, attempts: int, last: BaseException | None) -> EvictionOutcome:
+    """The outcome of an eviction the stop cut short between attempts, none of which can have been
+    carried out (each was answered): like one not started, the ledger takes its admission back."""
+    return EvictionOutcome(e, "abandoned", f"cut short by the stop ({why}) after {attempts} attempt(s), no "
+                           f"new attempt sent; the last answer: {last}", attempts, STOPPED)
 
 
 def _label(e: PlannedEviction) -> str:
@@ -441,7 +464,8 @@ class LiveExecutor:
     is still spent. Per-run limits are applied by the planner before execution, and waves
     (:mod:`kdesched.evictor.waves`) call ``execute`` once per batch, so concurrency is only ever
     inside one batch. ``keep_going`` is asked before each eviction is started (so before every
-    batch of concurrent evictions, and between them). Interrupted while it waits for the batch (a
+    batch of concurrent evictions, and between them), and before each retry and during its wait:
+    a stop sends no new attempt. Interrupted while it waits for the batch (a
     KeyboardInterrupt in the caller's thread), it starts no eviction more, lets those in flight
     finish and raises (``kdesched run`` turns the first SIGINT/SIGTERM into ``keep_going`` instead).
     """
@@ -482,8 +506,12 @@ class LiveExecutor:
         latch = _StopLatch(keep_going)
         interrupted = threading.Event()  # the caller's thread was interrupted (Ctrl-C): start nothing more
 
+        def stop_reason() -> str | None:
+            """Asked before each eviction starts and before each of its retries (and during their waits)."""
+            return "interrupted" if interrupted.is_set() else latch.stop_reason()
+
         def one(e: PlannedEviction) -> EvictionOutcome:
-            why = "interrupted" if interrupted.is_set() else latch.stop_reason()
+            why = stop_reason()
             if why is None and deadline is not None and self.clock() > deadline - MIN_ATTEMPT_SECONDS:
                 why = ("its admission's deadline passed before it could be sent (queued behind other evictions); "
                        "the ledger no longer counts it, the next run re-decides")
@@ -491,7 +519,10 @@ class LiveExecutor:
                 outcome = _abandoned(e, why)
             else:
                 try:
-                    outcome = self._evict(e, grace_period_seconds, deadline)
+                    # (the waits are sliced only where a stop can come while this thread sleeps:
+                    # keep_going; a Ctrl-C in the caller's thread is seen before the next attempt)
+                    outcome = self._evict(e, grace_period_seconds, deadline, stop_reason,
+                                          poll_waits=keep_going is not None)
                 except Exception as exc:  # one eviction's bug or surprise must not stop the others
                     log.exception("evicting %s failed unexpectedly", _label(e))
                     outcome = EvictionOutcome(e, "failed", f"unexpected error: {type(exc).__name__}: {exc}", 1,
@@ -536,14 +567,42 @@ class LiveExecutor:
         return out
 
     def _evict(self, e: PlannedEviction, grace_period_seconds: int | None,
-               deadline: float | None = None) -> EvictionOutcome:
+               deadline: float | None = None, stop_reason: Callable[[], str | None] | None = None,
+               poll_waits: bool = False) -> EvictionOutcome:
+        """Evict ``e`` with retries. ``stop_reason`` is asked before every retry: once it names a
+        reason no new attempt is sent (one on the wire finishes; its answer stands). With
+        ``poll_waits`` it is asked during the waits between attempts too (every
+        :data:`STOP_POLL_SECONDS`), so a stop does not sleep out a backoff or a Retry-After."""
         pod = e.pod
         annotations = {REASON_ANNOTATION: f"triggered by {e.profile}/{e.strategy}: {e.reason}",
                        REQUESTED_BY_ANNOTATION: REQUESTED_BY}
         attempts = 0
         lost = ""  # set when an attempt may have been carried out but its answer never came back
+        last: BaseException | None = None  # the last attempt's error (for a stop's message)
+
+        def wait(seconds: float) -> None:
+            if stop_reason is None or not poll_waits:
+                self.sleep(seconds)
+                return
+            slices = max(1, math.ceil(seconds / STOP_POLL_SECONDS))
+            for _ in range(slices):
+                if stop_reason() is not None:
+                    return  # the next attempt() sees the stop and sends nothing
+                self.sleep(seconds / slices)
 
         def attempt() -> None:
+            nonlocal attempts, lost, last
+            if attempts and stop_reason is not None:
+                why = stop_reason()
+                if why is not None:
+                    raise _StoppedBetweenAttempts(why)
+            try:
+                send()
+            except Exception as exc:
+                last = exc
+                raise
+
+        def send() -> None:
             nonlocal attempts, lost
             bound: Deadline | None = None
             if deadline is not None:
@@ -574,8 +633,18 @@ class LiveExecutor:
                 raise
 
         try:
-            _retrying(self.retry, _eviction_retryable, self.sleep, lambda: f"evicting {_label(e)}",
+            _retrying(self.retry, _eviction_retryable, wait, lambda: f"evicting {_label(e)}",
                       _RetryAfterPastDeadline(deadline, self.clock) if deadline is not None else None)(attempt)
+        except _StoppedBetweenAttempts as stopped:
+            log.warning("evicting %s: stopping (%s): no new attempt after %d", _label(e), stopped.why, attempts)
+            own = _cut_short(e, stopped.why, attempts, last)
+            if not lost:
+                return own
+            # an earlier attempt may still land: read back, kept in flight (unconfirmed) while it can
+            outcome = self._after_lost(e, lost, attempts, own, deadline)
+            if outcome.result == "failed" and own.message not in outcome.message:
+                outcome = replace(outcome, message=f"{outcome.message}; {own.message}")
+            return outcome
         except (DeadlinePassed, ApiError) as exc:
             own = _last_answer(e, exc, attempts)
             return self._after_lost(e, lost, attempts, own, deadline) if lost else own
