@@ -80,6 +80,15 @@ class _BoundedResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(_DeadlineReader(self.fp.detach(), sock, deadline))
 
 
+def bounded_response_class(deadline: float) -> type[http.client.HTTPResponse]:
+    """An ``http.client`` connection's ``response_class`` whose every read (the status line, the
+    header lines, the body) ends by ``deadline`` (``time.monotonic``): a read when nothing is left is
+    a :class:`TimeoutError`. For a connection made elsewhere (the kube client's urllib3 pool:
+    :mod:`kdesched.kube.read_deadline`)."""
+    # HTTPConnection only calls it (the answer, a proxy's answer to CONNECT): a class is not needed
+    return cast(type[http.client.HTTPResponse], functools.partial(_BoundedResponse, deadline=deadline))
+
+
 class _Bounded(http.client.HTTPConnection):
     """The TCP connect (and, below :class:`_BoundedHTTPS` in its MRO, what comes before its TLS
     handshake) within the deadline; every answer read through :class:`_BoundedResponse`."""
@@ -88,9 +97,7 @@ class _Bounded(http.client.HTTPConnection):
 
     def _arm(self, deadline: float) -> None:
         self.deadline = deadline
-        # HTTPConnection only calls it (the answer, a proxy's answer to CONNECT): a class is not needed
-        self.response_class = cast(type[http.client.HTTPResponse],
-                                   functools.partial(_BoundedResponse, deadline=deadline))
+        self.response_class = bounded_response_class(deadline)
 
     def connect(self) -> None:
         self.timeout = time_left(self.deadline)
