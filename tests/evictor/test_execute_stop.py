@@ -167,3 +167,16 @@ def test_concurrent_evictions_all_stop_retrying(fake_api: FakeApiServer, wide: K
     outcomes = live.execute(evictions, keep_going=keep_going_for(stop))
     assert [(o.result, o.cause) for o in outcomes] == [("abandoned", "stopped")] * 4
     assert len([r for r in fake_api.requests("POST") if r.path.endswith("/eviction")]) == 4
+
+
+def test_the_read_back_after_a_stop_is_tried_once(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    """Stopping, the read-back of a lost answer is one GET, not the reads' minute of retries: one
+    that fails leaves the eviction ``failed``/unconfirmed (the ledger keeps counting it)."""
+    e = planned(fake_api, "p")
+    fake_api.script_eviction("default/p", [DROP])
+    fake_api.script("GET", "/api/v1/namespaces/default/pods/p", [503, 503])
+    stop = threading.Event()
+    live = LiveExecutor(kube, FAST, sleep=StopOnSleep(stop), events=False)
+    (outcome,) = live.execute([e], keep_going=keep_going_for(stop))
+    assert (outcome.result, outcome.cause, outcome.attempts) == ("failed", UNCONFIRMED, 1)
+    assert len(fake_api.requests("GET", "/api/v1/namespaces/default/pods/p")) == 1

@@ -640,8 +640,11 @@ class LiveExecutor:
             own = _cut_short(e, stopped.why, attempts, last)
             if not lost:
                 return own
-            # an earlier attempt may still land: read back, kept in flight (unconfirmed) while it can
-            outcome = self._after_lost(e, lost, attempts, own, deadline)
+            # an earlier attempt may still land: read back, kept in flight (unconfirmed) while it can;
+            # one read, not the reads' minute of retries: stopping, one that fails is unconfirmed
+            from kdesched.kube.transport import NO_READ_RETRY  # only when live: simulate never loads it
+
+            outcome = self._after_lost(e, lost, attempts, own, deadline, read_retry=NO_READ_RETRY)
             if outcome.result == "failed" and own.message not in outcome.message:
                 outcome = replace(outcome, message=f"{outcome.message}; {own.message}")
             return outcome
@@ -651,7 +654,7 @@ class LiveExecutor:
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts, ACCEPTED)
 
     def _after_lost(self, e: PlannedEviction, lost: str, attempts: int, own: EvictionOutcome,
-                    deadline: float | None) -> EvictionOutcome:
+                    deadline: float | None, read_retry: Any = None) -> EvictionOutcome:
         """After an attempt whose answer was lost, the last attempt failed (``own``: its outcome):
         read the pod back. Carried out: ``evicted`` (cause ``confirmed``). Cannot be read:
         ``failed`` with cause ``unconfirmed``, which the ledger does not take back (the eviction may
@@ -662,10 +665,11 @@ class LiveExecutor:
         way there and the clocks may add; issue 28: an admission is released only once its eviction
         provably can no longer land), ``unconfirmed`` too. Waiting that out instead would hold a
         concurrency slot, and every eviction queued behind it, for what the ledger's settle finds
-        anyway. Read back after it, or without a deadline (no admission): ``own``."""
+        anyway. Read back after it, or without a deadline (no admission): ``own``. ``read_retry``: the
+        read-back's bounds (a ``ReadRetry``; None: the client's)."""
         try:
             read_at = self.clock()  # the pod as it was at or after this moment
-            confirmed = self._confirm(e, lost)
+            confirmed = self._confirm(e, lost, read_retry)
         except ApiError as exc:
             log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
             return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
@@ -682,12 +686,12 @@ class LiveExecutor:
                                f"{LANDING_MARGIN_SECONDS:g}s; {left:.0f}s from now); the ledger keeps counting it. "
                                f"The last attempt: {own.message}", attempts, UNCONFIRMED)
 
-    def _confirm(self, e: PlannedEviction, lost: str) -> str | None:
+    def _confirm(self, e: PlannedEviction, lost: str, read_retry: Any = None) -> str | None:
         """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was
         carried out: the message for ``evicted``; None when the pod is still there as it was. An
         ApiError when it cannot be read."""
         pod = e.pod
-        obj = self.client.get_raw("Pod", pod.name, pod.namespace)
+        obj = self.client.get_raw("Pod", pod.name, pod.namespace, retry=read_retry)
         if obj is None:
             state = "the pod is gone"
         else:
