@@ -644,66 +644,14 @@ class LiveExecutor:
             # one read, not the reads' minute of retries: stopping, one that fails is unconfirmed
             from kdesched.kube.transport import NO_READ_RETRY  # only when live: simulate never loads it
 
-            outcome = self._after_lost(e, lost, attempts, own, deadline, read_retry=NO_READ_RETRY)
+            outcome = _after_lost(self.client, self.clock, e, lost, attempts, own, deadline, read_retry=NO_READ_RETRY)
             if outcome.result == "failed" and own.message not in outcome.message:
                 outcome = replace(outcome, message=f"{outcome.message}; {own.message}")
             return outcome
         except (DeadlinePassed, ApiError) as exc:
             own = _last_answer(e, exc, attempts)
-            return self._after_lost(e, lost, attempts, own, deadline) if lost else own
+            return _after_lost(self.client, self.clock, e, lost, attempts, own, deadline) if lost else own
         return EvictionOutcome(e, "evicted", f"evicted from {e.node}", attempts, ACCEPTED)
-
-    def _after_lost(self, e: PlannedEviction, lost: str, attempts: int, own: EvictionOutcome,
-                    deadline: float | None, read_retry: Any = None) -> EvictionOutcome:
-        """After an attempt whose answer was lost, the last attempt failed (``own``: its outcome):
-        read the pod back. Carried out: ``evicted`` (cause ``confirmed``). Cannot be read:
-        ``failed`` with cause ``unconfirmed``, which the ledger does not take back (the eviction may
-        have landed; its admission counts until its deadline, then a run that reads the pod settles
-        it). Still there as it was: the lost attempt may still be carried out until its
-        ``?timeout=``, which the API server counts from receiving it and which ends by the
-        admission's deadline; so, until the deadline plus :data:`LANDING_MARGIN_SECONDS` (what the
-        way there and the clocks may add; issue 28: an admission is released only once its eviction
-        provably can no longer land), ``unconfirmed`` too. Waiting that out instead would hold a
-        concurrency slot, and every eviction queued behind it, for what the ledger's settle finds
-        anyway. Read back after it, or without a deadline (no admission): ``own``. ``read_retry``: the
-        read-back's bounds (a ``ReadRetry``; None: the client's)."""
-        try:
-            read_at = self.clock()  # the pod as it was at or after this moment
-            confirmed = self._confirm(e, lost, read_retry)
-        except ApiError as exc:
-            log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
-            return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
-                                   f"back ({exc}); the ledger keeps counting it", attempts, UNCONFIRMED)
-        if confirmed is not None:
-            return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
-        left = deadline + LANDING_MARGIN_SECONDS - read_at if deadline is not None else 0.0
-        if left <= 0:
-            return own
-        log.warning("evicting %s: %s, and the pod is still there; that attempt may still be carried out for "
-                    "%.1fs (until its admission's deadline, plus %gs)", _label(e), lost, left, LANDING_MARGIN_SECONDS)
-        return EvictionOutcome(e, "failed", f"may still be evicted: {lost}, and the pod is still there, but the API "
-                               f"server may carry that attempt out until the admission's deadline (plus "
-                               f"{LANDING_MARGIN_SECONDS:g}s; {left:.0f}s from now); the ledger keeps counting it. "
-                               f"The last attempt: {own.message}", attempts, UNCONFIRMED)
-
-    def _confirm(self, e: PlannedEviction, lost: str, read_retry: Any = None) -> str | None:
-        """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was
-        carried out: the message for ``evicted``; None when the pod is still there as it was. An
-        ApiError when it cannot be read."""
-        pod = e.pod
-        obj = self.client.get_raw("Pod", pod.name, pod.namespace, retry=read_retry)
-        if obj is None:
-            state = "the pod is gone"
-        else:
-            meta = obj.get("metadata") or {}
-            if pod.uid and meta.get("uid") != pod.uid:
-                state = "the pod is gone (a different pod now has its name)"
-            elif meta.get("deletionTimestamp"):
-                state = "the pod is terminating"
-            else:
-                return None
-        log.info("evicting %s: %s; %s: counted as evicted", _label(e), lost, state)
-        return f"evicted from {e.node}: {lost}; {state}"
 
     def _report(self, o: EvictionOutcome, failure_events: bool, sender: _EventSender) -> None:
         e, pod = o.eviction, o.eviction.pod
@@ -728,3 +676,56 @@ class LiveExecutor:
             sender.send(namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
                         reason=FAILURE_EVENT_REASON, event_type="Warning",
                         note=f"pod eviction from {e.node} node by kdesched failed: {o.message}")
+
+
+def _after_lost(client: KubeClient, clock: Callable[[], float], e: PlannedEviction, lost: str, attempts: int,
+                own: EvictionOutcome, deadline: float | None, read_retry: Any = None) -> EvictionOutcome:
+    """After an attempt whose answer was lost, the last attempt failed (``own``: its outcome):
+    read the pod back. Carried out: ``evicted`` (cause ``confirmed``). Cannot be read:
+    ``failed`` with cause ``unconfirmed``, which the ledger does not take back (the eviction may
+    have landed; its admission counts until its deadline, then a run that reads the pod settles
+    it). Still there as it was: the lost attempt may still be carried out until its
+    ``?timeout=``, which the API server counts from receiving it and which ends by the
+    admission's deadline; so, until the deadline plus :data:`LANDING_MARGIN_SECONDS` (what the
+    way there and the clocks may add; issue 28: an admission is released only once its eviction
+    provably can no longer land), ``unconfirmed`` too. Waiting that out instead would hold a
+    concurrency slot, and every eviction queued behind it, for what the ledger's settle finds
+    anyway. Read back after it, or without a deadline (no admission): ``own``. ``read_retry``: the
+    read-back's bounds (a ``ReadRetry``; None: the client's)."""
+    try:
+        read_at = clock()  # the pod as it was at or after this moment
+        confirmed = _confirm(client, e, lost, read_retry)
+    except ApiError as exc:
+        log.warning("evicting %s: %s, and the pod could not be read back: %s", _label(e), lost, exc)
+        return EvictionOutcome(e, "failed", f"may have been evicted: {lost}, and the pod could not be read "
+                               f"back ({exc}); the ledger keeps counting it", attempts, UNCONFIRMED)
+    if confirmed is not None:
+        return EvictionOutcome(e, "evicted", confirmed, attempts, CONFIRMED)
+    left = deadline + LANDING_MARGIN_SECONDS - read_at if deadline is not None else 0.0
+    if left <= 0:
+        return own
+    log.warning("evicting %s: %s, and the pod is still there; that attempt may still be carried out for "
+                "%.1fs (until its admission's deadline, plus %gs)", _label(e), lost, left, LANDING_MARGIN_SECONDS)
+    return EvictionOutcome(e, "failed", f"may still be evicted: {lost}, and the pod is still there, but the API "
+                           f"server may carry that attempt out until the admission's deadline (plus "
+                           f"{LANDING_MARGIN_SECONDS:g}s; {left:.0f}s from now); the ledger keeps counting it. "
+                           f"The last attempt: {own.message}", attempts, UNCONFIRMED)
+
+def _confirm(client: KubeClient, e: PlannedEviction, lost: str, read_retry: Any = None) -> str | None:
+    """Read the pod back. Gone, replaced (another uid) or terminating means the eviction was
+    carried out: the message for ``evicted``; None when the pod is still there as it was. An
+    ApiError when it cannot be read."""
+    pod = e.pod
+    obj = client.get_raw("Pod", pod.name, pod.namespace, retry=read_retry)
+    if obj is None:
+        state = "the pod is gone"
+    else:
+        meta = obj.get("metadata") or {}
+        if pod.uid and meta.get("uid") != pod.uid:
+            state = "the pod is gone (a different pod now has its name)"
+        elif meta.get("deletionTimestamp"):
+            state = "the pod is terminating"
+        else:
+            return None
+    log.info("evicting %s: %s; %s: counted as evicted", _label(e), lost, state)
+    return f"evicted from {e.node}: {lost}; {state}"
