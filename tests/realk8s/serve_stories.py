@@ -75,7 +75,8 @@ class Serve:
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
 
-    def start(self) -> Serve:
+    def start(self, *, append: bool = False) -> Serve:
+        """Start it (``append``: its log goes on after an earlier run's, as :meth:`restart` does)."""
         self.port = free_port()
         self.log_path = self.workdir / f"{self.identity}.log"
         env = {k: v for k, v in os.environ.items()
@@ -85,7 +86,7 @@ class Serve:
         if self.pythonpath:
             env["PYTHONPATH"] = self.pythonpath
             namespace_flag = ()
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "ab" if append else "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kdesched", "serve", "--kubeconfig", str(self.kubeconfig), "--policy",
              str(self.policy), *namespace_flag, "--identity", self.identity, "--host", "127.0.0.1",
@@ -95,6 +96,14 @@ class Serve:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> Serve:
+        """Start it again after it exited, as its Deployment's restart policy would (same identity and
+        kubeconfig; the log goes on)."""
+        assert self.proc is not None and self.proc.poll() is not None, "restart() after it exited"
+        if not self._log.closed:
+            self._log.close()
+        return self.start(append=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if hasattr(self, "log_path") else ""
