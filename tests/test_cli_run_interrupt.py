@@ -78,19 +78,25 @@ def check_report(report: dict, fake: FakeApiServer, name: str) -> None:
     assert all(fake.get("Pod", e["pod"], "default") is not None for e in abandoned)
 
 
+def ctrl_c_in_flight(fake: FakeApiServer, tmp_path: Path) -> int:
+    """``kdesched run`` in this process's main thread, as on the command line, and a real SIGINT to it
+    once evictions are in flight: its exit code, once a queued eviction still being sent would show."""
+    previous = signal.getsignal(signal.SIGINT)
+    presser = signal_when_in_flight(fake, os.getpid(), signal.SIGINT)
+    try:
+        code = main(args(tmp_path, fake))
+    finally:
+        presser.join()
+        assert signal.getsignal(signal.SIGINT) is previous  # the command put the handler back
+    time.sleep(0.4)
+    return code
+
+
 def test_ctrl_c_mid_batch_stops_what_is_not_started_and_reports(
         fake_api: FakeApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A real SIGINT to this process (``main`` runs in the main thread, as on the command line)."""
     cluster(fake_api, delay=0.3)
-    previous = signal.getsignal(signal.SIGINT)
-    presser = signal_when_in_flight(fake_api, os.getpid(), signal.SIGINT)
-    try:
-        code = main(args(tmp_path, fake_api))
-    finally:
-        presser.join()
-        assert signal.getsignal(signal.SIGINT) is previous  # the command put the handler back
-    time.sleep(0.4)  # a queued eviction still being sent would show up by now
-    assert code == 130
+    assert ctrl_c_in_flight(fake_api, tmp_path) == 130
     check_report(json.loads(capsys.readouterr().out), fake_api, "SIGINT")
 
 
@@ -137,15 +143,7 @@ def test_ctrl_c_while_evictions_are_retried_sends_no_new_attempt(
     fake_api.add(*[pod_obj(f"p{i:02d}", "n1", owner_name=f"rs{i}") for i in range(N)])
     for i in range(N):
         fake_api.script_eviction(f"default/p{i:02d}", [Fault(503, delay=0.3)] * 5)
-    previous = signal.getsignal(signal.SIGINT)
-    presser = signal_when_in_flight(fake_api, os.getpid(), signal.SIGINT)
-    try:
-        code = main(args(tmp_path, fake_api))
-    finally:
-        presser.join()
-        assert signal.getsignal(signal.SIGINT) is previous
-    time.sleep(0.4)
-    assert code == 130
+    assert ctrl_c_in_flight(fake_api, tmp_path) == 130
     report = json.loads(capsys.readouterr().out)
     posted = sent(fake_api)
     assert 2 <= len(posted) <= 4 and len(set(posted)) == len(posted), posted  # one attempt each, no retry

@@ -53,6 +53,15 @@ def moved(pods: list[Pod], strategy: str, *, at: float = T0, destination: str = 
                            for p in pods], at)
 
 
+def ready_pod(name: str, node: str, created: float, ready: float) -> Pod:
+    """A pod of ``web`` created and Ready ``created`` and ``ready`` seconds after T0 (whole seconds, as
+    the API server stamps them)."""
+    raw = web(name, node, created=created)
+    stamp = datetime.fromtimestamp(T0 + ready, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+    return Pod.from_api(raw)
+
+
 CLUSTER = nodes(node_obj("n1", taints=[TAINT]), node_obj("n2"), node_obj("n3"))
 
 
@@ -180,12 +189,6 @@ def test_pods_of_the_admission_second_that_were_ready_before_are_not_replacement
     """creationTimestamp has second resolution: a Deployment's original pods created a moment before
     the eviction was admitted must not be taken for its replacement (on a real control plane that
     reported RemoveDuplicates' move as landed back on its node, and backed the workload off)."""
-    def ready_pod(name: str, node: str, created: float, ready: float) -> Pod:
-        raw = web(name, node, created=created)
-        stamp = datetime.fromtimestamp(T0 + ready, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
-        return Pod.from_api(raw)
-
     ledger = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 0.5, ready=3)
     before = [ready_pod("web-b", "n1", -1, -1), ready_pod("web-c", "n1", 0, 0)]  # Ready at T0, before T0 + 0.5
     (c,) = ledger.settle({KEY: [*before, ready_pod("web-d", "n2", 1, 2)]}, T0 + 3, 120, CLUSTER).checked
@@ -220,12 +223,6 @@ def test_a_replacement_created_in_the_second_before_an_admission_stamped_a_littl
     replacement at all: the move settled 'unknown', the wasted-move back-off lapsed, and a
     1-replica workload pinned back on its tainted node was evicted again at once (the CI at 0de3ba2:
     3 evictions in 40 s under a 20 s base)."""
-    def ready_pod(name: str, node: str, created: float, ready: float) -> Pod:
-        raw = web(name, node, created=created)
-        stamp = datetime.fromtimestamp(T0 + ready, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
-        return Pod.from_api(raw)
-
     ledger = moved([wpod("web-a", "n1")], TAINTS, at=T0 + 1.1, ready=1)
     back = ready_pod("web-b", "n1", 0, 2)  # created at T0 + 0.97 by the server's clock
     settled = ledger.settle({KEY: [back]}, T0 + 3, 120, CLUSTER)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,16 +37,6 @@ class Sleeps:
     def __call__(self, seconds: float) -> None:
         with self.lock:
             self.waits.append(seconds)
-
-
-@pytest.fixture
-def wide(fake_api: FakeApiServer) -> Iterator[KubeClient]:
-    """A client sized for 8 evictions in flight, rate limit out of the way."""
-    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=10_000, burst=10_000, max_concurrent_evictions=8))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def planned(fake: FakeApiServer, name: str, **kwargs: Any) -> PlannedEviction:

@@ -12,11 +12,10 @@ one that nothing could have carried out is ``abandoned``/stopped, saying it was 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from kdesched.evictor.execute import STOP_POLL_SECONDS, UNCONFIRMED, KeepGoing, LiveExecutor
-from kdesched.kube.client import ClientLimits, KubeClient
+from kdesched.kube.client import KubeClient
 
 from tests.evictor.test_execute import FAST, Clock, Sleeps, planned
 from tests.fakeapi import ACT_THEN_DROP, DROP, FakeApiServer, Fault
@@ -44,16 +43,6 @@ class StopOnSleep(Sleeps):
 def keep_going_for(stop: threading.Event) -> KeepGoing:
     """What serve's runs pass (kdesched.reactor.run.execution): the stop Event behind ``keep_going``."""
     return lambda: "shutting down" if stop.is_set() else None
-
-
-@pytest.fixture
-def wide(fake_api: FakeApiServer) -> Iterator[KubeClient]:
-    """A client sized for several evictions in flight, rate limit out of the way."""
-    client = KubeClient.for_host(fake_api.url, limits=ClientLimits(qps=10_000, burst=10_000, max_concurrent_evictions=8))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def test_a_stop_during_the_backoff_sends_no_new_attempt(fake_api: FakeApiServer, kube: KubeClient) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kdesched.evictor.ledger import Settled
+from kdesched.evictor.ledger import Ledger, Settled
 from kdesched.evictor.planner import PlannedEviction
 from kdesched.evictor.reasons import Reason, Verdict
 from kdesched.evictor.surge import MAX_EXTRA_EVICTIONS, Fallback, NoSurge
-from kdesched.reactor.run.surge import Candidate, Chosen, SurgeEvents
+from kdesched.evictor.surge_moves import Ended
+from kdesched.model.records import Pod
+from kdesched.reactor.run.surge import Candidate, Chosen, SurgeEvents, Surges
 
 from tests.reactor.surge_api import KEY, STRATEGY, T0, Api, three_on_node_a_evicted, web
 from tests.reactor.test_surge_extra import FastApi
@@ -20,12 +22,18 @@ def held(api: Api) -> list[str]:
     return [e["note"] for e in api.events if e.get("reason") == "SurgeMoveHeld"]
 
 
-def test_a_move_held_for_a_new_reason_says_so_and_a_repeat_does_not() -> None:
+def going_with_an_extra_pod() -> tuple[FastApi, Surges, Ledger, list[Ended], dict[str, list[Pod]]]:
+    """The move's pod going (web-1) and one pod made during the move (web-10): what the settle reads
+    when the extra eviction is next (the api, the move's driver, its ledger, the ended list, the pods)."""
     api = FastApi(replicas=3)
     old, driver, ledger, ended = three_on_node_a_evicted(api, first_created=-100)
     api.pods["web-1"] = replace(old, deletion_time=old.creation_time)
     web(api, "web-10", "spare-2", created=7)
-    pods = {KEY: list(api.pods.values())}
+    return api, driver, ledger, ended, {KEY: list(api.pods.values())}
+
+
+def test_a_move_held_for_a_new_reason_says_so_and_a_repeat_does_not() -> None:
+    api, driver, ledger, ended, pods = going_with_an_extra_pod()
     api.updated = 2  # a rollout: the Deployment counts pods it has not updated
     ledger = driver.advance(Settled(ledger), pods, T0 + 30, ended).ledger
     assert len(held(api)) == 1 and "rolling out" in held(api)[0]
@@ -40,11 +48,7 @@ def test_a_move_held_for_a_new_reason_says_so_and_a_repeat_does_not() -> None:
 
 def test_a_move_whose_extra_eviction_is_held_by_another_control_says_so() -> None:
     """Held by a closed window, then (the window open) by a spent budget: two Events."""
-    api = FastApi(replicas=3)
-    old, driver, ledger, ended = three_on_node_a_evicted(api, first_created=-100)
-    api.pods["web-1"] = replace(old, deletion_time=old.creation_time)
-    web(api, "web-10", "spare-2", created=7)
-    pods = {KEY: list(api.pods.values())}
+    api, driver, ledger, ended, pods = going_with_an_extra_pod()
 
     def window(_e: PlannedEviction) -> Verdict:
         return Verdict(Reason.WINDOW, "disruption window nights is closed")
