@@ -645,6 +645,15 @@ class FakeApiServer:
                 break
             with self._lock:
                 while True:
+                    if pos < self.compacted_rv:
+                        # compacted before this watch sent the changes it had not sent yet: they are gone
+                        # from the history, so it ends with 410 as a watcher the API server's watch cache
+                        # has left behind does (before, it went on without them: a cache that missed a
+                        # delete and an add made back to back with compact(), under load, for ever)
+                        changes, wants_bookmark, remaining = [("ERROR", status_body(
+                            410, f"too old resource version: {pos} ({self.compacted_rv})"))], False, 0.0
+                        pos = -1
+                        break
                     changes = [(t, copy.deepcopy(o)) for rv, k, t, o in self.history
                                if rv > pos and k == kind and self._matches(o, namespace, labels, fields)]
                     pos = self.rv
@@ -658,7 +667,7 @@ class FakeApiServer:
                 if wants_bookmark:
                     pending.append(("BOOKMARK", {"kind": kind, "apiVersion": API_VERSION[kind],
                                                  "metadata": {"resourceVersion": str(self.rv)}}))
-                done = remaining <= 0 or self._stopping
+                done = remaining <= 0 or self._stopping or pos < 0
             if done:
                 for etype, obj in pending:
                     handler.send_chunk({"type": etype, "object": obj})
