@@ -3,13 +3,15 @@ server sends its answer: one deadline for the connect, the header lines and the 
 
 Before, the request timeout was a socket timeout, so it bounded each ``recv``, not the answer: an API
 server or a proxy in front of it that trickled a byte every few seconds held a read (and the run,
-the settle or the cache's LIST behind it) for as long as it trickled. A watch is unchanged: it is
-long-lived by design, and its silence is bounded by ``timeoutSeconds`` plus a slack.
+the settle or the cache's LIST behind it) for as long as it trickled; writes are bounded the same
+way (a ledger PUT, a Lease renewal, an Event; an eviction by its deadline). A watch is unchanged:
+it is long-lived by design, and its silence is bounded by ``timeoutSeconds`` plus a slack.
 
 Covers: a trickled body, trickled header lines and a trickled LIST page each fail as a timeout
 (``Unavailable``) by the deadline; a kept-alive connection is reused after a bounded read (the
 socket's timeout is put back for the next request); a watch whose events come further apart than
-the request timeout still reads them; a normal read is not slowed.
+the request timeout still reads them; a normal read is not slowed; a write whose answer trickles
+ends by the request timeout, sent once, and an eviction by its deadline.
 """
 
 from __future__ import annotations
@@ -230,3 +232,56 @@ def test_a_watch_is_not_bounded_by_the_request_timeout(serve: Callable[[Answer],
     client = client_for(server)
     events = list(client.watch(resource_for("Pod"), resource_version="5", timeout_seconds=10))
     assert [obj["metadata"]["name"] for _, obj in events] == ["p0", "p1"]
+
+
+LEASE = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+         "metadata": {"name": "l", "namespace": "default", "resourceVersion": "5"}, "spec": {}}
+
+WRITES: dict[str, Callable[[KubeClient], object]] = {
+    "PUT a Lease": lambda c: c.replace_raw("Lease", LEASE),
+    "POST an object": lambda c: c.create_raw("Lease", LEASE),
+    "PATCH an object": lambda c: c.merge_patch("Lease", "l", "default", {"metadata": {"labels": {"a": "b"}}}),
+    "POST an Event": lambda c: c.post_event(namespace="default", name="p", uid="u1", reason="Test", note="n"),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES.values()), ids=list(WRITES))
+def test_a_write_whose_answer_trickles_ends_by_the_request_timeout(
+        serve: Callable[[Answer], Server], client_for: Callable[[Server], KubeClient],
+        write: Callable[[KubeClient], object]) -> None:
+    """A ledger PUT, a Lease renewal, an Event: the headers at once, the body a byte every 0.3 s.
+    Before, only reads were bounded whole, and a trickling proxy held a write (and the run behind
+    it) for as long as it trickled: 60 bytes, 18 s. The answer is lost (Unavailable), as a cut
+    connection's is: the callers read back what a lost write did."""
+    def answer(conn: socket.socket, request: bytes) -> None:
+        body = json.dumps(LEASE).encode().ljust(60 * 3)
+        conn.sendall(ok(body)[:-len(body)])
+        server.trickle(conn, body)
+
+    server = serve(answer)
+    client = client_for(server)
+    took, exc = timed(lambda: write(client))
+    assert isinstance(exc, Unavailable), exc
+    assert took < TIMEOUT + 0.5, took
+    assert len(server.requests) == 1  # sent once: a write whose answer is lost is not sent again here
+
+
+def test_an_eviction_with_a_deadline_ends_by_it_however_its_answer_trickles(
+        serve: Callable[[Answer], Server], client_for: Callable[[Server], KubeClient]) -> None:
+    """An admission's eviction (a deadline: the API server's ?timeout= and this client's wait are
+    what is left of it): its answer trickling past the deadline is cut at the deadline's wait."""
+    from kdesched.kube.deadline import Deadline
+
+    def answer(conn: socket.socket, request: bytes) -> None:
+        body = b'{"kind": "Status", "apiVersion": "v1", "status": "Success"}'.ljust(60 * 3)
+        conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n")
+        server.trickle(conn, body)
+
+    server = serve(answer)
+    client = client_for(server)
+    deadline = Deadline(time.monotonic() + 2.5)
+    took, exc = timed(lambda: client.evict_pod("default", "p", uid="u1", grace_period_seconds=None,
+                                               annotations={}, deadline=deadline))
+    assert isinstance(exc, Unavailable), exc
+    assert took < 2.5 + 1.0, took

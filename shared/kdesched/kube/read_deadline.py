@@ -1,11 +1,13 @@
-"""One deadline for the whole of a kube read: the connect, the header lines and the body.
+"""One deadline for the whole of a kube request: the connect, the header lines and the body.
 
 Why: the client's request timeout reaches urllib3 as a socket timeout, which bounds each ``recv``,
 not the answer. An API server, or a proxy in front of it, that sends a byte every few seconds holds
 a GET or a LIST page for as long as it trickles, and with it the run, the settle or the cache's
-re-list behind it. kdesched bounds its Prometheus reads the same way already
-(:mod:`kdesched.bounded_http`, whose bounded answer this reuses); a write with a deadline is bounded
-on the API server by its ``?timeout=`` (:mod:`kdesched.kube.deadline`).
+re-list behind it; and a write the same way (a ledger PUT, a Lease renewal, an Event). kdesched
+bounds its Prometheus reads the same way already (:mod:`kdesched.bounded_http`, whose bounded
+answer this reuses); a write with a deadline is bounded on the API server by its ``?timeout=``
+(:mod:`kdesched.kube.deadline`) and here by the wait that deadline gives it. A write cut off so
+has lost its answer, as one whose connection broke: its callers read back what it did.
 
 How: the transport sets :func:`whole_request_timeout` around one request
 (:meth:`kdesched.kube.transport.Transport._send`). The pools of the client's urllib3 pool manager
@@ -15,7 +17,7 @@ as its per-attempt ``Timeout(total=...)`` always did), and their connections hon
 connect (the connect's timeout is at most what is left) and when the answer comes (every read of
 it shrinks the socket's timeout to what is left, and one when nothing is left is a timeout, which
 urllib3 reports as a read timeout). A request without one (a watch: long-lived by design, bounded
-by its ``timeoutSeconds`` plus a slack; a write) is unchanged. Both are context variables: urllib3
+by its ``timeoutSeconds`` plus a slack) is unchanged. Both are context variables: urllib3
 connects and reads the answer's head in the caller's thread, inside the request, and the answer
 keeps the deadline it was made with for its body, read later. urllib3 puts the connection's own
 timeout back on the socket before its next request (keep-alive).

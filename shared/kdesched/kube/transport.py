@@ -11,9 +11,10 @@ and impersonation from the official client), the ``Date`` of the answer into the
 clock (:mod:`kdesched.kube.clock`; only kube-apiserver's own answers, never an aggregated API's), every request and byte counted (:class:`RequestStats`,
 :data:`kdesched.kube.traffic.TRAFFIC`), and every failure mapped to :mod:`kdesched.kube.errors`.
 Reads are retried here by the one rule of :func:`kdesched.kube.errors.is_transient`
-(:class:`ReadRetry`, the module docstring of :mod:`kdesched.kube.client`). A read's request
-timeout bounds each attempt's whole answer, not each ``recv`` (:mod:`kdesched.kube.read_deadline`:
-a server trickling its answer is cut off at it); a watch's timeouts are its own.
+(:class:`ReadRetry`, the module docstring of :mod:`kdesched.kube.client`). A request's
+timeout, a read's or a write's, bounds each attempt's whole answer, not each ``recv``
+(:mod:`kdesched.kube.read_deadline`: a server trickling its answer is cut off at it); a watch's
+timeouts are its own.
 
 Lanes. Events and the coordination Leases each draw from a bucket of their own, with the same
 ``qps`` and ``burst`` as the main one, as kube-scheduler gives its event recorder and its leader
@@ -169,7 +170,7 @@ class Transport:
                  read_retry: ReadRetry = ReadRetry(), sleep: Callable[[float], None] = time.sleep,
                  clock: ServerClock | None = None) -> None:
         self.api_client = api_client
-        # a read's request timeout bounds the whole answer, not each recv (kdesched.kube.read_deadline)
+        # a request's timeout bounds the whole answer, not each recv (kdesched.kube.read_deadline)
         bound_reads(api_client.rest_client.pool_manager)
         self.clock = clock if clock is not None else ServerClock()
         self.limits = limits
@@ -261,8 +262,9 @@ class Transport:
 
         ``timeout``: seconds (the whole request) or ``(connect, read)``, the only forms the kubernetes
         client takes as ``_request_timeout`` (it silently sends anything else, a ``urllib3.Timeout``
-        included, with no timeout at all); None: the client's :attr:`request_timeout`. A read (GET)
-        with the client's request timeout ends by it whole, its body read later included
+        included, with no timeout at all); None: the client's :attr:`request_timeout`. A request (a
+        read or a write) with the client's request timeout ends by it whole, its body read later
+        included, and a write with a deadline by the wait that deadline gives it
         (:mod:`kdesched.kube.read_deadline`); a watch (its own ``timeout``) is not bounded so."""
         bucket = self.lane_limiters.get(_LANE.get(), self.rate_limiter) if self.rate_limiter is not None else None
         if bucket is not None:
@@ -294,11 +296,13 @@ class Transport:
         # the Date of the answer: the API server's clock (kube.clock), if the answer is its own
         clock = self.clock if answered_by_api_server(path) else None
         sent_at = time.monotonic()
-        # a read's timeout bounds its whole answer (from after the rate limit's wait: it is the request's)
-        whole = self.request_timeout if method == "GET" and timeout is None and self.request_timeout else None
+        # the request's timeout bounds its whole answer, a read's or a write's (from after the rate
+        # limit's wait: it is the request's); a watch passes its own timeout and is not bounded so
+        whole = self.request_timeout if timeout is None and self.request_timeout else None
         try:
             if connect is not None and isinstance(timeout, float) and content_type == "application/json":
-                resp = self._send_once(method, url, sent, serialized, timeout, connect)
+                with whole_request_timeout(timeout):  # a bounded write: its answer too, by its deadline
+                    resp = self._send_once(method, url, sent, serialized, timeout, connect)
             else:
                 with whole_request_timeout(whole):
                     resp = self.api_client.call_api(
