@@ -245,6 +245,26 @@ def test_a_replacement_created_in_the_second_before_an_admission_stamped_a_littl
     assert c.outcome == UNKNOWN
 
 
+def test_of_several_ambiguous_pods_the_one_created_last_is_the_replacement() -> None:
+    """A fast kubelet on a real control plane (CI at b611fd4, test_concurrent_moves): the Deployment's
+    original pods were created and Ready in the second before the eviction's admission (within the
+    clock slack), and the replacement was created and Ready in the admission's own second. All three
+    are ambiguous; the first created was taken, an original on the node the pod left, so the move was
+    reported "landed back on node n1", and the wasted-move back-off held the next move for 300 s.
+    The replacement is the pod created last (then Ready last): an original existed before it."""
+    ledger = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 0.6, ready=3)
+    originals = [ready_pod("web-b", "n1", -1, -1), ready_pod("web-c", "n1", -1, -1)]
+    replacement = ready_pod("web-d", "n2", 0, 0)
+    (c,) = ledger.settle({KEY: [*originals, replacement]}, T0 + 2, 120, CLUSTER).checked
+    assert (c.outcome, c.landed) == (ACHIEVED, "n2")
+    assert ledger.settle({KEY: [replacement, *originals]}, T0 + 2, 120, CLUSTER).checked[0].landed == "n2"
+    # created in the same second, the one Ready last is the replacement
+    (c,) = moved([wpod("web-a", "n1")], DUPLICATES, at=T0 + 1.6, ready=3).settle(
+        {KEY: [ready_pod("web-b", "n1", 0, 0), ready_pod("web-c", "n1", 0, 0), ready_pod("web-e", "n3", 0, 1)]},
+        T0 + 3, 120, CLUSTER).checked
+    assert (c.outcome, c.landed) == (ACHIEVED, "n3")
+
+
 def test_a_bare_pod_has_no_replacement_to_follow() -> None:
     bare = Pod.from_api(pod_obj("lone", "n1", owner_kind=None))
     ledger = Ledger().admit([Admission(bare, TAINTS, False, "s", "n2", 1, 1)], T0)

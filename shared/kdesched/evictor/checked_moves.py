@@ -115,6 +115,14 @@ def _ready_at(p: Pod) -> float | None:
     return None
 
 
+def _later(p: Pod, q: Pod) -> bool:
+    """Whether ``p`` looks made later than ``q``: created in a later second, or in the same one and
+    Ready in a later second (or not Ready yet). Of two pods stamped alike, neither."""
+    p_ready, q_ready = _ready_at(p), _ready_at(q)
+    return (int(_created(p)), float("inf") if p_ready is None else int(p_ready)) > (
+        int(_created(q)), float("inf") if q_ready is None else int(q_ready))
+
+
 def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int | None = None) -> dict[str, Pod]:
     """Each evicted pod's replacement (uid -> pod), from the workload's pods as the snapshot has
     them: the pods created after its eviction was admitted, matched in order (earliest eviction,
@@ -132,7 +140,10 @@ def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int |
       server's clock, or one of a Deployment's original pods created a moment before). Such a pod
       is taken only when no other fits, and only up to ``spare`` of them: the pods the workload has
       beyond what it had left after the evictions (None: no limit). A workload back at its count
-      with no new pod has none.
+      with no new pod has none. Of several, the one made last (:func:`_later`) is taken: the pods
+      that were there already were made before the replacement (a fast kubelet on a real control
+      plane: the originals created a second before the admission, the replacement created and Ready
+      in its second; taking the first created reported the move landed back on the node it left).
 
     A pod created well before is never a replacement: taking one for it would report the move
     landed on that pod's node (found on a real control plane: a Deployment created a second
@@ -157,7 +168,8 @@ def replacements(inflight: Sequence[InFlight], pods: Sequence[Pod], spare: int |
             if ready_at is not None and int(ready_at) < earliest:
                 continue  # Ready well before the eviction was admitted: it was there already
             if _created(p) < second or (ready_at is not None and int(ready_at) <= second):
-                ambiguous = ambiguous or p
+                if ambiguous is None or _later(p, ambiguous):
+                    ambiguous = p
                 continue
             clear = p
             break
