@@ -644,6 +644,23 @@ class WhyNotFindings:
     answered: dict[str, int]  # why-not log lines by outcome (posted, suppressed, exists, lost)
     closest: float | None  # the least time between two Events of one object and reason
     reasoned: int = 0  # held pods whose Event gives the decision's reason, not the one first logged
+    gone: int = 0  # held pods another process had evicted just before: held no more, no Event owed
+
+
+EVICTED_BY_LINE = re.compile(r"kdesched\.evictor: evicted (\S+) from ")
+GONE_SECONDS = 2.0
+"""How long before a hold line an eviction of the same pod makes the hold moot: a process judged,
+on a snapshot read a moment before, a pod another process had just evicted (its run's decision
+then finds it terminating or in flight elsewhere, and rightly posts nothing). Short, so that a
+StatefulSet pod's namesake made later is still owed its Event."""
+
+
+def _line_time(line: str) -> float | None:
+    """The time at the start of a kdesched log line ("2026-11-30 01:25:27,631 INFO ..."), or None."""
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
 
 
 def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: float) -> WhyNotFindings:
@@ -652,7 +669,9 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
       refusals of the Eviction API) and never logged a "why-not" line for that pod (for that
       reason, or for the reason the run's decision gave in the end: a node run's probe plans
       without the gate and logs its refusals too): the held-back eviction has no Event, posted
-      or rate-limited;
+      or rate-limited. Not owed: a pod another process had evicted up to :data:`GONE_SECONDS`
+      before the hold line (this process judged it on a snapshot read a moment before; its
+      decision then finds it gone, and posts nothing);
     * **why-not-lost**: the API server did not take one;
     * **why-not-unposted**: a line says the Event was suppressed (this process posted it within
       the minute) or exists (another process posted it this minute) but there is no such Event;
@@ -660,11 +679,17 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
       (the cluster-wide limit; processes posting in turn without it would break it).
     ``at``: when the checks ran (the violations' time)."""
     found: list[Violation] = []
-    held_total = reasoned = 0
+    held_total = reasoned = gone_total = 0
     answered: Counter[str] = Counter()
     posted_keys = {(e.kind, e.name, e.reason) for e in events}
+    evicted_at: dict[str, list[float]] = {}  # pod -> when a process logged evicting it (any process)
+    for text in logs.values():
+        for line in text.splitlines():
+            if (m := EVICTED_BY_LINE.search(line)) and (t := _line_time(line)) is not None:
+                evicted_at.setdefault(m.group(1), []).append(t)
     for process, text in logs.items():
         held: dict[tuple[str, str], str] = {}
+        held_at: dict[tuple[str, str], float] = {}
         covered: set[tuple[str, str]] = set()
         answered_pods: set[str] = set()
         for line in text.splitlines():
@@ -672,6 +697,7 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
                 kind = Reason(m.group(2)).event if m.group(2) in REASONS else None
                 if kind is not None:
                     held.setdefault((m.group(1), kind), m.group(3))
+                    held_at.setdefault((m.group(1), kind), _line_time(line) or 0.0)
             elif m := FAIL_LINE.search(line):
                 kind = why_not_kind(Reason.OTHER, m.group(2))  # blocked by a PDB: an Event; throttled, failed: none
                 if kind is not None:
@@ -695,7 +721,11 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
         # 0", then the decision says "cool-down"): the pod's Event carries the decision's reason
         other = {k for k in set(held) - covered if k[0] in answered_pods}
         reasoned += len(other)
-        missing = sorted(set(held) - covered - other)
+        # a pod another process had evicted just before this one judged it (GONE_SECONDS)
+        gone = {k for k in set(held) - covered - other if k in held_at and any(
+            0.0 <= held_at[k] - t <= GONE_SECONDS for t in evicted_at.get(k[0], ()))}
+        gone_total += len(gone)
+        missing = sorted(set(held) - covered - other - gone)
         if missing:
             shown = "; ".join(f"{pod} {kind} ({held[(pod, kind)][:100]})" for pod, kind in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -712,7 +742,7 @@ def analyse_why_not(logs: Mapping[str, str], events: Sequence[WhyNotEvent], at: 
             if int(a.at // 60) == int(b.at // 60):
                 found.append(Violation("why-not-rate", b.at, f"two {reason} Events on {kind} {name} in one minute: "
                                        f"{_clock(a.at)} ({a.instance}) and {_clock(b.at)} ({b.instance})"))
-    return WhyNotFindings(tuple(found), held_total, dict(answered), closest, reasoned)
+    return WhyNotFindings(tuple(found), held_total, dict(answered), closest, reasoned, gone_total)
 
 
 def _ledgers_around(samples: Sequence[Sample], first: float, last: float) -> str:

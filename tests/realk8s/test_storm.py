@@ -134,7 +134,8 @@ def finish(result: SeedResult, checker: Checker, since: float, last: float, logs
     why_not = analyse_why_not(texts, posted, time.time())
     closest = "none (no object had two)" if why_not.closest is None else f"{why_not.closest:.1f}s apart"
     result.notes.append(f"\"why not\": {why_not.held} held-back eviction(s) in the logs ({why_not.reasoned} answered "
-                        "under the decision's later reason), why-not lines "
+                        f"under the decision's later reason, {why_not.gone} evicted just before by another process), "
+                        "why-not lines "
                         f"{dict(sorted(why_not.answered.items()))}, Events "
                         f"{dict(sorted(Counter(e.reason for e in posted).items()))}; closest two of one object and reason: "
                         f"{closest}")
@@ -349,6 +350,18 @@ def test_the_why_not_check_sees_a_hold_without_an_event_and_two_events_in_a_minu
                          "already planned")
     ok = analyse_why_not({"a": "\n".join([probe, hold, answer.format("posted", "CoolDown", "")])}, [posted], 700.0)
     assert ok.violations == () and ok.reasoned == 1
+    # a pod another process had evicted just before (its snapshot was a moment older): no Event owed
+    # (the CI at 8876a29: taints-1 evicted gold-...-j6xd5 at :27.595, taints-0 logged its PDB at :27.631)
+    gold = ("2026-11-26 10:00:01,631 INFO    kdesched.evictor: not evicting default/gold-1 (p/RemovePodsViolatingNodeTaints)"
+            " [disruption-budget]: PodDisruptionBudget default/gold allows 0 disruption(s) and 0 are already planned")
+    evicted = ("2026-11-26 10:00:01,595 INFO    kdesched.evictor: evicted default/gold-1 from n1: "
+               "strategy=RemovePodsViolatingNodeTaints")
+    ok = analyse_why_not({"a": gold, "b": evicted}, [], 700.0)
+    assert ok.violations == () and ok.gone == 1
+    # ... but a hold after a namesake's eviction long before, or before the eviction, is owed one
+    for when in ("2026-11-26 09:59:58,000", "2026-11-26 10:00:02,000"):
+        found = analyse_why_not({"a": gold, "b": evicted.replace("2026-11-26 10:00:01,595", when)}, [], 700.0)
+        assert [v.invariant for v in found.violations] == ["why-not-missing"] and found.gone == 0
     # another process's "exists" needs the Event; "lost" is a violation
     found = analyse_why_not({"b": "\n".join([hold, answer.format("exists", "CoolDown", "")])}, [], 700.0)
     assert [v.invariant for v in found.violations] == ["why-not-unposted"]
